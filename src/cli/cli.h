@@ -1,0 +1,14 @@
+/* cli.h - the `tessera` command-line tool: one function per subcommand.
+ * Each takes the arguments after the subcommand name (argv[0] is the
+ * subcommand) and returns the process exit status. */
+#ifndef TS_CLI_H
+#define TS_CLI_H
+
+int cli_inspect(int argc, char **argv);
+int cli_tokenize(int argc, char **argv);
+int cli_quantize(int argc, char **argv);
+int cli_run(int argc, char **argv);
+int cli_chat(int argc, char **argv);
+int cli_perplexity(int argc, char **argv);
+
+#endif

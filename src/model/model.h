@@ -1,0 +1,99 @@
+/* model.h - transformer models read from GGUF: hyper-parameters, weights
+ * (pointers into the mmap, in their stored types), and the forward pass over a
+ * batch of tokens with a KV cache.
+ *
+ * Architectures are data: `general.architecture` selects a family (llama,
+ * qwen2, qwen3, gemma3), whose hyper-parameters and tensor names are read from
+ * the file; a missing or inconsistent one is a load error naming it.
+ *
+ * Ownership: a ts_model is immutable after load and may be shared read-only by
+ * several ts_state objects (one per sequence / thread). A ts_state owns the KV
+ * cache and every activation buffer; ts_forward allocates nothing.
+ */
+#ifndef TS_MODEL_H
+#define TS_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "gguf/gguf.h"
+#include "text/tokenizer.h"
+
+enum ts_arch { TS_ARCH_LLAMA, TS_ARCH_QWEN2, TS_ARCH_QWEN3, TS_ARCH_GEMMA3 };
+enum ts_rope_type { TS_ROPE_NORM /* adjacent pairs */, TS_ROPE_NEOX /* split halves */ };
+
+typedef struct ts_hparams {
+    enum ts_arch arch;
+    const char *arch_name;  /* "llama", ... */
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    int32_t n_embd;         /* model width */
+    int32_t n_layer;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim;       /* key/value length per head */
+    int32_t n_ff;
+    float norm_eps;
+    enum ts_rope_type rope_type;
+    float rope_freq_base;
+    float rope_freq_base_swa; /* gemma3 local layers */
+    float rope_freq_scale;  /* linear scaling factor (1 = none) */
+    /* llama3-style scaling (rope_scaling_type = llama3), 0 when absent */
+    float rope_llama3_factor, rope_llama3_low, rope_llama3_high;
+    int32_t rope_llama3_orig_ctx;
+    int32_t n_swa;          /* sliding-window length (gemma3), 0 = none */
+    int32_t swa_pattern;    /* every swa_pattern-th layer is global (gemma3: 6) */
+    float final_logit_softcap; /* 0 = none */
+    float attn_logit_softcap;  /* 0 = none */
+    float embd_scale;       /* gemma: sqrt(n_embd); 1 otherwise */
+    bool tied_output;       /* output projection shares token_embd */
+} ts_hparams;
+
+typedef struct ts_model ts_model;
+
+typedef struct ts_model_params {
+    bool use_mmap;   /* default true */
+} ts_model_params;
+ts_model_params ts_model_default_params(void);
+
+/* Loads model + tokenizer from a GGUF file. NULL with err on failure. */
+ts_model *ts_model_load(const char *path, const ts_model_params *p, ts_err *err);
+void ts_model_free(ts_model *m); /* NULL is a no-op */
+
+const ts_hparams *ts_model_hparams(const ts_model *m);
+const ts_tokenizer *ts_model_tokenizer(const ts_model *m);
+const ts_gguf *ts_model_gguf(const ts_model *m);
+/* tokenizer.chat_template (NUL-terminated copy) or NULL. */
+const char *ts_model_chat_template(const ts_model *m);
+/* Total bytes of weight tensors, and parameter count. */
+uint64_t ts_model_size_bytes(const ts_model *m);
+uint64_t ts_model_n_params(const ts_model *m);
+
+/* Per-sequence state: KV cache (F16 by default), activations, logits. */
+typedef struct ts_state ts_state;
+
+typedef struct ts_state_params {
+    int32_t n_ctx;      /* KV capacity in tokens; 0 = min(n_ctx_train, 4096) */
+    int32_t n_batch;    /* micro-batch for prompt processing (-b), default 64 */
+    int32_t n_threads;  /* default: physical cores */
+    bool kv_f32;        /* KV cache in f32 instead of f16 (tests) */
+} ts_state_params;
+ts_state_params ts_state_default_params(void);
+
+ts_state *ts_state_new(const ts_model *m, const ts_state_params *p, ts_err *err);
+void ts_state_free(ts_state *s);
+
+int32_t ts_state_n_ctx(const ts_state *s);
+int32_t ts_state_n_past(const ts_state *s); /* tokens held in the KV cache */
+/* Drops cached positions >= n (n <= n_past). ts_state_kv_truncate(s, 0) resets. */
+void ts_state_kv_truncate(ts_state *s, int32_t n);
+
+/* Evaluates n tokens at positions n_past .. n_past+n-1, appending their K/V,
+ * in micro-batches of n_batch. If logits_all is non-NULL it receives n rows of
+ * n_vocab f32 logits (one per token); the last row is always available through
+ * ts_state_logits afterwards. Errors: n_past+n > n_ctx ("context full"), bad ids. */
+int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all, ts_err *err);
+const float *ts_state_logits(const ts_state *s); /* n_vocab floats: the last evaluated token */
+
+#endif

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The whole test suite (README's test command; .ci/run calls it):
+#   1. set-up (packages, venv, models; skipped when done)
+#   2. gcc release build + every CTest test
+#   3. clang build with -Werror (compile check)
+#   4. ASan+UBSan build (clang) + every CTest test, plus the bounded GGUF fuzz run
+# Exits non-zero on the first failure.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+bash tools/setup.sh
+jobs=$(nproc)
+
+echo "== gcc build + tests" >&2
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc >/dev/null
+ninja -C build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== clang -Werror build" >&2
+cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang >/dev/null
+ninja -C build-clang -j"$jobs"
+
+echo "== ASan+UBSan build + tests + fuzz" >&2
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+      -DTS_SANITIZE=ON -DTS_FUZZ=ON >/dev/null
+ninja -C build-asan -j"$jobs"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE slow_under_asan

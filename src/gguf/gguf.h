@@ -9,6 +9,15 @@
  * The file is mmap'ed read-only; tensor data and string values point into the
  * map and stay valid until ts_gguf_close. Keys and tensor names are copied into
  * NUL-terminated strings owned by the ts_gguf.
+ *
+ * Choices on what is refused (beyond plain corruption): GGUF v1 and big-endian
+ * files; keys and tensor names longer than TS_GGUF_MAX_NAME_LEN or containing a
+ * NUL byte (string values may hold any bytes); arrays nested deeper than
+ * TS_GGUF_MAX_ARRAY_DEPTH; BOOL values other than 0/1; general.alignment of a
+ * type other than UINT32 or not a nonzero power of two; tensors with a dim of 0
+ * (empty tensors) or >= 2^63 (negative as ggml's int64); types that are unknown
+ * or were removed from ggml. A file with no tensors may end before the padded
+ * data offset.
  */
 #ifndef TS_GGUF_H
 #define TS_GGUF_H
@@ -39,6 +48,9 @@ enum ts_gguf_vtype {
 
 #define TS_GGUF_MAX_DIMS 4
 #define TS_GGUF_DEFAULT_ALIGNMENT 32
+/* Limits applied to untrusted files (larger values are refused at open). */
+#define TS_GGUF_MAX_NAME_LEN 65536u  /* bytes in a key or tensor name */
+#define TS_GGUF_MAX_ARRAY_DEPTH 8    /* arrays of arrays of ... */
 
 /* A string inside the mapped file: NOT NUL-terminated. */
 typedef struct ts_gguf_str {
@@ -86,7 +98,9 @@ typedef struct ts_gguf_tensor {
 typedef struct ts_gguf ts_gguf;
 
 /* Opens and validates a file. On failure returns NULL and err names the field
- * and the bad value (e.g. "tensor 'blk.0.attn_q.weight': offset 123 not aligned to 32"). */
+ * and the bad value, e.g. "PATH: gguf: tensor 'blk.0.attn_q.weight': offset 100
+ * is not a multiple of alignment 32" or "gguf: truncated at byte 4123 while
+ * reading value of key 'tokenizer.ggml.tokens' (need 8 bytes, 3 left)". */
 ts_gguf *ts_gguf_open(const char *path, ts_err *err);
 /* Same over a caller-owned buffer (not copied; must outlive the handle). Used by
  * tests and the fuzzer. */
@@ -102,7 +116,7 @@ const uint8_t *ts_gguf_base(const ts_gguf *g);  /* start of the mapped file */
 /* Metadata */
 int64_t ts_gguf_n_kv(const ts_gguf *g);
 const ts_gguf_kv *ts_gguf_kv_at(const ts_gguf *g, int64_t i);
-const ts_gguf_value *ts_gguf_find(const ts_gguf *g, const char *key); /* NULL if absent */
+const ts_gguf_value *ts_gguf_find(const ts_gguf *g, const char *key); /* NULL if absent; binary search */
 
 /* Typed getters. Return 0 on success; -1 with a message in err if the key is
  * missing or has an incompatible type/value. Integer getters accept any
@@ -119,8 +133,10 @@ int ts_gguf_opt_f32(const ts_gguf *g, const char *key, float *out, ts_err *err);
 int ts_gguf_opt_bool(const ts_gguf *g, const char *key, bool *out, ts_err *err);
 int ts_gguf_opt_str(const ts_gguf *g, const char *key, ts_gguf_str *out, ts_err *err);
 
-/* Array element readers for fixed-size element types (bounds are the caller's job:
- * i < v->arr.n). Any integer element type converts to int64 / any number to double. */
+/* Array element readers for fixed-size element types. Any integer (or BOOL)
+ * element type converts to int64 (UINT64 above INT64_MAX wraps), any number to
+ * double; float elements read as int64 give 0, as does i >= v->arr.n or a value
+ * that is not an array of fixed-size elements. */
 int64_t ts_gguf_arr_i64(const ts_gguf_value *v, uint64_t i);
 double ts_gguf_arr_f64(const ts_gguf_value *v, uint64_t i);
 /* Size in bytes of one element of a fixed-size value type; 0 for STRING/ARRAY/unknown. */

@@ -1,0 +1,131 @@
+/* cmd_perplexity.c - `tessera perplexity`: the llama-perplexity measurement.
+ *
+ * The file is tokenized once (BOS per metadata, special-token text NOT parsed,
+ * as llama-perplexity's common_tokenize default), cut into non-overlapping
+ * windows of n_ctx tokens; each window starts from an empty KV cache with its
+ * first token replaced by BOS when the model adds BOS, and the logits at
+ * positions first = n_ctx/2 .. n_ctx-2 score the next token. With NLL summed
+ * over all scored tokens: PPL = exp(mean NLL) and the reported uncertainty is
+ * PPL * sqrt((E[nll^2] - E[nll]^2) / (count - 1)). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/gen_common.h"
+
+/* -log softmax(row)[target], in double. */
+static double token_nll(const float *row, int32_t n_vocab, int32_t target) {
+    float mx = row[0];
+    for (int32_t i = 1; i < n_vocab; i++)
+        if (row[i] > mx) mx = row[i];
+    double sum = 0.0;
+    for (int32_t i = 0; i < n_vocab; i++) sum += exp((double)row[i] - mx);
+    return -(((double)row[target] - mx) - log(sum));
+}
+
+int cli_perplexity(int argc, char **argv) {
+    gen_opts o;
+    int prc = gen_parse(GEN_PPL, argc, argv, &o);
+    if (prc != 0) return prc > 0 ? 0 : 2;
+
+    int status = 1;
+    char *text = NULL;
+    int32_t *ids = NULL, *win = NULL;
+    float *rows = NULL;
+    ts_model *m = NULL;
+    ts_state *s = NULL;
+    size_t text_len = 0;
+
+    if (!(text = gen_read_file(o.file, &text_len))) goto done;
+    if (gen_load(&o, &m, &s) < 0) goto done;
+    const ts_tokenizer *tok = ts_model_tokenizer(m);
+    const int32_t n_vocab = ts_model_hparams(m)->n_vocab;
+    const int32_t n_ctx = o.n_ctx;
+    if (ts_state_n_ctx(s) < n_ctx) {
+        fprintf(stderr, "error: the state holds %d tokens, less than -c %d\n", (int)ts_state_n_ctx(s), (int)n_ctx);
+        goto done;
+    }
+    int64_t n_tok = 0;
+    double t0 = gen_now_ms();
+    if (!(ids = gen_tokenize(tok, text, text_len, true, false, &n_tok))) goto done;
+    if (n_tok < 2 * (int64_t)n_ctx) {
+        fprintf(stderr,
+                "error: '%s' tokenizes to %lld tokens; perplexity with a context of %d needs at least %d "
+                "(use a longer file or a smaller -c)\n",
+                o.file, (long long)n_tok, (int)n_ctx, 2 * (int)n_ctx);
+        goto done;
+    }
+    int64_t n_chunk = n_tok / n_ctx;
+    if (o.chunks > 0 && o.chunks < n_chunk) n_chunk = o.chunks;
+    ts_state_params dsp = ts_state_default_params();
+    int32_t n_batch = o.n_batch > 0 ? o.n_batch : dsp.n_batch;
+    if (n_batch > n_ctx) n_batch = n_ctx;
+    const int32_t first = n_ctx / 2;
+    const bool add_bos = ts_tok_add_bos(tok);
+    const int32_t bos = ts_tok_bos(tok);
+    if (add_bos && bos < 0) {
+        fprintf(stderr, "error: the model asks for BOS but has no BOS token id\n");
+        goto done;
+    }
+    win = malloc((size_t)n_ctx * sizeof *win);
+    rows = malloc((size_t)n_batch * (size_t)n_vocab * sizeof *rows);
+    if (!win || !rows) {
+        fprintf(stderr, "error: out of memory (%d rows of %d logits)\n", (int)n_batch, (int)n_vocab);
+        goto done;
+    }
+    fprintf(stderr, "perplexity: %lld tokens, %lld chunks of %d, batch %d\n", (long long)n_tok,
+            (long long)n_chunk, (int)n_ctx, (int)n_batch);
+
+    double nll = 0.0, nll2 = 0.0;
+    int64_t count = 0;
+    ts_err err = {{0}};
+    for (int64_t c = 0; c < n_chunk; c++) {
+        memcpy(win, ids + c * n_ctx, (size_t)n_ctx * sizeof *win);
+        if (add_bos) win[0] = bos;
+        ts_state_kv_truncate(s, 0);
+        for (int32_t b = 0; b < n_ctx; b += n_batch) {
+            int32_t nb = n_ctx - b < n_batch ? n_ctx - b : n_batch;
+            bool need = b + nb > first; /* any logits at positions >= first in this batch */
+            if (ts_forward(s, win + b, nb, need ? rows : NULL, &err) < 0) {
+                fprintf(stderr, "\nerror: evaluation failed at chunk %lld: %s\n", (long long)c + 1, err.msg);
+                goto done;
+            }
+            if (!need) continue;
+            for (int32_t j = 0; j < nb; j++) {
+                int32_t pos = b + j;
+                if (pos < first || pos >= n_ctx - 1) continue;
+                /* targets are the file's tokens (position 0's BOS swap never is one) */
+                int32_t target = ids[c * n_ctx + pos + 1];
+                if (target < 0 || target >= n_vocab) {
+                    fprintf(stderr, "\nerror: token id %d is outside the logits (%d)\n", (int)target, (int)n_vocab);
+                    goto done;
+                }
+                double v = token_nll(rows + (size_t)j * n_vocab, n_vocab, target);
+                nll += v;
+                nll2 += v * v;
+                count++;
+            }
+        }
+        fprintf(stderr, "[%lld]%.4f,", (long long)c + 1, exp(nll / (double)count));
+        fflush(stderr);
+    }
+    fputc('\n', stderr);
+
+    double mean = nll / (double)count, ppl = exp(mean);
+    double var = nll2 / (double)count - mean * mean;
+    double unc = (var > 0.0 && count > 1) ? ppl * sqrt(var / (double)(count - 1)) : 0.0;
+    printf("Final estimate: PPL = %.4f +/- %.5f\n", ppl, unc);
+    fprintf(stderr, "perplexity: %lld scored tokens in %.2f s, peak RSS %.1f MiB\n", (long long)count,
+            (gen_now_ms() - t0) / 1000.0, gen_peak_rss_mib());
+    status = 0;
+done:
+    free(rows);
+    free(win);
+    free(ids);
+    free(text);
+    if (s) ts_state_free(s);
+    ts_model_free(m);
+    return status;
+}

@@ -1,0 +1,520 @@
+/* gen_common.c - option parsing, help, setup and the streaming generation loop
+ * shared by `tessera run`, `chat` and `perplexity`. */
+#include "cli/gen_common.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- help ---- */
+
+static void print_help(enum gen_cmd cmd, FILE *f) {
+    const ts_sampler_params d = ts_sampler_default_params();
+    if (cmd == GEN_RUN) {
+        fprintf(f, "usage: tessera run -m MODEL.gguf (-p TEXT | -f FILE) [options]\n\n"
+                   "Generates text from a prompt, streaming it to stdout as it is produced.\n"
+                   "Stops at an end-of-generation token, after -n tokens, or when the context is full.\n\n"
+                   "  -m, --model FILE         GGUF model (required)\n"
+                   "  -p, --prompt TEXT        prompt text\n"
+                   "  -f, --file FILE          read the prompt from FILE (instead of -p)\n"
+                   "  -n, --n-predict N        tokens to generate (default 128; -1 = until EOS or context full)\n"
+                   "      --chat               wrap the prompt in the model's chat template as one user turn\n"
+                   "      --system TEXT        system message for --chat\n"
+                   "      --chat-template NAME chatml|gemma|llama3: override the template family\n"
+                   "      --no-display-prompt  do not echo the prompt before the generated text\n"
+                   "      --stats json         print the final counters as ONE JSON object on stderr:\n"
+                   "                           n_prompt_tokens, n_gen_tokens, prefill_ms, decode_ms,\n"
+                   "                           prefill_tps, decode_tps, peak_rss_mib, stop_reason\n"
+                   "                           (eos|length|context_full), n_threads, n_ctx, n_batch, seed\n"
+                   "      --logits-out FILE    write the f32 logits of every evaluated position: raw\n"
+                   "                           little-endian f32, no header, one row of n_vocab floats per\n"
+                   "                           evaluated token in evaluation order (the prompt tokens, then\n"
+                   "                           each generated token fed back; the last generated token is not\n"
+                   "                           evaluated, so rows = n_prompt_tokens + max(n_gen_tokens-1, 0)).\n"
+                   "                           Row i holds the prediction for token i+1.\n");
+    } else if (cmd == GEN_CHAT) {
+        fprintf(f, "usage: tessera chat -m MODEL.gguf [options]\n\n"
+                   "Interactive multi-turn chat using the model's chat template. Reads one user\n"
+                   "message per line from stdin (prompt \"> \" on stderr) and streams each reply to\n"
+                   "stdout. The KV cache is kept between turns; only the new turn is evaluated.\n"
+                   "Commands: /reset clears the conversation and the cache; Ctrl-D (EOF) quits.\n\n"
+                   "  -m, --model FILE         GGUF model (required)\n"
+                   "      --system TEXT        system message\n"
+                   "      --chat-template NAME chatml|gemma|llama3: override the template family\n"
+                   "  -n, --n-predict N        max tokens per reply (default -1 = until end of turn or context full)\n"
+                   "      --stats json         after each reply, one JSON object of counters on stderr\n");
+    } else {
+        fprintf(f, "usage: tessera perplexity -m MODEL.gguf -f TEXT_FILE [options]\n\n"
+                   "Perplexity as llama-perplexity computes it: the file is tokenized (BOS per the\n"
+                   "metadata), cut into non-overlapping windows of -c tokens whose first token is\n"
+                   "replaced by BOS when the model adds BOS, and the second half of each window\n"
+                   "(positions c/2 .. c-2 predicting the next token) is scored. Prints per-chunk\n"
+                   "running values \"[1]x,[2]y,...\" on stderr, then on stdout\n"
+                   "\"Final estimate: PPL = x +/- y\" (y: ppl * std(NLL) / sqrt(count-1)).\n\n"
+                   "  -m, --model FILE         GGUF model (required)\n"
+                   "  -f, --file FILE          text to score (required; needs >= 2*c tokens)\n"
+                   "  -c, --ctx-size N         window length (default 512)\n"
+                   "      --chunks N           score at most N windows (default: all)\n");
+    }
+    fprintf(f, "  -t, --threads N          worker threads (default: physical cores)\n");
+    if (cmd != GEN_PPL)
+        fprintf(f, "  -c, --ctx-size N         context length in tokens (default min(trained, 4096))\n");
+    fprintf(f, "  -b, --batch-size N       prompt micro-batch (default 64)\n");
+    fprintf(f, "  -h, --help               this help\n");
+    if (cmd != GEN_PPL)
+        fprintf(f,
+                "\nsampling (applied in this order: penalties, top-k, top-p, min-p, temperature):\n"
+                "      --temp T             temperature (default %.2f; <= 0 = greedy argmax)\n"
+                "      --top-k K            keep the K most likely tokens (default %d; <= 0 = off)\n"
+                "      --top-p P            nucleus: smallest set with mass >= P (default %.2f; 1 = off)\n"
+                "      --min-p P            drop tokens with p < P * p_max (default %.2f; 0 = off)\n"
+                "      --repeat-penalty X   divide positive / multiply negative logits of tokens seen in\n"
+                "                           the last --repeat-last-n tokens (default %.2f = off)\n"
+                "      --repeat-last-n N    penalty window (default %d; 0 = off, -1 = context size)\n"
+                "      --presence-penalty X subtract X from the logits of tokens seen in the window (default 0)\n"
+                "      --seed S             RNG seed (default: random; printed in the stats)\n"
+                "\nThe prompt is tokenized with BOS/EOS as the model's metadata says and with special-token\n"
+                "text (e.g. <|im_start|>) recognised, as llama-cli does. In chat mode the tokenizer adds\n"
+                "BOS when the metadata asks for it and the template text then omits {{ bos_token }}, so\n"
+                "BOS appears exactly once.\n",
+                d.temp, d.top_k, d.top_p, d.min_p, d.repeat_penalty, d.repeat_last_n);
+}
+
+/* ---- number parsing ---- */
+
+static int parse_i32(const char *flag, const char *s, int32_t lo, int32_t *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > INT32_MAX) {
+        fprintf(stderr, "error: %s: '%s' is not an integer >= %d\n", flag, s, (int)lo);
+        return -1;
+    }
+    *out = (int32_t)v;
+    return 0;
+}
+
+static int parse_f32(const char *flag, const char *s, float lo, float hi, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "error: %s: '%s' is not a number in [%g, %g]\n", flag, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_u64(const char *flag, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (*s == '-') errno = ERANGE;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || end == s || *end) {
+        fprintf(stderr, "error: %s: '%s' is not an unsigned integer\n", flag, s);
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+static uint64_t random_seed(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+    /* one splitmix64 round so nearby times give unrelated seeds */
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return (x ^ (x >> 31)) & 0xFFFFFFFFull; /* short enough to retype */
+}
+
+/* ---- argument parsing ---- */
+
+int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->sp = ts_sampler_default_params();
+    o->display_prompt = true;
+    o->n_predict = cmd == GEN_CHAT ? -1 : 128;
+    o->chunks = -1;
+    if (cmd == GEN_PPL) o->n_ctx = 512;
+    const char *cmdname = cmd == GEN_RUN ? "run" : cmd == GEN_CHAT ? "chat" : "perplexity";
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            print_help(cmd, stdout);
+            return 1;
+        }
+        /* flags without a value */
+        if (cmd == GEN_RUN && !strcmp(a, "--chat")) {
+            o->chat = true;
+            continue;
+        }
+        if (cmd == GEN_RUN && !strcmp(a, "--no-display-prompt")) {
+            o->display_prompt = false;
+            continue;
+        }
+        /* flags with a value: "--flag VALUE" or "--flag=VALUE" */
+        char name[64];
+        const char *val = NULL;
+        const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
+        if (eq && (size_t)(eq - a) < sizeof name) {
+            memcpy(name, a, (size_t)(eq - a));
+            name[eq - a] = '\0';
+            val = eq + 1;
+        } else {
+            snprintf(name, sizeof name, "%s", a);
+        }
+#define FLAG(s, l) (!strcmp(name, s) || !strcmp(name, l))
+        bool known = FLAG("-m", "--model") || FLAG("-t", "--threads") || FLAG("-c", "--ctx-size") ||
+                     FLAG("-b", "--batch-size") || FLAG("-f", "--file") ||
+                     (cmd == GEN_PPL && !strcmp(name, "--chunks")) ||
+                     (cmd != GEN_PPL &&
+                      (FLAG("-n", "--n-predict") || !strcmp(name, "--temp") || !strcmp(name, "--top-k") ||
+                       !strcmp(name, "--top-p") || !strcmp(name, "--min-p") || !strcmp(name, "--repeat-penalty") ||
+                       !strcmp(name, "--repeat-last-n") || !strcmp(name, "--presence-penalty") ||
+                       !strcmp(name, "--seed") || !strcmp(name, "--system") || !strcmp(name, "--chat-template") ||
+                       !strcmp(name, "--stats"))) ||
+                     (cmd == GEN_RUN && (FLAG("-p", "--prompt") || !strcmp(name, "--logits-out")));
+        if (cmd == GEN_CHAT && FLAG("-f", "--file")) known = false;
+        if (!known) {
+            fprintf(stderr, "tessera %s: unknown option '%s' (see tessera %s --help)\n", cmdname, a, cmdname);
+            return -1;
+        }
+        if (!val) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "tessera %s: option '%s' needs a value\n", cmdname, name);
+                return -1;
+            }
+            val = argv[++i];
+        }
+        int rc = 0;
+        if (FLAG("-m", "--model")) o->model = val;
+        else if (FLAG("-p", "--prompt")) o->prompt = val;
+        else if (FLAG("-f", "--file")) o->file = val;
+        else if (!strcmp(name, "--system")) o->system = val;
+        else if (!strcmp(name, "--chat-template")) o->chat_template = val;
+        else if (!strcmp(name, "--logits-out")) o->logits_out = val;
+        else if (!strcmp(name, "--stats")) {
+            if (strcmp(val, "json") != 0) {
+                fprintf(stderr, "error: --stats: '%s' is not a known format (only 'json')\n", val);
+                rc = -1;
+            }
+            o->stats_json = true;
+        } else if (FLAG("-n", "--n-predict")) rc = parse_i32(name, val, -1, &o->n_predict);
+        else if (FLAG("-t", "--threads")) rc = parse_i32(name, val, 1, &o->n_threads);
+        else if (FLAG("-c", "--ctx-size")) rc = parse_i32(name, val, cmd == GEN_PPL ? 4 : 1, &o->n_ctx);
+        else if (FLAG("-b", "--batch-size")) rc = parse_i32(name, val, 1, &o->n_batch);
+        else if (!strcmp(name, "--chunks")) rc = parse_i32(name, val, 1, &o->chunks);
+        else if (!strcmp(name, "--temp")) rc = parse_f32(name, val, -INFINITY, 1e6f, &o->sp.temp);
+        else if (!strcmp(name, "--top-k")) rc = parse_i32(name, val, INT32_MIN, &o->sp.top_k);
+        else if (!strcmp(name, "--top-p")) rc = parse_f32(name, val, 0.0f, 1.0f, &o->sp.top_p);
+        else if (!strcmp(name, "--min-p")) rc = parse_f32(name, val, 0.0f, 1.0f, &o->sp.min_p);
+        else if (!strcmp(name, "--repeat-penalty")) rc = parse_f32(name, val, 0.0f, 1e6f, &o->sp.repeat_penalty);
+        else if (!strcmp(name, "--repeat-last-n")) rc = parse_i32(name, val, -1, &o->sp.repeat_last_n);
+        else if (!strcmp(name, "--presence-penalty"))
+            rc = parse_f32(name, val, -1e6f, 1e6f, &o->sp.presence_penalty);
+        else if (!strcmp(name, "--seed")) {
+            rc = parse_u64(name, val, &o->sp.seed);
+            o->seed_set = true;
+        }
+#undef FLAG
+        if (rc < 0) return -1;
+    }
+    if (o->sp.repeat_penalty == 0.0f) o->sp.repeat_penalty = 1.0f;
+
+    if (!o->model) {
+        fprintf(stderr, "tessera %s: -m MODEL is required (see tessera %s --help)\n", cmdname, cmdname);
+        return -1;
+    }
+    if (cmd == GEN_RUN && !o->prompt == !o->file) {
+        fprintf(stderr, "tessera run: give exactly one of -p TEXT or -f FILE\n");
+        return -1;
+    }
+    if (cmd == GEN_PPL && !o->file) {
+        fprintf(stderr, "tessera perplexity: -f TEXT_FILE is required\n");
+        return -1;
+    }
+    if (cmd == GEN_RUN && !o->chat && (o->system || o->chat_template)) {
+        fprintf(stderr, "tessera run: --system and --chat-template need --chat\n");
+        return -1;
+    }
+    if (o->chat_template) {
+        enum ts_chat_family f;
+        ts_err e;
+        if (ts_chat_family_parse(o->chat_template, &f, &e) < 0) {
+            fprintf(stderr, "error: --chat-template: %s\n", e.msg);
+            return -1;
+        }
+    }
+    if (!o->seed_set) o->sp.seed = random_seed();
+    return 0;
+}
+
+/* ---- setup ---- */
+
+int gen_load(const gen_opts *o, ts_model **m, ts_state **s) {
+    ts_err err = {{0}};
+    ts_model_params mp = ts_model_default_params();
+    *s = NULL;
+    *m = ts_model_load(o->model, &mp, &err);
+    if (!*m) {
+        fprintf(stderr, "error: cannot load model '%s': %s\n", o->model, err.msg);
+        return -1;
+    }
+    ts_state_params sp = ts_state_default_params();
+    if (o->n_ctx > 0) sp.n_ctx = o->n_ctx;
+    if (o->n_batch > 0) sp.n_batch = o->n_batch;
+    if (o->n_threads > 0) sp.n_threads = o->n_threads;
+    *s = ts_state_new(*m, &sp, &err);
+    if (!*s) {
+        fprintf(stderr, "error: cannot create the inference state: %s\n", err.msg);
+        ts_model_free(*m);
+        *m = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+char *gen_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "error: cannot open '%s': %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    bool bad = !buf || ferror(f);
+    fclose(f);
+    if (bad) {
+        fprintf(stderr, "error: cannot read '%s'\n", path);
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+int32_t *gen_tokenize(const ts_tokenizer *tok, const char *text, size_t len, bool add_special,
+                      bool parse_special, int64_t *n) {
+    ts_err err = {{0}};
+    int64_t cap = (int64_t)len + 8;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int32_t *ids = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *ids);
+        if (!ids) {
+            fprintf(stderr, "error: out of memory tokenizing %zu bytes\n", len);
+            return NULL;
+        }
+        int64_t got = ts_tokenize(tok, text, len, add_special, parse_special, ids, cap, &err);
+        if (got < 0) {
+            fprintf(stderr, "error: tokenizing: %s\n", err.msg);
+            free(ids);
+            return NULL;
+        }
+        if (got <= cap) {
+            *n = got;
+            return ids;
+        }
+        free(ids);
+        cap = got;
+    }
+    fprintf(stderr, "error: tokenizer returned an inconsistent count\n");
+    return NULL;
+}
+
+double gen_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+double gen_peak_rss_mib(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0.0;
+    return (double)ru.ru_maxrss / 1024.0; /* Linux reports KiB */
+}
+
+/* ---- evaluation and generation ---- */
+
+int gen_eval(ts_state *s, const int32_t *ids, int32_t n, int32_t n_batch, int32_t n_vocab, FILE *lf,
+             float *rowbuf) {
+    ts_err err = {{0}};
+    if (!lf) {
+        if (n > 0 && ts_forward(s, ids, n, NULL, &err) < 0) {
+            fprintf(stderr, "error: evaluation failed: %s\n", err.msg);
+            return -1;
+        }
+        return 0;
+    }
+    /* With --logits-out, evaluate n_batch tokens at a time so that only one
+     * batch of rows is held in memory (a row is n_vocab floats). */
+    for (int32_t i = 0; i < n; i += n_batch) {
+        int32_t k = n - i < n_batch ? n - i : n_batch;
+        if (ts_forward(s, ids + i, k, rowbuf, &err) < 0) {
+            fprintf(stderr, "error: evaluation failed: %s\n", err.msg);
+            return -1;
+        }
+        if (fwrite(rowbuf, sizeof(float) * (size_t)n_vocab, (size_t)k, lf) != (size_t)k) {
+            fprintf(stderr, "error: writing --logits-out: %s\n", strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int append(gen_result *r, const char *p, size_t n, size_t *cap) {
+    if (r->text_len + n + 1 > *cap) {
+        size_t nc = *cap ? *cap * 2 : 256;
+        while (nc < r->text_len + n + 1) nc *= 2;
+        char *np = realloc(r->text, nc);
+        if (!np) return -1;
+        r->text = np;
+        *cap = nc;
+    }
+    memcpy(r->text + r->text_len, p, n);
+    r->text_len += n;
+    r->text[r->text_len] = '\0';
+    return 0;
+}
+
+int gen_ctx_init(gen_ctx *g, ts_state *s, const ts_tokenizer *tok, ts_sampler *smpl, int32_t n_vocab,
+                 int32_t n_batch, FILE *logits_out) {
+    memset(g, 0, sizeof *g);
+    g->state = s;
+    g->tok = tok;
+    g->smpl = smpl;
+    g->stop_id = -1;
+    g->n_vocab = n_vocab;
+    g->n_batch = n_batch > 0 ? n_batch : 1;
+    g->logits_out = logits_out;
+    g->out = stdout;
+    /* enough for ts_detok_push in every case (see tokenizer.h) */
+    g->piece_cap = 3 * ((size_t)ts_tok_max_piece(tok) + 3);
+    g->piece = malloc(g->piece_cap);
+    if (logits_out) g->rowbuf = malloc((size_t)g->n_batch * (size_t)n_vocab * sizeof(float));
+    if (!g->piece || (logits_out && !g->rowbuf)) {
+        fprintf(stderr, "error: out of memory\n");
+        gen_ctx_free(g);
+        return -1;
+    }
+    return 0;
+}
+
+void gen_ctx_free(gen_ctx *g) {
+    free(g->piece);
+    free(g->rowbuf);
+    g->piece = NULL;
+    g->rowbuf = NULL;
+}
+
+int gen_generate(gen_ctx *g, int32_t n_predict, bool eval_last, gen_result *r) {
+    memset(r, 0, sizeof *r);
+    size_t cap = 0, ids_cap = 0;
+    char *piece = g->piece;
+    const size_t piece_cap = g->piece_cap;
+    ts_detok dt;
+    ts_detok_init(&dt);
+    double t0 = gen_now_ms();
+    r->stop = "length";
+    if (append(r, "", 0, &cap) < 0) goto oom;
+    for (;;) {
+        if (n_predict >= 0 && r->n_gen >= n_predict) break;
+        int32_t id = ts_sampler_sample(g->smpl, ts_state_logits(g->state));
+        if (ts_tok_is_eog(g->tok, id) || id == g->stop_id) {
+            r->stop = "eos";
+            break;
+        }
+        ts_sampler_accept(g->smpl, id);
+        if (r->n_gen + 1 > (int32_t)ids_cap) {
+            size_t nc = ids_cap ? ids_cap * 2 : 64;
+            int32_t *ni = realloc(r->ids, nc * sizeof *ni);
+            if (!ni) goto oom;
+            r->ids = ni;
+            ids_cap = nc;
+        }
+        r->ids[r->n_gen] = id;
+        int64_t np = ts_detok_push(&dt, g->tok, id, false, piece, piece_cap);
+        if (np < 0) {
+            fprintf(stderr, "\nerror: sampled token id %d is not in the vocabulary\n", (int)id);
+            r->stop = "error";
+            break;
+        }
+        if ((size_t)np > piece_cap) np = (int64_t)piece_cap; /* never written past cap */
+        fwrite(piece, 1, (size_t)np, g->out);
+        fflush(g->out);
+        if (append(r, piece, (size_t)np, &cap) < 0) goto oom;
+        r->n_gen++;
+        bool last = n_predict >= 0 && r->n_gen >= n_predict;
+        if (last && !eval_last) break;
+        if (ts_state_n_past(g->state) >= ts_state_n_ctx(g->state)) {
+            r->stop = last ? "length" : "context_full";
+            break;
+        }
+        if (gen_eval(g->state, &id, 1, 1, g->n_vocab, g->logits_out, g->rowbuf) < 0) {
+            r->stop = "error";
+            break;
+        }
+        if (last) {
+            r->last_evaluated = true;
+            break;
+        }
+    }
+    {
+        int64_t nf = ts_detok_flush(&dt, piece, piece_cap);
+        if (nf > (int64_t)piece_cap) nf = (int64_t)piece_cap;
+        if (nf > 0) {
+            fwrite(piece, 1, (size_t)nf, g->out);
+            if (append(r, piece, (size_t)nf, &cap) < 0) goto oom;
+        }
+        fflush(g->out);
+    }
+    r->ms = gen_now_ms() - t0;
+    return strcmp(r->stop, "error") ? 0 : -1;
+oom:
+    fprintf(stderr, "\nerror: out of memory\n");
+    r->stop = "error";
+    r->ms = gen_now_ms() - t0;
+    return -1;
+}
+
+void gen_result_free(gen_result *r) {
+    free(r->text);
+    free(r->ids);
+    r->text = NULL;
+    r->ids = NULL;
+}
+
+const char *gen_chat_bos_text(const ts_chat_template *t, const ts_tokenizer *tok) {
+    if (!ts_chat_template_wants_bos(t) || ts_tok_add_bos(tok)) return NULL;
+    int32_t bos = ts_tok_bos(tok);
+    return bos >= 0 ? ts_tok_text(tok, bos) : NULL;
+}
+
+ts_chat_template *gen_chat_template(const gen_opts *o, const ts_model *m) {
+    ts_err err = {{0}};
+    ts_chat_template *t = ts_chat_template_new(ts_model_chat_template(m), o->chat_template, &err);
+    if (!t) fprintf(stderr, "error: %s\n", err.msg);
+    return t;
+}

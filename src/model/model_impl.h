@@ -1,0 +1,92 @@
+/* model_impl.h - the inside of ts_model and ts_state, shared by the loader
+ * (model.c) and the forward pass (forward.c). Not part of any public API.
+ */
+#ifndef TS_MODEL_IMPL_H
+#define TS_MODEL_IMPL_H
+
+#include "core/threadpool.h"
+#include "kernels/ops.h"
+#include "model/model.h"
+
+/* One transformer block's weights. Matrices point into the file in their
+ * stored type; vectors are f32 (into the file when stored as F32, else a
+ * converted copy owned by the model). Absent optional parts are NULL / have
+ * data == NULL. */
+typedef struct ts_layer {
+    const float *attn_norm;      /* [n_embd] */
+    ts_wmat wq;                  /* [n_head*head_dim][n_embd] */
+    ts_wmat wk;                  /* [n_head_kv*head_dim][n_embd] */
+    ts_wmat wv;                  /* [n_head_kv*head_dim][n_embd] */
+    const float *bq, *bk, *bv;   /* qwen2 biases: [n_head*head_dim], [n_kv_dim], [n_kv_dim] */
+    const float *q_norm;         /* qwen3/gemma3 per-head RMSNorm: [head_dim] */
+    const float *k_norm;         /* [head_dim] */
+    ts_wmat wo;                  /* [n_embd][n_head*head_dim] */
+    const float *attn_post_norm; /* gemma3: [n_embd] */
+    const float *ffn_norm;       /* [n_embd] */
+    ts_wmat w_gate;              /* [n_ff][n_embd] */
+    ts_wmat w_up;                /* [n_ff][n_embd] */
+    ts_wmat w_down;              /* [n_embd][n_ff] */
+    const float *ffn_post_norm;  /* gemma3: [n_embd] */
+
+    bool swa;                    /* local (sliding-window) layer */
+    const double *inv_freq;      /* [n_rot/2] rope angles per position for this layer */
+} ts_layer;
+
+struct ts_model {
+    ts_gguf *gguf;
+    void *file_copy;             /* the whole file when use_mmap is false */
+    ts_tokenizer *tok;
+    ts_hparams hp;
+    char *chat_template;
+
+    int32_t n_rot;               /* rotated dims per head (rope.dimension_count) */
+    float attn_scale;            /* multiplies q.k */
+    bool ffn_gelu;               /* GeGLU (gemma) instead of SwiGLU */
+
+    ts_wmat tok_embd;            /* [n_vocab][n_embd] */
+    const float *output_norm;    /* [n_embd] */
+    ts_wmat output;              /* [n_vocab][n_embd] (= tok_embd when tied) */
+    ts_layer *layers;            /* [n_layer] */
+
+    double *inv_freq_global;     /* [n_rot/2] */
+    double *inv_freq_swa;        /* [n_rot/2] */
+
+    float **owned;               /* converted vectors, freed with the model */
+    int n_owned, cap_owned;
+
+    uint64_t size_bytes;
+    uint64_t n_params;
+};
+
+struct ts_state {
+    const ts_model *m;
+    ts_threadpool *pool;
+    int32_t n_ctx;
+    int32_t n_batch;
+    int32_t n_threads;
+    bool kv_f32;
+    int32_t n_past;
+
+    int64_t n_kv_dim;            /* n_head_kv * head_dim */
+    int64_t n_q_dim;             /* n_head * head_dim */
+    void *k_cache;               /* [n_layer][n_ctx][n_kv_dim] f16 or f32 */
+    void *v_cache;               /* [n_layer][n_ctx][n_kv_dim] */
+
+    /* activations for one micro-batch of up to n_batch tokens */
+    float *x;                    /* [n_batch][n_embd] residual stream */
+    float *xn;                   /* [n_batch][n_embd] normed input of a sub-block */
+    float *q;                    /* [n_batch][n_q_dim] */
+    float *k;                    /* [n_batch][n_kv_dim] */
+    float *v;                    /* [n_batch][n_kv_dim] */
+    float *attn;                 /* [n_batch][n_q_dim] attention output */
+    float *o;                    /* [n_batch][n_embd] projection output */
+    float *gate;                 /* [n_batch][n_ff] */
+    float *up;                   /* [n_batch][n_ff] */
+    float *logits;               /* [n_vocab] last evaluated token */
+
+    float *scratch;              /* [n_threads][scratch_stride] */
+    int64_t scratch_stride;
+    float *rope_cs;              /* [n_rot] cos/sin table */
+};
+
+#endif

@@ -1,0 +1,79 @@
+/* qdot_avx512.c - the TS_CPU_AVX512 dispatch table: the x86 kernels of
+ * qdot_x86.h with AVX-512 VNNI (vpdpbusd / vpdpwssd on 256-bit vectors) for
+ * the integer dots, and 16-lane versions of the f32/f16 dots. This file alone
+ * gets the AVX-512 flags; it only runs after cpu.c found F/BW/VL/VNNI and an
+ * OS that saves the ZMM state.
+ *
+ * Why 256-bit integer dots: Zen 4 executes 512-bit integer ops as two halves,
+ * so the gain of AVX-512 there is VNNI's fused multiply-add, which works on
+ * ymm registers too; keeping the AVX2 lane layout makes the results of both
+ * levels bit-identical (a model gives the same logits on either machine).
+ */
+#define TS_X86_VNNI 1
+#define TS_X86_WIDE_F32 1
+#include "kernels/x86/qdot_x86.h"
+
+/* 16 lanes = the AVX2 kernels' two 8-lane accumulators side by side (lanes
+ * 0..7: elements 16i..16i+7, lanes 8..15: 16i+8..16i+15); a remaining 8 go
+ * to lanes 0..7 (masked fma); the halves are added before the same hsum8. */
+AI float wide_finish(__m512 z) {
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1));
+    return hsum8(_mm256_add_ps(_mm512_castps512_ps256(z), hi));
+}
+
+AI void f32_tile(int64_t n, const uint8_t *w, const uint8_t *const *x, float *out, const int nt) {
+    __m512 z[4];
+    for (int t = 0; t < nt; t++) z[t] = _mm512_setzero_ps();
+    const float *wf = (const float *)(const void *)w;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 wz = _mm512_loadu_ps(wf + i);
+        for (int t = 0; t < nt; t++)
+            z[t] = _mm512_fmadd_ps(wz, _mm512_loadu_ps((const float *)(const void *)x[t] + i), z[t]);
+    }
+    if (i + 8 <= n) {
+        const __m512 wz = _mm512_zextps256_ps512(_mm256_loadu_ps(wf + i));
+        for (int t = 0; t < nt; t++) {
+            const __m512 xz = _mm512_zextps256_ps512(_mm256_loadu_ps((const float *)(const void *)x[t] + i));
+            z[t] = _mm512_mask3_fmadd_ps(wz, xz, z[t], 0x00ff);
+        }
+        i += 8;
+    }
+    for (int t = 0; t < nt; t++) {
+        float s = wide_finish(z[t]);
+        for (int64_t k = i; k < n; k++) s = fmaf(ld_f32(w + 4 * k), ld_f32(x[t] + 4 * k), s);
+        out[t] = s;
+    }
+}
+
+AI void f16_tile(int64_t n, const uint8_t *w, const uint8_t *const *x, float *out, const int nt) {
+    __m512 z[4];
+    for (int t = 0; t < nt; t++) z[t] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 wz = _mm512_cvtph_ps(ld256(w + 2 * i));
+        for (int t = 0; t < nt; t++)
+            z[t] = _mm512_fmadd_ps(wz, _mm512_loadu_ps((const float *)(const void *)x[t] + i), z[t]);
+    }
+    if (i + 8 <= n) {
+        const __m512 wz = _mm512_zextps256_ps512(_mm256_cvtph_ps(ld128(w + 2 * i)));
+        for (int t = 0; t < nt; t++) {
+            const __m512 xz = _mm512_zextps256_ps512(_mm256_loadu_ps((const float *)(const void *)x[t] + i));
+            z[t] = _mm512_mask3_fmadd_ps(wz, xz, z[t], 0x00ff);
+        }
+        i += 8;
+    }
+    for (int t = 0; t < nt; t++) {
+        float s = wide_finish(z[t]);
+        for (int64_t k = i; k < n; k++) s = fmaf(ld_f16(w + 2 * k), ld_f32(x[t] + 4 * k), s);
+        out[t] = s;
+    }
+}
+
+TS_X86_ENTRIES(f32)
+TS_X86_ENTRIES(f16)
+
+const ts_kern ts_kern_tab_avx512 = {
+    .level = TS_CPU_AVX512,
+    TS_X86_TABLE_ENTRIES,
+};

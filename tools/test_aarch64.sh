@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# test_aarch64.sh - cross-build tessera's kernels for aarch64 with Debian's
+# gcc-aarch64-linux-gnu (cmake/aarch64-linux-gnu.cmake) and run their tests
+# under qemu-aarch64 (qemu-user): test_kernels at qemu's default CPU (NEON +
+# dotprod: scalar and neon levels), plus the detection checks on "max"
+# (-> neon) and Cortex-A53 (no dotprod -> scalar).
+#
+# With an arm64 PCRE2 installed (libpcre2-dev:arm64) the whole library is
+# cross-built; without it, only what test_kernels needs (the kernels,
+# src/quant, src/core/err.c: cmake/kernels_only).
+#
+# Usage: tools/test_aarch64.sh [BUILD_DIR]   (default: build-aarch64)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build-aarch64}
+toolchain=$root/cmake/aarch64-linux-gnu.cmake
+
+for tool in aarch64-linux-gnu-gcc qemu-aarch64 cmake ninja; do
+  command -v "$tool" >/dev/null || { echo "test_aarch64.sh: $tool not found" >&2; exit 1; }
+done
+
+if PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig pkg-config --exists libpcre2-8 2>/dev/null; then
+  src=$root
+  echo "== cross-building the library + test_kernels"
+else
+  src=$root/cmake/kernels_only
+  echo "== no arm64 PCRE2: cross-building the kernels + src/quant + test_kernels only"
+fi
+
+cmake -S "$src" -B "$build" -G Ninja -DCMAKE_TOOLCHAIN_FILE="$toolchain" -DCMAKE_BUILD_TYPE=Release >/dev/null
+ninja -C "$build" -j2 test_kernels
+ctest --test-dir "$build" -R '^test_kernels' --output-on-failure

@@ -3,7 +3,8 @@
 #   1. set-up (packages, venv, models; skipped when done)
 #   2. gcc release build + every CTest test
 #   3. clang build with -Werror (compile check)
-#   4. ASan+UBSan build (clang) + every CTest test, plus the bounded GGUF fuzz run
+#   4. aarch64 cross build of the kernels + their tests under qemu-user
+#   5. ASan+UBSan build (clang) + every CTest test, plus the bounded GGUF fuzz run
 # Exits non-zero on the first failure.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,6 +20,9 @@ ctest --test-dir build --output-on-failure -j"$jobs"
 echo "== clang -Werror build" >&2
 cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang >/dev/null
 ninja -C build-clang -j"$jobs"
+
+echo "== aarch64 cross build + kernel tests under qemu" >&2
+bash tools/test_aarch64.sh build-aarch64
 
 echo "== ASan+UBSan build + tests + fuzz" >&2
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \

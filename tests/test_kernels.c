@@ -50,32 +50,8 @@
 #include "kernels/qdot.h"
 #include "quant/quant.h"
 
-static int failures;
-#define CHECK(cond, ...)                                          \
-    do {                                                          \
-        if (!(cond)) {                                            \
-            failures++;                                           \
-            if (failures < 40) {                                  \
-                fprintf(stderr, "%s:%d: FAIL: ", __FILE__, __LINE__); \
-                fprintf(stderr, __VA_ARGS__);                     \
-                fprintf(stderr, "\n");                            \
-            }                                                     \
-        }                                                         \
-    } while (0)
+#include "check.h"
 
-static uint64_t rng_state = 0x243f6a8885a308d3ull;
-static uint64_t rng(void) { /* splitmix64 */
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static float frand(void) { /* uniform in [-1, 1) */
-    return (float)((double)(rng() >> 11) * 0x1p-53 * 2.0 - 1.0);
-}
-static float nrand(void) { /* roughly normal */
-    return (frand() + frand() + frand() + frand()) * 0.866f;
-}
 
 static uint32_t bits(float f) {
     uint32_t u;
@@ -615,6 +591,7 @@ static void test_gemm_blocking(void) {
 }
 
 int main(int argc, char **argv) {
+    rng_seed(0x243f6a8885a308d3ull);
     int dispatch_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--dispatch-only") == 0) {

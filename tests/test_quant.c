@@ -25,31 +25,8 @@
 
 #include "quant/quant.h"
 
-static int failures;
-#define CHECK(cond, ...)                                   \
-    do {                                                   \
-        if (!(cond)) {                                     \
-            failures++;                                    \
-            fprintf(stderr, "%s:%d: FAIL: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                  \
-            fprintf(stderr, "\n");                         \
-        }                                                  \
-    } while (0)
+#include "check.h"
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rng(void) { /* splitmix64 */
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static float frand(void) { /* uniform in [-1, 1) */
-    return (float)((double)(rng() >> 11) * 0x1p-53 * 2.0 - 1.0);
-}
-/* a roughly normal sample (sum of uniforms), for weight-like data */
-static float nrand(void) {
-    return (frand() + frand() + frand() + frand()) * 0.866f;
-}
 
 static float fbits(uint32_t u) {
     float f;
@@ -360,6 +337,7 @@ static void test_edges(void) {
 }
 
 int main(void) {
+    rng_seed(0x9e3779b97f4a7c15ull);
     test_f16();
     test_bf16();
     test_bounds();

@@ -1,21 +1,527 @@
-/* tessera.h - public C API of the tessera inference engine.
+/* tessera.h - the public C API of the tessera inference engine.
  *
- * (The full embeddable API - models, contexts, streaming - lands with the
- * C API issue; for now this header carries the version.)
+ * One header, one library (libtessera.so / libtessera.a, pkg-config
+ * "tessera"). The `tessera` command-line tool is itself a client of exactly
+ * this API. docs/API.md has the overview; every declaration below says what
+ * it does, how it fails and from which threads it may be called.
+ *
+ * Usage (compiles as is: cc app.c $(pkg-config --cflags --libs tessera)):
+ *
+ *   #include <stdio.h>
+ *   #include <tessera.h>
+ *
+ *   static bool on_token(const char *piece, size_t len, int32_t token, void *ud) {
+ *       (void)token; (void)ud;
+ *       fwrite(piece, 1, len, stdout);   // complete UTF-8 only
+ *       return true;                     // false stops the generation
+ *   }
+ *
+ *   int main(void) {
+ *       ts_error err;
+ *       ts_model *model = NULL;
+ *       ts_context *ctx = NULL;
+ *       if (ts_model_load("model.gguf", NULL, &model, &err) != TS_OK) {
+ *           fprintf(stderr, "%s\n", err.message);
+ *           return 1;
+ *       }
+ *       ts_context_params cp = ts_context_default_params();
+ *       cp.n_ctx = 512;
+ *       if (ts_context_create(model, &cp, &ctx, &err) != TS_OK) {
+ *           fprintf(stderr, "%s\n", err.message);
+ *           ts_model_free(model);
+ *           return 1;
+ *       }
+ *       ts_generate_params gp = ts_generate_default_params();
+ *       gp.n_predict = 32;
+ *       gp.on_token = on_token;
+ *       if (ts_generate(ctx, "The capital of France is", &gp) != TS_OK)
+ *           fprintf(stderr, "%s\n", ts_last_error(ctx));
+ *       ts_stats st = TS_STRUCT_INIT(ts_stats);
+ *       ts_context_get_stats(ctx, &st);
+ *       fprintf(stderr, "\n%d tokens, %.1f tok/s\n", (int)st.n_gen_tokens, st.decode_tps);
+ *       ts_context_free(ctx);
+ *       ts_model_free(model);
+ *       return 0;
+ *   }
+ *
+ * Conventions
+ *  - Handles are opaque; each has a create/free pair and free(NULL) is a no-op.
+ *  - Every call that can fail returns a ts_status. Calls on a context record
+ *    the message in the context (ts_last_error); calls without one take a
+ *    `ts_error *` (may be NULL) that receives status and message.
+ *  - Parameter structs begin with `struct_size` and come from a
+ *    ts_*_default_params() function, so fields can be appended without
+ *    breaking callers built against an older header. Output structs also
+ *    begin with `struct_size`, which the caller sets (TS_STRUCT_INIT).
+ *  - The library never prints, never exits or aborts on bad input, and keeps
+ *    no global mutable state: everything it would say goes to the log
+ *    callback given in the model/context parameters.
+ *  - Text is UTF-8 bytes with explicit lengths where it may hold NUL bytes.
+ *
+ * Thread safety (also stated per function): a ts_model is read-only after
+ * loading and may be used from any number of threads and contexts at once.
+ * A ts_context belongs to one thread at a time (the caller serialises its
+ * use), except ts_context_cancel, which any thread may call at any time
+ * while the context exists. Calls that take neither are thread-safe.
  */
 #ifndef TESSERA_H
 #define TESSERA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* ---- version ------------------------------------------------------------ */
+
 #define TS_VERSION_MAJOR 0
 #define TS_VERSION_MINOR 1
 #define TS_VERSION_PATCH 0
+/* The shared library's SONAME is libtessera.so.TS_VERSION_MAJOR. */
 
-/* "MAJOR.MINOR.PATCH"; thread-safe. */
-const char *ts_version(void);
+#if defined(__GNUC__) || defined(__clang__)
+#define TS_API __attribute__((visibility("default")))
+#else
+#define TS_API
+#endif
+
+/* "MAJOR.MINOR.PATCH" of the library actually linked; thread-safe. */
+TS_API const char *ts_version(void);
+
+/* ---- status, errors, logging -------------------------------------------- */
+
+typedef enum ts_status {
+    TS_OK = 0,
+    TS_ERR_INVALID_ARG,    /* NULL where a value is needed, a parameter out of range */
+    TS_ERR_IO,             /* a file cannot be opened, read or written */
+    TS_ERR_FORMAT,         /* a file is malformed or not a model tessera supports */
+    TS_ERR_UNSUPPORTED,    /* valid request that this build cannot do (yet) */
+    TS_ERR_NO_MEMORY,
+    TS_ERR_CONTEXT_FULL,   /* the tokens do not fit in the context's KV cache */
+    TS_ERR_CANCELLED,      /* ts_context_cancel stopped an evaluation */
+    TS_ERR_INVALID_STATE,  /* the call does not fit the handle's state (e.g. no logits yet) */
+    TS_ERR_INTERNAL
+} ts_status;
+
+/* Short constant name of a status ("ok", "invalid argument", ...); thread-safe. */
+TS_API const char *ts_status_string(ts_status status);
+
+#define TS_ERROR_MAX 512
+
+/* Error out-parameter of calls that have no context. */
+typedef struct ts_error {
+    ts_status status;
+    char message[TS_ERROR_MAX]; /* NUL-terminated; names the field and bad value */
+} ts_error;
+
+typedef enum ts_log_level { TS_LOG_DEBUG = 0, TS_LOG_INFO, TS_LOG_WARN, TS_LOG_ERROR } ts_log_level;
+
+/* Receives every message the library has for the application (one line, no
+ * trailing newline). Called on the thread that made the call that logs; may
+ * be called from several threads at once when several contexts run. */
+typedef void (*ts_log_fn)(ts_log_level level, const char *message, void *user_data);
+
+/* Frees memory the library handed out (ts_context_chat_format); NULL is a no-op. */
+TS_API void ts_free(void *p);
+
+/* Initialiser for output structs: ts_stats st = TS_STRUCT_INIT(ts_stats); */
+#define TS_STRUCT_INIT(type) { .struct_size = sizeof(type) }
+
+/* Most worker threads a context or quantization may use. */
+#define TS_THREADS_MAX 256
+
+/* ---- GGUF files: metadata and tensor table (inspect) -------------------- */
+
+typedef struct ts_file ts_file;
+
+/* Metadata value types, numbered as in the GGUF specification. */
+typedef enum ts_value_type {
+    TS_VALUE_UINT8 = 0,
+    TS_VALUE_INT8 = 1,
+    TS_VALUE_UINT16 = 2,
+    TS_VALUE_INT16 = 3,
+    TS_VALUE_UINT32 = 4,
+    TS_VALUE_INT32 = 5,
+    TS_VALUE_FLOAT32 = 6,
+    TS_VALUE_BOOL = 7,
+    TS_VALUE_STRING = 8,
+    TS_VALUE_ARRAY = 9,
+    TS_VALUE_UINT64 = 10,
+    TS_VALUE_INT64 = 11,
+    TS_VALUE_FLOAT64 = 12
+} ts_value_type;
+
+/* A view of one metadata value (valid while its file or model is open).
+ * Integers and BOOL are given in u64, i64 and f64 (u64 of a negative value
+ * wraps); floats only in f64. Strings are raw bytes, not NUL-terminated, and
+ * may hold any byte. A caller may also fill a STRING value itself to render
+ * a string. */
+typedef struct ts_value {
+    ts_value_type type;
+    uint64_t u64;            /* unsigned integers, BOOL (0/1) */
+    int64_t i64;             /* signed integers */
+    double f64;              /* FLOAT32, FLOAT64 */
+    const char *str;         /* STRING: the bytes */
+    uint64_t len;            /* STRING: byte count; ARRAY: element count */
+    ts_value_type elem_type; /* ARRAY: element type */
+    const void *impl_;       /* ARRAY: library-private */
+} ts_value;
+
+typedef struct ts_file_info {
+    size_t struct_size;
+    uint32_t version;        /* GGUF version (2 or 3) */
+    uint64_t alignment;
+    uint64_t data_offset;    /* file offset of the tensor data */
+    uint64_t file_size;
+    int64_t n_meta;          /* metadata key/value pairs */
+    int64_t n_tensors;
+} ts_file_info;
+
+typedef struct ts_tensor_info {
+    size_t struct_size;
+    const char *name;        /* NUL-terminated (escape before printing: any byte but NUL) */
+    uint32_t type;           /* ggml type id */
+    const char *type_name;   /* "Q4_K", "F32", ... */
+    uint32_t n_dims;         /* 1..4 */
+    int64_t ne[4];           /* ne[0] is the row length; unused dims are 1 */
+    int64_t n_elements;
+    uint64_t offset;         /* relative to data_offset */
+    uint64_t nbytes;
+} ts_tensor_info;
+
+/* Opens and validates any GGUF file (a model or not; untrusted input is
+ * checked completely here). *out is NULL on failure. Thread-safe. */
+TS_API ts_status ts_file_open(const char *path, ts_file **out, ts_error *err);
+/* Closes a file from ts_file_open (not one from ts_model_file). Thread-safe. */
+TS_API void ts_file_close(ts_file *f);
+
+/* The accessors below only read: thread-safe on one handle. */
+TS_API ts_status ts_file_get_info(const ts_file *f, ts_file_info *out);
+/* Key i (0 <= i < n_meta) and its value. */
+TS_API ts_status ts_file_meta(const ts_file *f, int64_t i, const char **key, ts_value *value);
+/* Index of a key, or -1 when absent (or f/key NULL). */
+TS_API int64_t ts_file_find_meta(const ts_file *f, const char *key);
+/* Element i of an ARRAY value. */
+TS_API ts_status ts_value_array_get(const ts_value *array, uint64_t i, ts_value *out);
+/* "UINT32", "STRING", ...; "?" for an unknown type. */
+TS_API const char *ts_value_type_name(ts_value_type type);
+TS_API ts_status ts_file_tensor(const ts_file *f, int64_t i, ts_tensor_info *out);
+
+typedef enum ts_render_format {
+    /* Human text: strings quoted with C escapes and cut after 160 bytes
+     * ("..."(N bytes)), arrays as [array of N TYPE: a, b, ... ] (first 8). */
+    TS_RENDER_TEXT = 0,
+    /* JSON: strings escaped (invalid UTF-8 as U+FFFD), non-finite floats as
+     * null, arrays as {"type":"ARRAY","elem_type":T,"n":N,"head":[first 8]}. */
+    TS_RENDER_JSON = 1
+} ts_render_format;
+
+/* Renders a value as `tessera inspect` prints it. Writes at most cap bytes,
+ * NUL-terminated when the text fits (length < cap), and returns the length
+ * the full text needs (so call with cap 0 to size a buffer); -1 for a NULL or
+ * malformed value. Thread-safe. */
+TS_API int64_t ts_value_render(const ts_value *value, ts_render_format format, char *buf, size_t cap);
+
+/* ---- models ------------------------------------------------------------- */
+
+typedef struct ts_model ts_model;
+
+typedef struct ts_model_params {
+    size_t struct_size;
+    bool use_mmap;           /* map the file (default) instead of reading it into memory */
+    bool vocab_only;         /* tokenizer, metadata and chat template only: no weights, no contexts */
+    ts_log_fn log;           /* NULL: messages are dropped */
+    void *log_user_data;
+} ts_model_params;
+
+/* Defaults; thread-safe. */
+TS_API ts_model_params ts_model_default_params(void);
+
+/* Loads a GGUF model (weights, tokenizer, chat template). params may be NULL
+ * for the defaults. On failure *out is NULL, err says why (TS_ERR_IO for a
+ * file that cannot be opened, TS_ERR_FORMAT for one that is malformed or of an
+ * unsupported architecture) and the message is also logged. Thread-safe; two
+ * or more models may be loaded and used in one process at once. */
+TS_API ts_status ts_model_load(const char *path, const ts_model_params *params, ts_model **out, ts_error *err);
+/* Frees a model; every context made from it must be freed first, and no
+ * other thread may be using it. */
+TS_API void ts_model_free(ts_model *model);
+
+typedef struct ts_model_info {
+    size_t struct_size;
+    const char *arch;          /* general.architecture ("llama", "gemma3", ...) */
+    const char *name;          /* general.name, or "" */
+    int32_t n_vocab;
+    int32_t n_ctx_train;       /* 0 for a vocab_only model */
+    int32_t n_embd, n_layer, n_head, n_head_kv, n_ff; /* 0 for vocab_only */
+    uint64_t size_bytes;       /* bytes of all tensors */
+    uint64_t n_params;         /* elements of all tensors */
+    int32_t token_bos, token_eos, token_eot; /* -1 when the vocabulary has none */
+    bool add_bos, add_eos;     /* tokenizer metadata: tokenization adds them */
+    int64_t max_token_bytes;   /* longest piece any token decodes to */
+    const char *chat_template; /* family of the model's template ("chatml", "gemma", "llama3") or NULL */
+} ts_model_info;
+
+/* Fills info (strings owned by the model). Thread-safe. */
+TS_API ts_status ts_model_get_info(const ts_model *model, ts_model_info *out);
+/* The model's GGUF file for metadata and tensor-table access (owned by the
+ * model: do not close). NULL for a NULL model. Thread-safe. */
+TS_API const ts_file *ts_model_file(const ts_model *model);
+
+/* Tokenizes len bytes of text. add_special: BOS/EOS as the metadata says;
+ * parse_special: control-token text such as "<|im_start|>" becomes that
+ * token. Invalid UTF-8 is replaced by U+FFFD first (not an error). Writes at
+ * most cap ids and sets *n_tokens to the full count, which may exceed cap
+ * (call again with a larger buffer; tokens may be NULL when cap is 0).
+ * Thread-safe. */
+TS_API ts_status ts_model_tokenize(const ts_model *model, const char *text, size_t len, bool add_special,
+                                   bool parse_special, int32_t *tokens, int64_t cap, int64_t *n_tokens,
+                                   ts_error *err);
+/* The concatenated text of n tokens (detokenize(tokenize(s)) == s for valid
+ * UTF-8 s). Special tokens are rendered only with render_special. Writes at
+ * most cap bytes (NUL-terminated when they fit) and sets *len to the full
+ * length. Thread-safe. */
+TS_API ts_status ts_model_detokenize(const ts_model *model, const int32_t *tokens, int64_t n, bool render_special,
+                                     char *buf, size_t cap, size_t *len, ts_error *err);
+/* The raw bytes of one token (may be an incomplete UTF-8 sequence: use the
+ * streaming calls of a context for text). Same buffer rules. Thread-safe. */
+TS_API ts_status ts_model_token_piece(const ts_model *model, int32_t token, bool render_special, char *buf,
+                                      size_t cap, size_t *len, ts_error *err);
+/* True when token ends generation (EOS, end-of-turn, ...); false for ids out
+ * of range. Thread-safe. */
+TS_API bool ts_model_token_is_eog(const ts_model *model, int32_t token);
+
+/* ---- contexts ----------------------------------------------------------- */
+
+typedef struct ts_context ts_context;
+
+/* How a context produces tokens. Only autoregressive decoding exists today;
+ * other decoders (e.g. diffusion: iterative unmasking of a block) will get
+ * their own value here and, where they need them, their own parameters. */
+typedef enum ts_decoder_type { TS_DECODER_AUTOREGRESSIVE = 0 } ts_decoder_type;
+
+/* Sampling chain, applied in this order: repetition/presence penalties over
+ * the last repeat_last_n tokens, top-k, top-p, min-p, temperature. */
+typedef struct ts_sampling_params {
+    size_t struct_size;
+    float temp;              /* <= 0: greedy argmax. Default 0.8 */
+    int32_t top_k;           /* <= 0: off. Default 40 */
+    float top_p;             /* in [0, 1]; 1: off. Default 0.95 */
+    float min_p;             /* in [0, 1]; 0: off. Default 0.05 */
+    float repeat_penalty;    /* > 0; 1: off (default) */
+    int32_t repeat_last_n;   /* penalty window; 0: off, -1: the context size. Default 64 */
+    float presence_penalty;  /* 0: off (default) */
+    uint64_t seed;           /* RNG seed; default 0xC0FFEE (fixed: runs repeat) */
+} ts_sampling_params;
+
+/* Defaults; thread-safe. */
+TS_API ts_sampling_params ts_sampling_default_params(void);
+
+typedef struct ts_context_params {
+    size_t struct_size;
+    int32_t n_ctx;           /* KV capacity in tokens; 0: min(n_ctx_train, 4096) */
+    int32_t n_batch;         /* prompt micro-batch; 0: 64 (capped at n_ctx) */
+    int32_t n_threads;       /* worker threads; 0: the physical cores */
+    bool kv_f32;             /* KV cache in f32 instead of f16 */
+    ts_decoder_type decoder;
+    const ts_sampling_params *sampling; /* copied; NULL: ts_sampling_default_params() */
+    const char *chat_template; /* "chatml" | "gemma" | "llama3" overrides the model's template; NULL: the model's */
+    ts_log_fn log;           /* NULL: the model's log callback */
+    void *log_user_data;
+    /* (engine placement - which processor runs which stage - will be added
+     * here, after the fields above) */
+} ts_context_params;
+
+/* Defaults; thread-safe. */
+TS_API ts_context_params ts_context_default_params(void);
+
+/* Creates a context (KV cache, sampler, counters, worker threads) on a model.
+ * Any number of contexts may share one model and run in parallel threads.
+ * *out is NULL on failure. Thread-safe (the model is only read). */
+TS_API ts_status ts_context_create(const ts_model *model, const ts_context_params *params, ts_context **out,
+                                   ts_error *err);
+/* Frees a context (no call on it, ts_context_cancel included, may be running). */
+TS_API void ts_context_free(ts_context *ctx);
+
+/* Message of the last failed call on ctx ("" when none; "context is NULL"
+ * for a NULL ctx). Valid until the next call on ctx. Same thread as ctx. */
+TS_API const char *ts_last_error(const ts_context *ctx);
+/* Status of that call (TS_OK when none). */
+TS_API ts_status ts_last_status(const ts_context *ctx);
+
+/* Stops the ts_context_eval / ts_context_generate / ts_generate running on
+ * ctx at its next token (or micro-batch) boundary: generation returns TS_OK
+ * with stop reason TS_STOP_CANCELLED, evaluation TS_ERR_CANCELLED. A call
+ * that starts after the cancel is not affected. Any thread, any time while
+ * ctx exists (an atomic flag). */
+TS_API void ts_context_cancel(ts_context *ctx);
+
+/* Sizes and position; same thread as ctx. */
+TS_API int32_t ts_context_n_ctx(const ts_context *ctx);     /* KV capacity */
+TS_API int32_t ts_context_n_past(const ts_context *ctx);    /* tokens in the KV cache */
+TS_API int32_t ts_context_n_batch(const ts_context *ctx);
+TS_API int32_t ts_context_n_threads(const ts_context *ctx);
+TS_API const ts_model *ts_context_model(const ts_context *ctx);
+
+/* The calls below, up to ts_context_get_stats, use ctx from one thread at a
+ * time (the thread that owns ctx); failures are described by ts_last_error. */
+
+/* Forgets everything: empty KV cache, sampler history and RNG back to the
+ * seed, counters zeroed. Same thread as ctx. */
+TS_API ts_status ts_context_reset(ts_context *ctx);
+/* Keeps the first n cached tokens (0 <= n <= n_past) and drops the rest, to
+ * reuse a common prefix. The logits stay valid only when n == n_past. Same
+ * thread as ctx. */
+TS_API ts_status ts_context_kv_truncate(ts_context *ctx, int32_t n);
+/* Replaces the sampling parameters (and restarts the sampler from the new
+ * seed, with an empty penalty history). Same thread as ctx. */
+TS_API ts_status ts_context_set_sampling(ts_context *ctx, const ts_sampling_params *params);
+
+/* Evaluates n tokens at positions n_past .. n_past+n-1, appending them to the
+ * KV cache and to the sampler's penalty history. logits may be NULL, or
+ * receive n rows of n_vocab floats (row i predicts the token after tokens[i]).
+ * Fails with TS_ERR_CONTEXT_FULL when n_past + n > n_ctx (nothing evaluated),
+ * TS_ERR_INVALID_ARG for an id outside the vocabulary, TS_ERR_CANCELLED when
+ * cancelled between micro-batches (the micro-batches done stay cached).
+ * Time and count add to the prompt counters of the current run. Same thread
+ * as ctx (ts_context_cancel excepted). */
+TS_API ts_status ts_context_eval(ts_context *ctx, const int32_t *tokens, int32_t n, float *logits);
+/* The n_vocab logits of the last evaluated token, or NULL when there are none
+ * (nothing evaluated since creation, reset or a truncation). Valid until the
+ * next call on ctx. Same thread as ctx. */
+TS_API const float *ts_context_logits(const ts_context *ctx);
+/* Samples the next token from those logits with the context's sampler (the
+ * token is recorded in the penalty history when it is evaluated). Same
+ * thread as ctx. */
+TS_API ts_status ts_context_sample(ts_context *ctx, int32_t *token);
+
+/* ---- generation ----------------------------------------------------------- */
+
+typedef enum ts_stop_reason {
+    TS_STOP_NONE = 0,        /* no generation yet */
+    TS_STOP_EOS,             /* an end-of-generation token (not emitted) */
+    TS_STOP_LENGTH,          /* n_predict tokens emitted */
+    TS_STOP_CONTEXT_FULL,    /* the KV cache is full */
+    TS_STOP_CANCELLED,       /* ts_context_cancel, or on_token returned false */
+    TS_STOP_ERROR            /* the call failed (see ts_last_error) */
+} ts_stop_reason;
+
+/* "none", "eos", "length", "context_full", "cancelled", "error"; thread-safe. */
+TS_API const char *ts_stop_reason_name(ts_stop_reason reason);
+
+/* Called once per emitted token with the text it completes: only whole UTF-8
+ * sequences are handed out (a token ending in the middle of one gives len 0
+ * and its bytes come with a later piece). At the end a final call with token
+ * -1 flushes a held incomplete sequence (as U+FFFD) if there is one. Return
+ * false to stop (stop reason TS_STOP_CANCELLED). Runs on the generating thread. */
+typedef bool (*ts_token_fn)(const char *piece, size_t len, int32_t token, void *user_data);
+/* Called after each generated token is evaluated, with its n_vocab logits
+ * (the prediction for the next token). Return false to stop. */
+typedef bool (*ts_logits_fn)(const float *logits, int32_t n_vocab, void *user_data);
+
+typedef struct ts_generate_params {
+    size_t struct_size;
+    int32_t n_predict;         /* tokens to emit; -1: until EOS or the context is full. Default 128 */
+    bool stop_at_end_of_turn;  /* also stop at the chat template's end-of-turn token */
+    bool eval_last;            /* on a length stop, also evaluate the last token so the KV cache
+                                  holds all emitted text (a conversation continues from it) */
+    ts_token_fn on_token;      /* may be NULL */
+    ts_logits_fn on_logits;    /* may be NULL */
+    void *user_data;
+} ts_generate_params;
+
+/* Defaults; thread-safe. */
+TS_API ts_generate_params ts_generate_default_params(void);
+
+/* Generates from the logits of the last evaluated token (after
+ * ts_context_eval): sample, emit, evaluate, until a stop. Returns TS_OK for
+ * every stop except TS_STOP_ERROR; the reason is in ts_context_get_stats.
+ * Needs logits (TS_ERR_INVALID_STATE otherwise). Same thread as ctx
+ * (ts_context_cancel excepted); the callbacks run on that thread. */
+TS_API ts_status ts_context_generate(ts_context *ctx, const ts_generate_params *params);
+
+/* Convenience: tokenizes prompt (BOS as the metadata says when the context is
+ * empty; special-token text recognised), evaluates it after what the context
+ * holds, then ts_context_generate. TS_ERR_CONTEXT_FULL when the prompt does
+ * not fit; TS_ERR_INVALID_ARG for an empty prompt. params NULL: defaults. A
+ * cancel during the prompt also gives TS_OK with TS_STOP_CANCELLED. Same
+ * thread as ctx (ts_context_cancel excepted). */
+TS_API ts_status ts_generate(ts_context *ctx, const char *prompt, const ts_generate_params *params);
+
+/* ---- chat templates ------------------------------------------------------- */
+
+typedef struct ts_chat_message {
+    const char *role;        /* "system", "user", "assistant" */
+    const char *content;
+} ts_chat_message;
+
+/* Renders a conversation with the context's chat template (the model's, or
+ * the family named in ts_context_params.chat_template), natively and
+ * byte-for-byte as the model's Jinja template would, plus the assistant
+ * header when add_generation_prompt. BOS text is included only when the
+ * template wants it and tokenization will not add it. *out is malloc'ed
+ * (free with ts_free), *out_len (may be NULL) its length. Fails when the
+ * model has no recognised template and no override was given
+ * (TS_ERR_UNSUPPORTED). Same thread as ctx. */
+TS_API ts_status ts_context_chat_format(ts_context *ctx, const ts_chat_message *messages, size_t n,
+                                        bool add_generation_prompt, char **out, size_t *out_len);
+/* Name of the i-th chat template family that ts_context_params.chat_template
+ * accepts (i = 0, 1, ...: "chatml", "gemma", "llama3"), NULL past the end.
+ * Thread-safe. */
+TS_API const char *ts_chat_template_name(int i);
+/* Family name of the context's chat template ("chatml", ...) or NULL (with
+ * the reason in ts_last_error) when there is none. Same thread as ctx. */
+TS_API const char *ts_context_chat_template(ts_context *ctx);
+
+/* ---- counters ------------------------------------------------------------- */
+
+/* The counters of the last run: a run is the ts_context_eval calls since the
+ * previous generation, plus the ts_context_generate that follows them. */
+typedef struct ts_stats {
+    size_t struct_size;
+    int64_t n_prompt_tokens;   /* tokens evaluated by ts_context_eval in this run */
+    int64_t n_gen_tokens;      /* tokens emitted (an end-of-generation token is not counted) */
+    double prefill_ms;         /* wall time of those evaluations */
+    double decode_ms;          /* wall time of the generation loop */
+    double prefill_tps;        /* n_prompt_tokens per second of prefill_ms (0 when no time) */
+    double decode_tps;         /* n_gen_tokens per second of decode_ms */
+    ts_stop_reason stop_reason;
+    int32_t n_past;            /* tokens in the KV cache now */
+    int32_t n_ctx, n_batch, n_threads;
+    uint64_t seed;
+    double peak_rss_mib;       /* peak resident memory of the whole process */
+    const char *engine;        /* where it ran: "cpu" (later: other engines) */
+} ts_stats;
+
+/* Same thread as ctx. */
+TS_API ts_status ts_context_get_stats(const ts_context *ctx, ts_stats *out);
+
+/* ---- quantization --------------------------------------------------------- */
+
+typedef struct ts_quantize_params {
+    size_t struct_size;
+    int32_t n_threads;       /* 0: the physical cores */
+    ts_log_fn log;           /* INFO: one line per tensor and a summary */
+    void *log_user_data;
+} ts_quantize_params;
+
+/* Defaults; thread-safe. */
+TS_API ts_quantize_params ts_quantize_default_params(void);
+
+/* Name of the i-th output type ts_quantize accepts (i = 0, 1, ...), NULL past
+ * the end. Thread-safe. */
+TS_API const char *ts_quantize_type_name(int i);
+
+/* Rewrites every 2-D weight matrix (name ending in ".weight", row length a
+ * multiple of the type's block) of in_path in `type` (a name from
+ * ts_quantize_type_name, any case) and writes out_path; other tensors and all
+ * metadata are copied, general.file_type is set. A failed write leaves no
+ * partial out_path. Thread-safe. */
+TS_API ts_status ts_quantize(const char *in_path, const char *out_path, const char *type,
+                             const ts_quantize_params *params, ts_error *err);
 
 #ifdef __cplusplus
 }

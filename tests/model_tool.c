@@ -104,9 +104,9 @@ int main(int argc, char **argv) {
     }
 
     ts_err err = {{0}};
-    ts_model *m = ts_model_load(path, NULL, &err);
+    ts_mdl *m = ts_mdl_load(path, NULL, &err);
     if (!m) return die("load", &err);
-    const ts_hparams *hp = ts_model_hparams(m);
+    const ts_hparams *hp = ts_mdl_hparams(m);
     int rc = 0;
 
     if (!strcmp(mode, "info")) {
@@ -116,12 +116,12 @@ int main(int argc, char **argv) {
                hp->arch_name, hp->n_vocab, hp->n_ctx_train, hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv,
                hp->head_dim, hp->n_ff, hp->norm_eps, hp->rope_type == TS_ROPE_NEOX ? "neox" : "norm",
                hp->rope_freq_base, hp->rope_freq_base_swa, hp->rope_freq_scale, hp->n_swa, hp->swa_pattern,
-               hp->final_logit_softcap, hp->embd_scale, hp->tied_output, (unsigned long long)ts_model_n_params(m));
-        ts_model_free(m);
+               hp->final_logit_softcap, hp->embd_scale, hp->tied_output, (unsigned long long)ts_mdl_n_params(m));
+        ts_mdl_free(m);
         return 0;
     }
     if (!strcmp(mode, "tokenize")) {
-        const ts_tokenizer *tk = ts_model_tokenizer(m);
+        const ts_tokenizer *tk = ts_mdl_tokenizer(m);
         int64_t cap = (int64_t)strlen(text) + 16;
         int32_t *ids = malloc((size_t)cap * sizeof *ids);
         int64_t n = ids ? ts_tokenize(tk, text, strlen(text), true, true, ids, cap, &err) : -1;
@@ -132,13 +132,13 @@ int main(int argc, char **argv) {
             printf("\n");
         }
         free(ids);
-        ts_model_free(m);
+        ts_mdl_free(m);
         return rc;
     }
 
     int32_t *toks = NULL, n_tok = 0;
     if (!tok_arg || parse_tokens(tok_arg, &toks, &n_tok) || n_tok < 1) {
-        ts_model_free(m);
+        ts_mdl_free(m);
         fprintf(stderr, "ts_model_tool: --tokens must list at least one id\n");
         return 2;
     }
@@ -146,7 +146,7 @@ int main(int argc, char **argv) {
     ts_state *s = ts_state_new(m, &sp, &err);
     if (!s) {
         free(toks);
-        ts_model_free(m);
+        ts_mdl_free(m);
         return die("state", &err);
     }
     const int32_t V = hp->n_vocab;
@@ -200,6 +200,6 @@ done:
     free(logits);
     free(toks);
     ts_state_free(s);
-    ts_model_free(m);
+    ts_mdl_free(m);
     return rc;
 }

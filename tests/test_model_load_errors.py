@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """test_model_load_errors.py - broken tiny model files must be refused by
-ts_model_load with a message naming the bad field (and a good one loaded),
+ts_mdl_load with a message naming the bad field (and a good one loaded),
 through `ts_model_tool info`. Each case writes a tiny model
 (tools/gen_tiny_models.py) with one thing wrong: a missing or out-of-range
 hyper-parameter, a missing tensor, a tensor whose shape does not match the

@@ -217,7 +217,7 @@ static void test_matmul(void) {
                 CHECK(0, "quant %s: %s", ts_type_info(ty)->name, err.msg);
                 goto next;
             }
-        ts_wmat w = {ty, wq, NI, NO, rb};
+        ts_wmat w = {ty, wq, NI, NO, rb, NULL};
         ts_matmul(p3, &w, x, NI, y1, NO, NT, scratch, NI);
         double worst = 0;
         for (int r = 0; r < NO; r++) {

@@ -1,6 +1,9 @@
 /* cli.h - the `tessera` command-line tool: one function per subcommand.
  * Each takes the arguments after the subcommand name (argv[0] is the
- * subcommand) and returns the process exit status. */
+ * subcommand) and returns the process exit status.
+ *
+ * The CLI is a client of the public API only: its files include "tessera.h",
+ * CLI-local headers and libc, nothing from src/ (checked by tests/api.cmake). */
 #ifndef TS_CLI_H
 #define TS_CLI_H
 

@@ -11,18 +11,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
-#include "cli/gen_common.h"
+#include "cli.h"
+#include "cli_util.h"
+#include "gen_common.h"
 
 typedef struct conv {
-    ts_chat_msg *m;
+    ts_chat_message *m;
     size_t n, cap;
 } conv;
 
 static int conv_push(conv *c, const char *role, const char *content, size_t len) {
     if (c->n == c->cap) {
         size_t nc = c->cap ? c->cap * 2 : 8;
-        ts_chat_msg *nm = realloc(c->m, nc * sizeof *nm);
+        ts_chat_message *nm = realloc(c->m, nc * sizeof *nm);
         if (!nm) return -1;
         c->m = nm;
         c->cap = nc;
@@ -31,7 +32,7 @@ static int conv_push(conv *c, const char *role, const char *content, size_t len)
     if (!copy) return -1;
     memcpy(copy, content, len);
     copy[len] = '\0';
-    c->m[c->n++] = (ts_chat_msg){role, copy};
+    c->m[c->n++] = (ts_chat_message){role, copy};
     return 0;
 }
 
@@ -65,14 +66,47 @@ static int cache_set_text(cache *k, const char *s, size_t n, bool append) {
     return 0;
 }
 
-static void cache_reset(cache *k, ts_state *s) {
-    ts_state_kv_truncate(s, 0);
+static void cache_reset(cache *k) {
     k->n = 0;
     k->len = 0;
     k->text_ok = true;
 }
 
-static double per_s(double n, double ms) { return ms > 0.0 ? n * 1000.0 / ms : 0.0; }
+/* One reply as it streams: printed, and kept (text and ids) for the cache. */
+typedef struct reply {
+    char *text;
+    size_t len, cap;
+    int32_t *ids;
+    int32_t n_ids, ids_cap;
+    bool oom;
+} reply;
+
+static bool on_token(const char *piece, size_t len, int32_t token, void *ud) {
+    reply *r = ud;
+    fwrite(piece, 1, len, stdout);
+    fflush(stdout);
+    if (r->len + len + 1 > r->cap) {
+        size_t nc = r->cap ? r->cap * 2 : 256;
+        while (nc < r->len + len + 1) nc *= 2;
+        char *nt = realloc(r->text, nc);
+        if (!nt) return !(r->oom = true);
+        r->text = nt;
+        r->cap = nc;
+    }
+    memcpy(r->text + r->len, piece, len);
+    r->len += len;
+    r->text[r->len] = '\0';
+    if (token < 0) return true; /* the final flush */
+    if (r->n_ids == r->ids_cap) {
+        int32_t nc = r->ids_cap ? r->ids_cap * 2 : 64;
+        int32_t *ni = realloc(r->ids, (size_t)nc * sizeof *ni);
+        if (!ni) return !(r->oom = true);
+        r->ids = ni;
+        r->ids_cap = nc;
+    }
+    r->ids[r->n_ids++] = token;
+    return true;
+}
 
 int cli_chat(int argc, char **argv) {
     gen_opts o;
@@ -81,30 +115,20 @@ int cli_chat(int argc, char **argv) {
 
     int status = 1;
     ts_model *m = NULL;
-    ts_state *s = NULL;
-    ts_chat_template *tmpl = NULL;
-    ts_sampler *smpl = NULL;
-    gen_ctx g = {0};
+    ts_context *ctx = NULL;
+    reply r = {0};
     conv c = {0};
     cache k = {0};
     char *line = NULL;
     size_t line_cap = 0;
 
-    if (gen_load(&o, &m, &s) < 0) goto done;
-    const ts_tokenizer *tok = ts_model_tokenizer(m);
-    const ts_hparams *hp = ts_model_hparams(m);
-    if (!(tmpl = gen_chat_template(&o, m))) goto done;
-    const char *bos_text = gen_chat_bos_text(tmpl, tok);
-    int32_t n_ctx = ts_state_n_ctx(s);
-    if (o.sp.repeat_last_n < 0) o.sp.repeat_last_n = n_ctx;
-    if (!(smpl = ts_sampler_new(&o.sp, hp->n_vocab))) {
-        fprintf(stderr, "error: cannot create the sampler (n_vocab %d)\n", (int)hp->n_vocab);
+    if (gen_load(&o, &m, &ctx) < 0) goto done;
+    const char *family = ts_context_chat_template(ctx);
+    if (!family) {
+        fprintf(stderr, "error: %s\n", ts_last_error(ctx));
         goto done;
     }
-    ts_state_params dsp = ts_state_default_params();
-    int32_t n_batch = o.n_batch > 0 ? o.n_batch : dsp.n_batch;
-    if (gen_ctx_init(&g, s, tok, smpl, hp->n_vocab, n_batch, NULL) < 0) goto done;
-    g.stop_id = ts_chat_end_of_turn_id(tmpl, tok);
+    int32_t n_ctx = ts_context_n_ctx(ctx);
     if (!(k.ids = malloc((size_t)n_ctx * sizeof *k.ids))) {
         fprintf(stderr, "error: out of memory\n");
         goto done;
@@ -113,8 +137,7 @@ int cli_chat(int argc, char **argv) {
     if (o.system && conv_push(&c, "system", o.system, strlen(o.system)) < 0) goto oom;
     const size_t n_fixed = c.n; /* messages /reset keeps */
 
-    fprintf(stderr, "chat template: %s; /reset clears the conversation, Ctrl-D quits\n",
-            ts_chat_family_name(ts_chat_template_family(tmpl)));
+    fprintf(stderr, "chat template: %s; /reset clears the conversation, Ctrl-D quits\n", family);
     for (;;) {
         fputs("> ", stderr);
         fflush(stderr);
@@ -127,8 +150,8 @@ int cli_chat(int argc, char **argv) {
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
         if (!strcmp(line, "/reset")) {
             conv_pop_to(&c, n_fixed);
-            cache_reset(&k, s);
-            ts_sampler_reset(smpl);
+            cache_reset(&k);
+            ts_context_reset(ctx); /* KV cache, sampler history and seed */
             fprintf(stderr, "(conversation cleared)\n");
             continue;
         }
@@ -136,11 +159,10 @@ int cli_chat(int argc, char **argv) {
 
         const size_t n_before = c.n;
         if (conv_push(&c, "user", line, len) < 0) goto oom;
-        ts_err err = {{0}};
         size_t rlen = 0;
-        char *rendered = ts_chat_render(tmpl, c.m, c.n, true, bos_text, &rlen, &err);
-        if (!rendered) {
-            fprintf(stderr, "error: %s\n", err.msg);
+        char *rendered = NULL;
+        if (ts_context_chat_format(ctx, c.m, c.n, true, &rendered, &rlen) != TS_OK) {
+            fprintf(stderr, "error: %s\n", ts_last_error(ctx));
             conv_pop_to(&c, n_before);
             continue;
         }
@@ -150,10 +172,10 @@ int cli_chat(int argc, char **argv) {
         int32_t *new_ids = NULL, *full = NULL;
         if (k.text_ok && k.n > 0 && rlen >= k.len && memcmp(rendered, k.text, k.len) == 0) {
             keep = k.n;
-            new_ids = gen_tokenize(tok, rendered + k.len, rlen - k.len, false, true, &n_new);
+            new_ids = cli_tokenize_text(m, rendered + k.len, rlen - k.len, false, true, &n_new);
         } else {
             int64_t n_full = 0;
-            full = gen_tokenize(tok, rendered, rlen, true, true, &n_full);
+            full = cli_tokenize_text(m, rendered, rlen, true, true, &n_full);
             if (full) {
                 int32_t lcp = 0;
                 while (lcp < k.n && lcp < n_full && full[lcp] == k.ids[lcp]) lcp++;
@@ -166,7 +188,7 @@ int cli_chat(int argc, char **argv) {
             }
         }
         if (!new_ids) {
-            free(rendered);
+            ts_free(rendered);
             goto done;
         }
         if ((int64_t)keep + n_new > n_ctx) {
@@ -176,62 +198,70 @@ int cli_chat(int argc, char **argv) {
                     (long long)n_new, (int)keep, (int)n_ctx);
             conv_pop_to(&c, n_before);
             free(full ? full : new_ids);
-            free(rendered);
+            ts_free(rendered);
             continue;
         }
-        ts_state_kv_truncate(s, keep);
+        ts_context_kv_truncate(ctx, keep);
         k.n = keep;
-        for (int64_t i = 0; i < n_new; i++) ts_sampler_accept(smpl, new_ids[i]);
-        double t0 = gen_now_ms();
-        int erc = gen_eval(s, new_ids, (int32_t)n_new, n_batch, hp->n_vocab, NULL, NULL);
-        double prefill_ms = gen_now_ms() - t0;
-        if (erc == 0) {
+        /* evaluating also records the tokens in the sampler's penalty history */
+        ts_status est = ts_context_eval(ctx, new_ids, (int32_t)n_new, NULL);
+        if (est == TS_OK) {
             memcpy(k.ids + k.n, new_ids, (size_t)n_new * sizeof *new_ids);
             k.n += (int32_t)n_new;
         }
         free(full ? full : new_ids);
-        if (erc < 0) {
-            free(rendered);
+        if (est != TS_OK) {
+            fprintf(stderr, "error: evaluation failed: %s\n", ts_last_error(ctx));
+            ts_free(rendered);
             goto done;
         }
         int rc = cache_set_text(&k, rendered, rlen, false);
-        free(rendered);
+        ts_free(rendered);
         if (rc < 0) goto oom;
         k.text_ok = true;
 
-        gen_result r;
-        int32_t past0 = ts_state_n_past(s);
-        int grc = gen_generate(&g, o.n_predict, true, &r);
+        r.len = 0;
+        r.n_ids = 0;
+        if (r.text) r.text[0] = '\0';
+        ts_generate_params gp = ts_generate_default_params();
+        gp.n_predict = o.n_predict;
+        gp.stop_at_end_of_turn = true;
+        gp.eval_last = true; /* the cache then holds the whole reply */
+        gp.on_token = on_token;
+        gp.user_data = &r;
+        int32_t past0 = ts_context_n_past(ctx);
+        ts_status gst = ts_context_generate(ctx, &gp);
         fputc('\n', stdout);
         fflush(stdout);
-        int32_t n_eval = ts_state_n_past(s) - past0;
-        if (n_eval > r.n_gen) n_eval = r.n_gen;
-        memcpy(k.ids + k.n, r.ids, (size_t)(n_eval > 0 ? n_eval : 0) * sizeof *r.ids);
-        k.n += n_eval > 0 ? n_eval : 0;
+        ts_stats st = TS_STRUCT_INIT(ts_stats);
+        ts_context_get_stats(ctx, &st);
+        int32_t n_eval = ts_context_n_past(ctx) - past0;
+        if (n_eval > r.n_ids) n_eval = r.n_ids;
+        if (n_eval < 0) n_eval = 0;
+        memcpy(k.ids + k.n, r.ids, (size_t)n_eval * sizeof *r.ids);
+        k.n += n_eval;
         /* the cache text is exact only if every emitted token was evaluated */
-        if (n_eval == r.n_gen) {
-            if (cache_set_text(&k, r.text, r.text_len, true) < 0) {
-                gen_result_free(&r);
-                goto oom;
-            }
+        if (n_eval == r.n_ids) {
+            if (cache_set_text(&k, r.text ? r.text : "", r.len, true) < 0) goto oom;
         } else {
             k.text_ok = false;
         }
-        if (grc < 0 || conv_push(&c, "assistant", r.text ? r.text : "", r.text_len) < 0) {
-            gen_result_free(&r);
+        if (r.oom) goto oom;
+        if (gst != TS_OK) {
+            fprintf(stderr, "error: %s\n", ts_last_error(ctx));
             goto done;
         }
+        if (conv_push(&c, "assistant", r.text ? r.text : "", r.len) < 0) goto oom;
         if (o.stats_json)
             fprintf(stderr,
-                    "{\"n_prompt_tokens\":%lld,\"n_gen_tokens\":%d,\"prefill_ms\":%.3f,\"decode_ms\":%.3f,"
+                    "{\"n_prompt_tokens\":%lld,\"n_gen_tokens\":%lld,\"prefill_ms\":%.3f,\"decode_ms\":%.3f,"
                     "\"prefill_tps\":%.3f,\"decode_tps\":%.3f,\"peak_rss_mib\":%.1f,\"stop_reason\":\"%s\","
                     "\"n_past\":%d,\"n_ctx\":%d,\"seed\":%llu}\n",
-                    (long long)n_new, (int)r.n_gen, prefill_ms, r.ms, per_s((double)n_new, prefill_ms),
-                    per_s(r.n_gen, r.ms), gen_peak_rss_mib(), r.stop, (int)ts_state_n_past(s), (int)n_ctx,
-                    (unsigned long long)o.sp.seed);
-        if (!strcmp(r.stop, "context_full"))
+                    (long long)st.n_prompt_tokens, (long long)st.n_gen_tokens, st.prefill_ms, st.decode_ms,
+                    st.prefill_tps, st.decode_tps, st.peak_rss_mib, ts_stop_reason_name(st.stop_reason),
+                    (int)st.n_past, (int)st.n_ctx, (unsigned long long)st.seed);
+        if (st.stop_reason == TS_STOP_CONTEXT_FULL)
             fprintf(stderr, "context full (%d tokens): type /reset to start a new conversation\n", (int)n_ctx);
-        gen_result_free(&r);
     }
     status = 0;
     goto done;
@@ -243,10 +273,9 @@ done:
     free(c.m);
     free(k.ids);
     free(k.text);
-    gen_ctx_free(&g);
-    ts_sampler_free(smpl);
-    ts_chat_template_free(tmpl);
-    if (s) ts_state_free(s);
+    free(r.text);
+    free(r.ids);
+    ts_context_free(ctx);
     ts_model_free(m);
     return status;
 }

@@ -1,23 +1,18 @@
 /* cmd_inspect.c - `tessera inspect FILE [--json] [--no-tensors]`: prints a GGUF
  * file's header, metadata and tensor table, as text or as one JSON object.
  *
- * Arrays are abbreviated to their first ARR_HEAD elements (with the count), so
- * a 262k-token vocabulary prints as one line. Strings in the file may hold any
- * bytes: the text output escapes them C-style, the JSON output escapes them as
- * JSON and replaces bytes that are not valid UTF-8 with U+FFFD. Non-finite
- * floats are written as null in JSON (JSON has no NaN/Infinity).
+ * Values are rendered by the library (ts_value_render: arrays abbreviated to
+ * their first elements with the count, strings escaped C-style in text and as
+ * JSON with invalid UTF-8 as U+FFFD, non-finite floats as null in JSON); this
+ * file lays out the page around them.
  */
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
-#include "gguf/gguf.h"
-#include "quant/quant.h"
-
-#define ARR_HEAD 8          /* array elements shown */
-#define TEXT_STR_MAX 160    /* string bytes shown in text mode before "..." */
+#include "cli.h"
+#include "tessera.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -28,76 +23,31 @@ static void usage(FILE *f) {
             "  -h, --help    show this help\n");
 }
 
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 if it is not valid
- * (overlong forms, surrogates and code points above U+10FFFF are invalid). */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    size_t len;
-    uint32_t cp;
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f;
-    else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f;
-    else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07;
-    else return 0;
-    if (n < len) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
+/* Prints a value as the library renders it (sized on a first call when it
+ * does not fit the stack buffer). */
+static void print_value(FILE *f, const ts_value *v, ts_render_format fmt) {
+    char small[512];
+    int64_t n = ts_value_render(v, fmt, small, sizeof small);
+    if (n < 0) {
+        fputs(fmt == TS_RENDER_JSON ? "null" : "?", f);
+    } else if ((uint64_t)n < sizeof small) {
+        fwrite(small, 1, (size_t)n, f);
+    } else {
+        char *big = malloc((size_t)n + 1);
+        if (big && ts_value_render(v, fmt, big, (size_t)n + 1) == n) fwrite(big, 1, (size_t)n, f);
+        else fputs(fmt == TS_RENDER_JSON ? "null" : "?", f);
+        free(big);
     }
-    if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff))) return 0;
-    return len;
 }
 
-static void json_str(FILE *f, const char *p, uint64_t n) {
-    const unsigned char *s = (const unsigned char *)p;
-    fputc('"', f);
-    for (uint64_t i = 0; i < n;) {
-        unsigned c = s[i];
-        if (c == '"' || c == '\\') {
-            fputc('\\', f);
-            fputc((int)c, f);
-            i++;
-        } else if (c < 0x20) {
-            switch (c) {
-            case '\n': fputs("\\n", f); break;
-            case '\t': fputs("\\t", f); break;
-            case '\r': fputs("\\r", f); break;
-            default: fprintf(f, "\\u%04x", c); break;
-            }
-            i++;
-        } else {
-            size_t l = utf8_len(s + i, (size_t)(n - i < 4 ? n - i : 4));
-            if (l == 0) {
-                fputs("\\ufffd", f);
-                i++;
-            } else {
-                fwrite(s + i, 1, l, f);
-                i += l;
-            }
-        }
-    }
-    fputc('"', f);
-}
-
-/* Text mode: C-style escapes, valid UTF-8 kept, cut after `max` bytes. */
-static void text_str(FILE *f, const char *p, uint64_t n, uint64_t max) {
-    const unsigned char *s = (const unsigned char *)p;
-    fputc('"', f);
-    uint64_t i = 0;
-    while (i < n && i < max) {
-        unsigned c = s[i];
-        size_t l;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c), l = 1;
-        else if (c == '\n') fputs("\\n", f), l = 1;
-        else if (c == '\t') fputs("\\t", f), l = 1;
-        else if (c == '\r') fputs("\\r", f), l = 1;
-        else if (c < 0x20 || c == 0x7f) fprintf(f, "\\x%02x", c), l = 1;
-        else if ((l = utf8_len(s + i, (size_t)(n - i < 4 ? n - i : 4))) != 0) fwrite(s + i, 1, l, f);
-        else fprintf(f, "\\x%02x", c), l = 1;
-        i += l;
-    }
-    fputc('"', f);
-    if (i < n) fprintf(f, "...(%" PRIu64 " bytes)", n);
+/* A JSON string of any bytes (file path, keys, tensor names). */
+static void json_str(FILE *f, const char *s) {
+    ts_value v;
+    memset(&v, 0, sizeof v);
+    v.type = TS_VALUE_STRING;
+    v.str = s;
+    v.len = strlen(s);
+    print_value(f, &v, TS_RENDER_JSON);
 }
 
 /* Keys and tensor names unquoted, control bytes escaped (they reach a terminal). */
@@ -111,76 +61,7 @@ static void text_name(FILE *f, const char *s, int width) {
     for (; n < width; n++) fputc(' ', f);
 }
 
-static void print_float(FILE *f, double x, bool f32, bool json) {
-    if (!isfinite(x)) {
-        fputs(json ? "null" : isnan(x) ? "nan" : x > 0 ? "inf" : "-inf", f);
-        return;
-    }
-    fprintf(f, f32 ? "%.9g" : "%.17g", x);
-}
-
-/* A scalar (non-array, non-string) value. */
-static void print_num(FILE *f, const ts_gguf_value *v, bool json) {
-    switch (v->type) {
-    case TS_GGUF_BOOL: fputs(v->num.u64 ? "true" : "false", f); break;
-    case TS_GGUF_FLOAT32: print_float(f, v->num.f64, true, json); break;
-    case TS_GGUF_FLOAT64: print_float(f, v->num.f64, false, json); break;
-    case TS_GGUF_INT8: case TS_GGUF_INT16: case TS_GGUF_INT32: case TS_GGUF_INT64: fprintf(f, "%" PRId64, v->num.i64); break;
-    default: fprintf(f, "%" PRIu64, v->num.u64); break;
-    }
-}
-
-/* Element i of an array as a value (decoding fixed-size elements). */
-static ts_gguf_value arr_elem(const ts_gguf_value *a, uint64_t i) {
-    if (a->arr.items) return a->arr.items[i];
-    ts_gguf_value e;
-    memset(&e, 0, sizeof e);
-    e.type = a->arr.type;
-    if (e.type == TS_GGUF_FLOAT32 || e.type == TS_GGUF_FLOAT64) e.num.f64 = ts_gguf_arr_f64(a, i);
-    else if (e.type == TS_GGUF_INT8 || e.type == TS_GGUF_INT16 || e.type == TS_GGUF_INT32 || e.type == TS_GGUF_INT64) e.num.i64 = ts_gguf_arr_i64(a, i);
-    else e.num.u64 = (uint64_t)ts_gguf_arr_i64(a, i);
-    return e;
-}
-
-static void text_value(FILE *f, const ts_gguf_value *v);
-
-static void text_array(FILE *f, const ts_gguf_value *v) {
-    fprintf(f, "[array of %" PRIu64 " %s", v->arr.n, ts_gguf_vtype_name(v->arr.type));
-    for (uint64_t i = 0; i < v->arr.n && i < ARR_HEAD; i++) {
-        fputs(i ? ", " : ": ", f);
-        ts_gguf_value e = arr_elem(v, i);
-        text_value(f, &e);
-    }
-    fputs(v->arr.n > ARR_HEAD ? ", ... ]" : "]", f);
-}
-
-static void text_value(FILE *f, const ts_gguf_value *v) {
-    if (v->type == TS_GGUF_STRING) text_str(f, v->str.ptr, v->str.len, TEXT_STR_MAX);
-    else if (v->type == TS_GGUF_ARRAY) text_array(f, v);
-    else print_num(f, v, false);
-}
-
-static void json_value(FILE *f, const ts_gguf_value *v);
-
-/* {"type":"ARRAY","elem_type":"STRING","n":49152,"head":[...]} */
-static void json_array(FILE *f, const ts_gguf_value *v) {
-    fprintf(f, "{\"type\":\"ARRAY\",\"elem_type\":\"%s\",\"n\":%" PRIu64 ",\"head\":[", ts_gguf_vtype_name(v->arr.type), v->arr.n);
-    for (uint64_t i = 0; i < v->arr.n && i < ARR_HEAD; i++) {
-        if (i) fputc(',', f);
-        ts_gguf_value e = arr_elem(v, i);
-        json_value(f, &e);
-    }
-    fputs("]}", f);
-}
-
-/* Plain JSON for scalars and strings; the array object for arrays. */
-static void json_value(FILE *f, const ts_gguf_value *v) {
-    if (v->type == TS_GGUF_STRING) json_str(f, v->str.ptr, v->str.len);
-    else if (v->type == TS_GGUF_ARRAY) json_array(f, v);
-    else print_num(f, v, true);
-}
-
-static void shape_text(char *buf, size_t cap, const ts_gguf_tensor *t) {
+static void shape_text(char *buf, size_t cap, const ts_tensor_info *t) {
     size_t o = 0;
     buf[0] = '\0';
     for (uint32_t d = 0; d < t->n_dims && o < cap; d++)
@@ -188,76 +69,87 @@ static void shape_text(char *buf, size_t cap, const ts_gguf_tensor *t) {
     if (o < cap) snprintf(buf + o, cap - o, "]");
 }
 
-static const char *type_name(uint32_t type) {
-    const ts_type_traits *tt = ts_type_info(type);
-    return tt ? tt->name : "?"; /* the reader refuses unknown types; kept for safety */
+static void totals(const ts_file *g, int64_t n_tensors, uint64_t *bytes, uint64_t *elements) {
+    *bytes = *elements = 0;
+    for (int64_t i = 0; i < n_tensors; i++) {
+        ts_tensor_info t = TS_STRUCT_INIT(ts_tensor_info);
+        if (ts_file_tensor(g, i, &t) != TS_OK) continue;
+        *bytes += t.nbytes;
+        *elements += (uint64_t)t.n_elements;
+    }
 }
 
-static void print_text(FILE *f, const char *path, const ts_gguf *g, bool tensors) {
+static void print_text(FILE *f, const char *path, const ts_file *g, bool tensors) {
+    ts_file_info fi = TS_STRUCT_INIT(ts_file_info);
+    ts_file_get_info(g, &fi);
     fprintf(f, "file:        %s\n", path);
-    fprintf(f, "version:     %" PRIu32 "\n", ts_gguf_version(g));
-    fprintf(f, "alignment:   %" PRIu64 "\n", ts_gguf_alignment(g));
-    fprintf(f, "data offset: %" PRIu64 "\n", ts_gguf_data_offset(g));
-    fprintf(f, "file size:   %" PRIu64 "\n", ts_gguf_file_size(g));
-    fprintf(f, "\nmetadata (%" PRId64 " keys):\n", ts_gguf_n_kv(g));
-    for (int64_t i = 0; i < ts_gguf_n_kv(g); i++) {
-        const ts_gguf_kv *kv = ts_gguf_kv_at(g, i);
+    fprintf(f, "version:     %" PRIu32 "\n", fi.version);
+    fprintf(f, "alignment:   %" PRIu64 "\n", fi.alignment);
+    fprintf(f, "data offset: %" PRIu64 "\n", fi.data_offset);
+    fprintf(f, "file size:   %" PRIu64 "\n", fi.file_size);
+    fprintf(f, "\nmetadata (%" PRId64 " keys):\n", fi.n_meta);
+    for (int64_t i = 0; i < fi.n_meta; i++) {
+        const char *key = "";
+        ts_value v;
+        if (ts_file_meta(g, i, &key, &v) != TS_OK) continue;
         fputs("  ", f);
-        text_name(f, kv->key, 40);
-        fprintf(f, " %-7s = ", ts_gguf_vtype_name(kv->val.type));
-        text_value(f, &kv->val);
+        text_name(f, key, 40);
+        fprintf(f, " %-7s = ", ts_value_type_name(v.type));
+        print_value(f, &v, TS_RENDER_TEXT);
         fputc('\n', f);
     }
-    uint64_t total_bytes = 0, total_el = 0;
-    for (int64_t i = 0; i < ts_gguf_n_tensors(g); i++) {
-        total_bytes += ts_gguf_tensor_at(g, i)->nbytes;
-        total_el += (uint64_t)ts_gguf_tensor_at(g, i)->n_elements;
-    }
+    uint64_t total_bytes, total_el;
+    totals(g, fi.n_tensors, &total_bytes, &total_el);
     if (tensors) {
-        fprintf(f, "\ntensors (%" PRId64 "):\n", ts_gguf_n_tensors(g));
+        fprintf(f, "\ntensors (%" PRId64 "):\n", fi.n_tensors);
         fprintf(f, "  %-5s %-40s %-8s %-24s %14s %12s\n", "#", "name", "type", "shape", "offset", "bytes");
-        for (int64_t i = 0; i < ts_gguf_n_tensors(g); i++) {
-            const ts_gguf_tensor *t = ts_gguf_tensor_at(g, i);
+        for (int64_t i = 0; i < fi.n_tensors; i++) {
+            ts_tensor_info t = TS_STRUCT_INIT(ts_tensor_info);
+            if (ts_file_tensor(g, i, &t) != TS_OK) continue;
             char shape[128];
-            shape_text(shape, sizeof shape, t);
+            shape_text(shape, sizeof shape, &t);
             fprintf(f, "  %-5" PRId64 " ", i);
-            text_name(f, t->name, 40);
-            fprintf(f, " %-8s %-24s %14" PRIu64 " %12" PRIu64 "\n", type_name(t->type), shape, t->offset, t->nbytes);
+            text_name(f, t.name, 40);
+            fprintf(f, " %-8s %-24s %14" PRIu64 " %12" PRIu64 "\n", t.type_name, shape, t.offset, t.nbytes);
         }
     }
-    fprintf(f, "\ntotal: %" PRId64 " tensors, %" PRIu64 " elements, %" PRIu64 " bytes (%.2f MiB)\n", ts_gguf_n_tensors(g), total_el, total_bytes,
-            (double)total_bytes / (1024.0 * 1024.0));
+    fprintf(f, "\ntotal: %" PRId64 " tensors, %" PRIu64 " elements, %" PRIu64 " bytes (%.2f MiB)\n", fi.n_tensors,
+            total_el, total_bytes, (double)total_bytes / (1024.0 * 1024.0));
 }
 
-static void print_json(FILE *f, const char *path, const ts_gguf *g, bool tensors) {
+static void print_json(FILE *f, const char *path, const ts_file *g, bool tensors) {
+    ts_file_info fi = TS_STRUCT_INIT(ts_file_info);
+    ts_file_get_info(g, &fi);
     fputs("{\"file\":", f);
-    json_str(f, path, strlen(path));
-    fprintf(f, ",\"version\":%" PRIu32 ",\"alignment\":%" PRIu64 ",\"data_offset\":%" PRIu64 ",\"file_size\":%" PRIu64, ts_gguf_version(g),
-            ts_gguf_alignment(g), ts_gguf_data_offset(g), ts_gguf_file_size(g));
-    fprintf(f, ",\"n_kv\":%" PRId64 ",\"metadata\":[", ts_gguf_n_kv(g));
-    for (int64_t i = 0; i < ts_gguf_n_kv(g); i++) {
-        const ts_gguf_kv *kv = ts_gguf_kv_at(g, i);
+    json_str(f, path);
+    fprintf(f, ",\"version\":%" PRIu32 ",\"alignment\":%" PRIu64 ",\"data_offset\":%" PRIu64 ",\"file_size\":%" PRIu64,
+            fi.version, fi.alignment, fi.data_offset, fi.file_size);
+    fprintf(f, ",\"n_kv\":%" PRId64 ",\"metadata\":[", fi.n_meta);
+    for (int64_t i = 0; i < fi.n_meta; i++) {
+        const char *key = "";
+        ts_value v;
+        if (ts_file_meta(g, i, &key, &v) != TS_OK) continue;
         fputs(i ? ",\n{\"key\":" : "\n{\"key\":", f);
-        json_str(f, kv->key, strlen(kv->key));
-        fprintf(f, ",\"type\":\"%s\",\"value\":", ts_gguf_vtype_name(kv->val.type));
-        json_value(f, &kv->val);
+        json_str(f, key);
+        fprintf(f, ",\"type\":\"%s\",\"value\":", ts_value_type_name(v.type));
+        print_value(f, &v, TS_RENDER_JSON);
         fputc('}', f);
     }
-    uint64_t total_bytes = 0, total_el = 0;
-    for (int64_t i = 0; i < ts_gguf_n_tensors(g); i++) {
-        total_bytes += ts_gguf_tensor_at(g, i)->nbytes;
-        total_el += (uint64_t)ts_gguf_tensor_at(g, i)->n_elements;
-    }
-    fprintf(f, "],\n\"n_tensors\":%" PRId64 ",\"total_elements\":%" PRIu64 ",\"total_bytes\":%" PRIu64, ts_gguf_n_tensors(g), total_el, total_bytes);
+    uint64_t total_bytes, total_el;
+    totals(g, fi.n_tensors, &total_bytes, &total_el);
+    fprintf(f, "],\n\"n_tensors\":%" PRId64 ",\"total_elements\":%" PRIu64 ",\"total_bytes\":%" PRIu64, fi.n_tensors,
+            total_el, total_bytes);
     if (tensors) {
         fputs(",\"tensors\":[", f);
-        for (int64_t i = 0; i < ts_gguf_n_tensors(g); i++) {
-            const ts_gguf_tensor *t = ts_gguf_tensor_at(g, i);
+        for (int64_t i = 0; i < fi.n_tensors; i++) {
+            ts_tensor_info t = TS_STRUCT_INIT(ts_tensor_info);
+            if (ts_file_tensor(g, i, &t) != TS_OK) continue;
             fputs(i ? ",\n{\"name\":" : "\n{\"name\":", f);
-            json_str(f, t->name, strlen(t->name));
-            fprintf(f, ",\"type\":\"%s\",\"type_id\":%" PRIu32 ",\"shape\":[", type_name(t->type), t->type);
-            for (uint32_t d = 0; d < t->n_dims; d++) fprintf(f, "%s%" PRId64, d ? "," : "", t->ne[d]);
-            fprintf(f, "],\"n_elements\":%" PRId64 ",\"offset\":%" PRIu64 ",\"nbytes\":%" PRIu64 "}", t->n_elements, t->offset, t->nbytes);
+            json_str(f, t.name);
+            fprintf(f, ",\"type\":\"%s\",\"type_id\":%" PRIu32 ",\"shape\":[", t.type_name, t.type);
+            for (uint32_t d = 0; d < t.n_dims; d++) fprintf(f, "%s%" PRId64, d ? "," : "", t.ne[d]);
+            fprintf(f, "],\"n_elements\":%" PRId64 ",\"offset\":%" PRIu64 ",\"nbytes\":%" PRIu64 "}", t.n_elements,
+                    t.offset, t.nbytes);
         }
         fputc(']', f);
     }
@@ -293,15 +185,15 @@ int cli_inspect(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    ts_err err = {{0}};
-    ts_gguf *g = ts_gguf_open(path, &err);
-    if (!g) {
-        fprintf(stderr, "tessera inspect: %s\n", err.msg);
+    ts_error err;
+    ts_file *g = NULL;
+    if (ts_file_open(path, &g, &err) != TS_OK) {
+        fprintf(stderr, "tessera inspect: %s\n", err.message);
         return 1;
     }
     if (json) print_json(stdout, path, g, tensors);
     else print_text(stdout, path, g, tensors);
-    ts_gguf_close(g);
+    ts_file_close(g);
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "tessera inspect: error writing output\n");
         return 1;

@@ -11,9 +11,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#include "cli/cli.h"
-#include "cli/gen_common.h"
+#include "cli.h"
+#include "cli_util.h"
+#include "gen_common.h"
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
 
 /* -log softmax(row)[target], in double. */
 static double token_nll(const float *row, int32_t n_vocab, int32_t target) {
@@ -35,21 +43,23 @@ int cli_perplexity(int argc, char **argv) {
     int32_t *ids = NULL, *win = NULL;
     float *rows = NULL;
     ts_model *m = NULL;
-    ts_state *s = NULL;
+    ts_context *ctx = NULL;
     size_t text_len = 0;
 
-    if (!(text = gen_read_file(o.file, &text_len))) goto done;
-    if (gen_load(&o, &m, &s) < 0) goto done;
-    const ts_tokenizer *tok = ts_model_tokenizer(m);
-    const int32_t n_vocab = ts_model_hparams(m)->n_vocab;
+    if (!(text = cli_read_file(o.file, &text_len))) goto done;
+    if (gen_load(&o, &m, &ctx) < 0) goto done;
+    ts_model_info info = TS_STRUCT_INIT(ts_model_info);
+    ts_model_get_info(m, &info);
+    const int32_t n_vocab = info.n_vocab;
     const int32_t n_ctx = o.n_ctx;
-    if (ts_state_n_ctx(s) < n_ctx) {
-        fprintf(stderr, "error: the state holds %d tokens, less than -c %d\n", (int)ts_state_n_ctx(s), (int)n_ctx);
+    if (ts_context_n_ctx(ctx) < n_ctx) {
+        fprintf(stderr, "error: the context holds %d tokens, less than -c %d\n", (int)ts_context_n_ctx(ctx),
+                (int)n_ctx);
         goto done;
     }
     int64_t n_tok = 0;
-    double t0 = gen_now_ms();
-    if (!(ids = gen_tokenize(tok, text, text_len, true, false, &n_tok))) goto done;
+    double t0 = now_ms();
+    if (!(ids = cli_tokenize_text(m, text, text_len, true, false, &n_tok))) goto done;
     if (n_tok < 2 * (int64_t)n_ctx) {
         fprintf(stderr,
                 "error: '%s' tokenizes to %lld tokens; perplexity with a context of %d needs at least %d "
@@ -59,12 +69,11 @@ int cli_perplexity(int argc, char **argv) {
     }
     int64_t n_chunk = n_tok / n_ctx;
     if (o.chunks > 0 && o.chunks < n_chunk) n_chunk = o.chunks;
-    ts_state_params dsp = ts_state_default_params();
-    int32_t n_batch = o.n_batch > 0 ? o.n_batch : dsp.n_batch;
+    int32_t n_batch = ts_context_n_batch(ctx);
     if (n_batch > n_ctx) n_batch = n_ctx;
     const int32_t first = n_ctx / 2;
-    const bool add_bos = ts_tok_add_bos(tok);
-    const int32_t bos = ts_tok_bos(tok);
+    const bool add_bos = info.add_bos;
+    const int32_t bos = info.token_bos;
     if (add_bos && bos < 0) {
         fprintf(stderr, "error: the model asks for BOS but has no BOS token id\n");
         goto done;
@@ -80,16 +89,16 @@ int cli_perplexity(int argc, char **argv) {
 
     double nll = 0.0, nll2 = 0.0;
     int64_t count = 0;
-    ts_err err = {{0}};
     for (int64_t c = 0; c < n_chunk; c++) {
         memcpy(win, ids + c * n_ctx, (size_t)n_ctx * sizeof *win);
         if (add_bos) win[0] = bos;
-        ts_state_kv_truncate(s, 0);
+        ts_context_kv_truncate(ctx, 0);
         for (int32_t b = 0; b < n_ctx; b += n_batch) {
             int32_t nb = n_ctx - b < n_batch ? n_ctx - b : n_batch;
             bool need = b + nb > first; /* any logits at positions >= first in this batch */
-            if (ts_forward(s, win + b, nb, need ? rows : NULL, &err) < 0) {
-                fprintf(stderr, "\nerror: evaluation failed at chunk %lld: %s\n", (long long)c + 1, err.msg);
+            if (ts_context_eval(ctx, win + b, nb, need ? rows : NULL) != TS_OK) {
+                fprintf(stderr, "\nerror: evaluation failed at chunk %lld: %s\n", (long long)c + 1,
+                        ts_last_error(ctx));
                 goto done;
             }
             if (!need) continue;
@@ -117,15 +126,17 @@ int cli_perplexity(int argc, char **argv) {
     double var = nll2 / (double)count - mean * mean;
     double unc = (var > 0.0 && count > 1) ? ppl * sqrt(var / (double)(count - 1)) : 0.0;
     printf("Final estimate: PPL = %.4f +/- %.5f\n", ppl, unc);
+    ts_stats st = TS_STRUCT_INIT(ts_stats);
+    ts_context_get_stats(ctx, &st);
     fprintf(stderr, "perplexity: %lld scored tokens in %.2f s, peak RSS %.1f MiB\n", (long long)count,
-            (gen_now_ms() - t0) / 1000.0, gen_peak_rss_mib());
+            (now_ms() - t0) / 1000.0, st.peak_rss_mib);
     status = 0;
 done:
     free(rows);
     free(win);
     free(ids);
     free(text);
-    if (s) ts_state_free(s);
+    ts_context_free(ctx);
     ts_model_free(m);
     return status;
 }

@@ -5,11 +5,63 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
-#include "cli/gen_common.h"
-#include "core/threadpool.h"
+#include "cli.h"
+#include "cli_util.h"
+#include "gen_common.h"
 
-static double per_s(double n, double ms) { return ms > 0.0 ? n * 1000.0 / ms : 0.0; }
+/* What the streaming callbacks need. */
+typedef struct run_io {
+    FILE *logits;      /* --logits-out, or NULL */
+    bool write_failed;
+} run_io;
+
+static bool on_token(const char *piece, size_t len, int32_t token, void *ud) {
+    (void)token;
+    (void)ud;
+    fwrite(piece, 1, len, stdout);
+    fflush(stdout);
+    return true;
+}
+
+static bool on_logits(const float *logits, int32_t n_vocab, void *ud) {
+    run_io *io = ud;
+    if (fwrite(logits, sizeof(float), (size_t)n_vocab, io->logits) != (size_t)n_vocab) {
+        io->write_failed = true;
+        return false;
+    }
+    return true;
+}
+
+/* Evaluates the prompt; with --logits-out n_batch tokens at a time so only one
+ * batch of rows (n_vocab floats each) is held in memory. */
+static int eval_prompt(ts_context *ctx, const int32_t *ids, int32_t n, int32_t n_vocab, FILE *lf) {
+    if (!lf) {
+        if (ts_context_eval(ctx, ids, n, NULL) != TS_OK) {
+            fprintf(stderr, "error: evaluation failed: %s\n", ts_last_error(ctx));
+            return -1;
+        }
+        return 0;
+    }
+    const int32_t nb = ts_context_n_batch(ctx);
+    float *rows = malloc((size_t)nb * (size_t)n_vocab * sizeof *rows);
+    if (!rows) {
+        fprintf(stderr, "error: out of memory (%d rows of %d logits)\n", (int)nb, (int)n_vocab);
+        return -1;
+    }
+    int rc = 0;
+    for (int32_t i = 0; i < n && rc == 0; i += nb) {
+        int32_t k = n - i < nb ? n - i : nb;
+        if (ts_context_eval(ctx, ids + i, k, rows) != TS_OK) {
+            fprintf(stderr, "error: evaluation failed: %s\n", ts_last_error(ctx));
+            rc = -1;
+        } else if (fwrite(rows, sizeof(float) * (size_t)n_vocab, (size_t)k, lf) != (size_t)k) {
+            fprintf(stderr, "error: writing --logits-out: %s\n", strerror(errno));
+            rc = -1;
+        }
+    }
+    free(rows);
+    return rc;
+}
 
 int cli_run(int argc, char **argv) {
     gen_opts o;
@@ -20,44 +72,36 @@ int cli_run(int argc, char **argv) {
     char *file_text = NULL, *rendered = NULL;
     int32_t *ids = NULL;
     ts_model *m = NULL;
-    ts_state *s = NULL;
-    ts_chat_template *tmpl = NULL;
-    ts_sampler *smpl = NULL;
-    FILE *lf = NULL;
-    gen_ctx g = {0};
-    gen_result r = {0};
+    ts_context *ctx = NULL;
+    run_io io = {NULL, false};
 
     size_t text_len = 0;
     const char *text = o.prompt;
     if (o.file) {
-        if (!(file_text = gen_read_file(o.file, &text_len))) goto done;
+        if (!(file_text = cli_read_file(o.file, &text_len))) goto done;
         text = file_text;
     } else {
         text_len = strlen(text);
     }
-    if (gen_load(&o, &m, &s) < 0) goto done;
-    const ts_tokenizer *tok = ts_model_tokenizer(m);
-    const ts_hparams *hp = ts_model_hparams(m);
+    if (gen_load(&o, &m, &ctx) < 0) goto done;
+    ts_model_info info = TS_STRUCT_INIT(ts_model_info);
+    ts_model_get_info(m, &info);
 
-    int32_t stop_id = -1;
     if (o.chat) { /* one user turn (after the optional system message) */
-        if (!(tmpl = gen_chat_template(&o, m))) goto done;
-        ts_chat_msg msgs[2];
+        ts_chat_message msgs[2];
         size_t nm = 0;
-        if (o.system) msgs[nm++] = (ts_chat_msg){"system", o.system};
-        msgs[nm++] = (ts_chat_msg){"user", text};
-        ts_err err = {{0}};
-        if (!(rendered = ts_chat_render(tmpl, msgs, nm, true, gen_chat_bos_text(tmpl, tok), &text_len, &err))) {
-            fprintf(stderr, "error: %s\n", err.msg);
+        if (o.system) msgs[nm++] = (ts_chat_message){"system", o.system};
+        msgs[nm++] = (ts_chat_message){"user", text};
+        if (ts_context_chat_format(ctx, msgs, nm, true, &rendered, &text_len) != TS_OK) {
+            fprintf(stderr, "error: %s\n", ts_last_error(ctx));
             goto done;
         }
         text = rendered;
-        stop_id = ts_chat_end_of_turn_id(tmpl, tok);
     }
 
     int64_t n_prompt = 0;
-    if (!(ids = gen_tokenize(tok, text, text_len, true, true, &n_prompt))) goto done;
-    int32_t n_ctx = ts_state_n_ctx(s);
+    if (!(ids = cli_tokenize_text(m, text, text_len, true, true, &n_prompt))) goto done;
+    int32_t n_ctx = ts_context_n_ctx(ctx);
     if (n_prompt > n_ctx) {
         fprintf(stderr, "error: the prompt is %lld tokens but the context holds %d (use a larger -c or a shorter prompt)\n",
                 (long long)n_prompt, (int)n_ctx);
@@ -67,74 +111,69 @@ int cli_run(int argc, char **argv) {
         fprintf(stderr, "error: the prompt is empty (0 tokens)\n");
         goto done;
     }
-
-    if (o.sp.repeat_last_n < 0) o.sp.repeat_last_n = n_ctx;
-    if (!(smpl = ts_sampler_new(&o.sp, hp->n_vocab))) {
-        fprintf(stderr, "error: cannot create the sampler (n_vocab %d)\n", (int)hp->n_vocab);
-        goto done;
-    }
-    for (int64_t i = 0; i < n_prompt; i++) ts_sampler_accept(smpl, ids[i]);
-
-    if (o.logits_out && !(lf = fopen(o.logits_out, "wb"))) {
+    if (o.logits_out && !(io.logits = fopen(o.logits_out, "wb"))) {
         fprintf(stderr, "error: cannot open --logits-out '%s': %s\n", o.logits_out, strerror(errno));
         goto done;
     }
-    ts_state_params dsp = ts_state_default_params();
-    int32_t n_batch = o.n_batch > 0 ? o.n_batch : dsp.n_batch;
-    int32_t n_threads = o.n_threads > 0 ? o.n_threads : ts_physical_cores(); /* the state's rule for 0 */
-    if (gen_ctx_init(&g, s, tok, smpl, hp->n_vocab, n_batch, lf) < 0) goto done;
-    g.stop_id = stop_id;
 
     if (o.display_prompt) {
         fwrite(text, 1, text_len, stdout);
         fflush(stdout);
     }
-    double t0 = gen_now_ms();
-    if (gen_eval(s, ids, (int32_t)n_prompt, n_batch, hp->n_vocab, lf, g.rowbuf) < 0) goto done;
-    double prefill_ms = gen_now_ms() - t0;
+    if (eval_prompt(ctx, ids, (int32_t)n_prompt, info.n_vocab, io.logits) < 0) goto done;
 
-    int grc = gen_generate(&g, o.n_predict, false, &r);
+    ts_generate_params gp = ts_generate_default_params();
+    gp.n_predict = o.n_predict;
+    gp.stop_at_end_of_turn = o.chat;
+    gp.on_token = on_token;
+    gp.on_logits = io.logits ? on_logits : NULL;
+    gp.user_data = &io;
+    ts_status gst = ts_context_generate(ctx, &gp);
     fputc('\n', stdout);
     fflush(stdout);
-    if (grc < 0) goto done;
-    if (!strcmp(r.stop, "context_full"))
+    if (gst != TS_OK) {
+        fprintf(stderr, "error: %s\n", ts_last_error(ctx));
+        goto done;
+    }
+    if (io.write_failed) {
+        fprintf(stderr, "error: writing --logits-out: %s\n", strerror(errno));
+        goto done;
+    }
+    ts_stats st = TS_STRUCT_INIT(ts_stats);
+    ts_context_get_stats(ctx, &st);
+    if (st.stop_reason == TS_STOP_CONTEXT_FULL)
         fprintf(stderr, "context full (%d tokens): generation stopped\n", (int)n_ctx);
-    if (lf) {
-        if (fclose(lf) != 0) {
-            lf = NULL;
+    if (io.logits) {
+        int crc = fclose(io.logits);
+        io.logits = NULL;
+        if (crc != 0) {
             fprintf(stderr, "error: writing --logits-out '%s' failed\n", o.logits_out);
             goto done;
         }
-        lf = NULL;
     }
 
-    double rss = gen_peak_rss_mib();
     if (o.stats_json) {
         fprintf(stderr,
-                "{\"n_prompt_tokens\":%lld,\"n_gen_tokens\":%d,\"prefill_ms\":%.3f,\"decode_ms\":%.3f,"
+                "{\"n_prompt_tokens\":%lld,\"n_gen_tokens\":%lld,\"prefill_ms\":%.3f,\"decode_ms\":%.3f,"
                 "\"prefill_tps\":%.3f,\"decode_tps\":%.3f,\"peak_rss_mib\":%.1f,\"stop_reason\":\"%s\","
                 "\"n_threads\":%d,\"n_ctx\":%d,\"n_batch\":%d,\"seed\":%llu}\n",
-                (long long)n_prompt, (int)r.n_gen, prefill_ms, r.ms, per_s((double)n_prompt, prefill_ms),
-                per_s(r.n_gen, r.ms), rss, r.stop, (int)n_threads, (int)n_ctx, (int)n_batch,
-                (unsigned long long)o.sp.seed);
+                (long long)st.n_prompt_tokens, (long long)st.n_gen_tokens, st.prefill_ms, st.decode_ms,
+                st.prefill_tps, st.decode_tps, st.peak_rss_mib, ts_stop_reason_name(st.stop_reason),
+                (int)st.n_threads, (int)st.n_ctx, (int)st.n_batch, (unsigned long long)st.seed);
     } else {
         fprintf(stderr,
-                "prompt: %lld tokens, %.1f tok/s | generated: %d tokens, %.1f tok/s | stop: %s | "
+                "prompt: %lld tokens, %.1f tok/s | generated: %lld tokens, %.1f tok/s | stop: %s | "
                 "peak RSS %.1f MiB | seed %llu\n",
-                (long long)n_prompt, per_s((double)n_prompt, prefill_ms), (int)r.n_gen, per_s(r.n_gen, r.ms),
-                r.stop, rss, (unsigned long long)o.sp.seed);
+                (long long)st.n_prompt_tokens, st.prefill_tps, (long long)st.n_gen_tokens, st.decode_tps,
+                ts_stop_reason_name(st.stop_reason), st.peak_rss_mib, (unsigned long long)st.seed);
     }
     status = 0;
 done:
-    if (lf) fclose(lf);
-    gen_result_free(&r);
-    gen_ctx_free(&g);
-    ts_sampler_free(smpl);
-    ts_chat_template_free(tmpl);
+    if (io.logits) fclose(io.logits);
     free(ids);
-    free(rendered);
+    ts_free(rendered);
     free(file_text);
-    if (s) ts_state_free(s);
+    ts_context_free(ctx);
     ts_model_free(m);
     return status;
 }

@@ -11,10 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
-#include "gguf/gguf.h"
-#include "text/tokenizer.h"
-#include "text/utf8.h"
+#include "cli.h"
+#include "cli_util.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -30,33 +28,6 @@ static void usage(FILE *f) {
             "Default output: one line per token, id<TAB>'piece' (non-printable bytes escaped).\n");
 }
 
-/* Reads a whole stream; NULL on error. */
-static char *read_all(FILE *f, size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) return NULL;
-    for (;;) {
-        if (n == cap) {
-            char *nb = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                return NULL;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) break;
-    }
-    if (ferror(f)) {
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
 /* Prints bytes between single quotes, escaping what a terminal would not show. */
 static void print_piece(const char *p, size_t n) {
     const unsigned char *s = (const unsigned char *)p;
@@ -64,15 +35,15 @@ static void print_piece(const char *p, size_t n) {
     for (size_t i = 0; i < n;) {
         unsigned c = s[i];
         if (c >= 0x80) {
-            uint32_t cp;
-            int r = ts_utf8_next(s + i, n - i, &cp, NULL);
+            uint32_t cp = 0;
+            size_t r = cli_utf8_len(s + i, n - i, &cp);
             if (r > 0 && cp >= 0xA0) {
-                fwrite(s + i, 1, (size_t)r, stdout);
-                i += (size_t)r;
+                fwrite(s + i, 1, r, stdout);
+                i += r;
             } else { /* partial, invalid, or a C1 control */
-                int k = r > 0 ? r : 1;
-                for (int j = 0; j < k; j++) printf("\\x%02x", s[i + (size_t)j]);
-                i += (size_t)k;
+                size_t k = r > 0 ? r : 1;
+                for (size_t j = 0; j < k; j++) printf("\\x%02x", s[i + j]);
+                i += k;
             }
             continue;
         }
@@ -131,7 +102,7 @@ int cli_tokenize(int argc, char **argv) {
             perror(file);
             return 1;
         }
-        text = read_all(f, &len);
+        text = cli_read_stream(f, &len);
         if (file) fclose(f);
         if (!text) {
             fprintf(stderr, "tessera tokenize: cannot read %s\n", file ? file : "standard input");
@@ -144,46 +115,54 @@ int cli_tokenize(int argc, char **argv) {
         memcpy(text, prompt, len + 1);
     }
 
-    ts_err err = {{0}};
+    ts_error err;
+    err.message[0] = '\0';
     int status = 1;
     int32_t *ids = NULL;
-    ts_tokenizer *tok = NULL;
-    ts_gguf *g = ts_gguf_open(model, &err);
-    if (!g) goto done;
-    tok = ts_tokenizer_load(g, &err);
-    ts_gguf_close(g); /* the tokenizer keeps copies */
-    if (!tok) goto done;
+    ts_model *m = NULL;
+    ts_model_params mp = ts_model_default_params();
+    mp.vocab_only = true; /* the tokenizer is all this needs */
+    mp.log = cli_log;
+    if (ts_model_load(model, &mp, &m, &err) != TS_OK) goto done;
 
-    int64_t n = ts_tokenize(tok, text, len, add_special, parse_special, NULL, 0, &err);
-    if (n < 0) goto done;
+    int64_t n = 0;
+    if (ts_model_tokenize(m, text, len, add_special, parse_special, NULL, 0, &n, &err) != TS_OK) goto done;
     ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
     if (!ids) {
-        ts_err_set(&err, "out of memory for %lld tokens", (long long)n);
+        snprintf(err.message, sizeof err.message, "out of memory for %lld tokens", (long long)n);
         goto done;
     }
-    if (ts_tokenize(tok, text, len, add_special, parse_special, ids, n, &err) != n) goto done;
+    int64_t n2 = 0;
+    if (ts_model_tokenize(m, text, len, add_special, parse_special, ids, n, &n2, &err) != TS_OK) goto done;
+    if (n2 != n) {
+        snprintf(err.message, sizeof err.message, "inconsistent token count");
+        goto done;
+    }
 
     if (ids_only) {
         putchar('[');
         for (int64_t i = 0; i < n; i++) printf("%s%d", i ? ", " : "", ids[i]);
         puts("]");
     } else {
-        size_t cap = (size_t)ts_tok_max_piece(tok) + 1;
+        ts_model_info info = TS_STRUCT_INIT(ts_model_info);
+        ts_model_get_info(m, &info);
+        size_t cap = (size_t)info.max_token_bytes + 1;
         char *piece = malloc(cap);
         if (!piece) goto done;
         for (int64_t i = 0; i < n; i++) {
-            int64_t pl = ts_token_piece(tok, ids[i], true, piece, cap);
+            size_t pl = 0;
+            if (ts_model_token_piece(m, ids[i], true, piece, cap, &pl, NULL) != TS_OK || pl > cap) pl = 0;
             printf("%d\t", ids[i]);
-            print_piece(piece, pl > 0 ? (size_t)pl : 0);
+            print_piece(piece, pl);
             putchar('\n');
         }
         free(piece);
     }
     status = 0;
 done:
-    if (status) fprintf(stderr, "tessera tokenize: %s\n", err.msg[0] ? err.msg : "failed");
+    if (status) fprintf(stderr, "tessera tokenize: %s\n", err.message[0] ? err.message : "failed");
     free(ids);
-    ts_tokenizer_free(tok);
+    ts_model_free(m);
     free(text);
     return status;
 }

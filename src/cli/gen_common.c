@@ -1,20 +1,24 @@
-/* gen_common.c - option parsing, help, setup and the streaming generation loop
- * shared by `tessera run`, `chat` and `perplexity`. */
-#include "cli/gen_common.h"
+/* gen_common.c - option parsing, help and setup shared by `tessera run`,
+ * `chat` and `perplexity`. Every flag maps onto a field of the public API's
+ * parameter structs (ts_context_params, ts_sampling_params,
+ * ts_generate_params). */
+#include "gen_common.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "cli_util.h"
 
 /* ---- help ---- */
 
 static void print_help(enum gen_cmd cmd, FILE *f) {
-    const ts_sampler_params d = ts_sampler_default_params();
+    const ts_sampling_params d = ts_sampling_default_params();
     if (cmd == GEN_RUN) {
         fprintf(f, "usage: tessera run -m MODEL.gguf (-p TEXT | -f FILE) [options]\n\n"
                    "Generates text from a prompt, streaming it to stdout as it is produced.\n"
@@ -139,7 +143,7 @@ static uint64_t random_seed(void) {
 
 int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
     memset(o, 0, sizeof *o);
-    o->sp = ts_sampler_default_params();
+    o->sp = ts_sampling_default_params();
     o->display_prompt = true;
     o->n_predict = cmd == GEN_CHAT ? -1 : 128;
     o->chunks = -1;
@@ -247,10 +251,12 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
         return -1;
     }
     if (o->chat_template) {
-        enum ts_chat_family f;
-        ts_err e;
-        if (ts_chat_family_parse(o->chat_template, &f, &e) < 0) {
-            fprintf(stderr, "error: --chat-template: %s\n", e.msg);
+        int i = 0;
+        while (ts_chat_template_name(i) && strcmp(ts_chat_template_name(i), o->chat_template) != 0) i++;
+        if (!ts_chat_template_name(i)) {
+            fprintf(stderr, "error: --chat-template: '%s' is not one of", o->chat_template);
+            for (i = 0; ts_chat_template_name(i); i++) fprintf(stderr, "%s %s", i ? "," : "", ts_chat_template_name(i));
+            fputc('\n', stderr);
             return -1;
         }
     }
@@ -260,261 +266,26 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
 
 /* ---- setup ---- */
 
-int gen_load(const gen_opts *o, ts_model **m, ts_state **s) {
-    ts_err err = {{0}};
+int gen_load(const gen_opts *o, ts_model **m, ts_context **ctx) {
+    ts_error err;
     ts_model_params mp = ts_model_default_params();
-    *s = NULL;
-    *m = ts_model_load(o->model, &mp, &err);
-    if (!*m) {
-        fprintf(stderr, "error: cannot load model '%s': %s\n", o->model, err.msg);
+    mp.log = cli_log;
+    *ctx = NULL;
+    if (ts_model_load(o->model, &mp, m, &err) != TS_OK) {
+        fprintf(stderr, "error: cannot load model '%s': %s\n", o->model, err.message);
         return -1;
     }
-    ts_state_params sp = ts_state_default_params();
-    if (o->n_ctx > 0) sp.n_ctx = o->n_ctx;
-    if (o->n_batch > 0) sp.n_batch = o->n_batch;
-    if (o->n_threads > 0) sp.n_threads = o->n_threads;
-    *s = ts_state_new(*m, &sp, &err);
-    if (!*s) {
-        fprintf(stderr, "error: cannot create the inference state: %s\n", err.msg);
+    ts_context_params cp = ts_context_default_params();
+    cp.n_ctx = o->n_ctx;
+    cp.n_batch = o->n_batch;
+    cp.n_threads = o->n_threads;
+    cp.sampling = &o->sp;
+    cp.chat_template = o->chat_template;
+    if (ts_context_create(*m, &cp, ctx, &err) != TS_OK) {
+        fprintf(stderr, "error: %s\n", err.message);
         ts_model_free(*m);
         *m = NULL;
         return -1;
     }
     return 0;
-}
-
-char *gen_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "error: cannot open '%s': %s\n", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) break;
-    }
-    bool bad = !buf || ferror(f);
-    fclose(f);
-    if (bad) {
-        fprintf(stderr, "error: cannot read '%s'\n", path);
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
-int32_t *gen_tokenize(const ts_tokenizer *tok, const char *text, size_t len, bool add_special,
-                      bool parse_special, int64_t *n) {
-    ts_err err = {{0}};
-    int64_t cap = (int64_t)len + 8;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        int32_t *ids = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *ids);
-        if (!ids) {
-            fprintf(stderr, "error: out of memory tokenizing %zu bytes\n", len);
-            return NULL;
-        }
-        int64_t got = ts_tokenize(tok, text, len, add_special, parse_special, ids, cap, &err);
-        if (got < 0) {
-            fprintf(stderr, "error: tokenizing: %s\n", err.msg);
-            free(ids);
-            return NULL;
-        }
-        if (got <= cap) {
-            *n = got;
-            return ids;
-        }
-        free(ids);
-        cap = got;
-    }
-    fprintf(stderr, "error: tokenizer returned an inconsistent count\n");
-    return NULL;
-}
-
-double gen_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-double gen_peak_rss_mib(void) {
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0.0;
-    return (double)ru.ru_maxrss / 1024.0; /* Linux reports KiB */
-}
-
-/* ---- evaluation and generation ---- */
-
-int gen_eval(ts_state *s, const int32_t *ids, int32_t n, int32_t n_batch, int32_t n_vocab, FILE *lf,
-             float *rowbuf) {
-    ts_err err = {{0}};
-    if (!lf) {
-        if (n > 0 && ts_forward(s, ids, n, NULL, &err) < 0) {
-            fprintf(stderr, "error: evaluation failed: %s\n", err.msg);
-            return -1;
-        }
-        return 0;
-    }
-    /* With --logits-out, evaluate n_batch tokens at a time so that only one
-     * batch of rows is held in memory (a row is n_vocab floats). */
-    for (int32_t i = 0; i < n; i += n_batch) {
-        int32_t k = n - i < n_batch ? n - i : n_batch;
-        if (ts_forward(s, ids + i, k, rowbuf, &err) < 0) {
-            fprintf(stderr, "error: evaluation failed: %s\n", err.msg);
-            return -1;
-        }
-        if (fwrite(rowbuf, sizeof(float) * (size_t)n_vocab, (size_t)k, lf) != (size_t)k) {
-            fprintf(stderr, "error: writing --logits-out: %s\n", strerror(errno));
-            return -1;
-        }
-    }
-    return 0;
-}
-
-static int append(gen_result *r, const char *p, size_t n, size_t *cap) {
-    if (r->text_len + n + 1 > *cap) {
-        size_t nc = *cap ? *cap * 2 : 256;
-        while (nc < r->text_len + n + 1) nc *= 2;
-        char *np = realloc(r->text, nc);
-        if (!np) return -1;
-        r->text = np;
-        *cap = nc;
-    }
-    memcpy(r->text + r->text_len, p, n);
-    r->text_len += n;
-    r->text[r->text_len] = '\0';
-    return 0;
-}
-
-int gen_ctx_init(gen_ctx *g, ts_state *s, const ts_tokenizer *tok, ts_sampler *smpl, int32_t n_vocab,
-                 int32_t n_batch, FILE *logits_out) {
-    memset(g, 0, sizeof *g);
-    g->state = s;
-    g->tok = tok;
-    g->smpl = smpl;
-    g->stop_id = -1;
-    g->n_vocab = n_vocab;
-    g->n_batch = n_batch > 0 ? n_batch : 1;
-    g->logits_out = logits_out;
-    g->out = stdout;
-    /* enough for ts_detok_push in every case (see tokenizer.h) */
-    g->piece_cap = 3 * ((size_t)ts_tok_max_piece(tok) + 3);
-    g->piece = malloc(g->piece_cap);
-    if (logits_out) g->rowbuf = malloc((size_t)g->n_batch * (size_t)n_vocab * sizeof(float));
-    if (!g->piece || (logits_out && !g->rowbuf)) {
-        fprintf(stderr, "error: out of memory\n");
-        gen_ctx_free(g);
-        return -1;
-    }
-    return 0;
-}
-
-void gen_ctx_free(gen_ctx *g) {
-    free(g->piece);
-    free(g->rowbuf);
-    g->piece = NULL;
-    g->rowbuf = NULL;
-}
-
-int gen_generate(gen_ctx *g, int32_t n_predict, bool eval_last, gen_result *r) {
-    memset(r, 0, sizeof *r);
-    size_t cap = 0, ids_cap = 0;
-    char *piece = g->piece;
-    const size_t piece_cap = g->piece_cap;
-    ts_detok dt;
-    ts_detok_init(&dt);
-    double t0 = gen_now_ms();
-    r->stop = "length";
-    if (append(r, "", 0, &cap) < 0) goto oom;
-    for (;;) {
-        if (n_predict >= 0 && r->n_gen >= n_predict) break;
-        int32_t id = ts_sampler_sample(g->smpl, ts_state_logits(g->state));
-        if (ts_tok_is_eog(g->tok, id) || id == g->stop_id) {
-            r->stop = "eos";
-            break;
-        }
-        ts_sampler_accept(g->smpl, id);
-        if (r->n_gen + 1 > (int32_t)ids_cap) {
-            size_t nc = ids_cap ? ids_cap * 2 : 64;
-            int32_t *ni = realloc(r->ids, nc * sizeof *ni);
-            if (!ni) goto oom;
-            r->ids = ni;
-            ids_cap = nc;
-        }
-        r->ids[r->n_gen] = id;
-        int64_t np = ts_detok_push(&dt, g->tok, id, false, piece, piece_cap);
-        if (np < 0) {
-            fprintf(stderr, "\nerror: sampled token id %d is not in the vocabulary\n", (int)id);
-            r->stop = "error";
-            break;
-        }
-        if ((size_t)np > piece_cap) np = (int64_t)piece_cap; /* never written past cap */
-        fwrite(piece, 1, (size_t)np, g->out);
-        fflush(g->out);
-        if (append(r, piece, (size_t)np, &cap) < 0) goto oom;
-        r->n_gen++;
-        bool last = n_predict >= 0 && r->n_gen >= n_predict;
-        if (last && !eval_last) break;
-        if (ts_state_n_past(g->state) >= ts_state_n_ctx(g->state)) {
-            r->stop = last ? "length" : "context_full";
-            break;
-        }
-        if (gen_eval(g->state, &id, 1, 1, g->n_vocab, g->logits_out, g->rowbuf) < 0) {
-            r->stop = "error";
-            break;
-        }
-        if (last) {
-            r->last_evaluated = true;
-            break;
-        }
-    }
-    {
-        int64_t nf = ts_detok_flush(&dt, piece, piece_cap);
-        if (nf > (int64_t)piece_cap) nf = (int64_t)piece_cap;
-        if (nf > 0) {
-            fwrite(piece, 1, (size_t)nf, g->out);
-            if (append(r, piece, (size_t)nf, &cap) < 0) goto oom;
-        }
-        fflush(g->out);
-    }
-    r->ms = gen_now_ms() - t0;
-    return strcmp(r->stop, "error") ? 0 : -1;
-oom:
-    fprintf(stderr, "\nerror: out of memory\n");
-    r->stop = "error";
-    r->ms = gen_now_ms() - t0;
-    return -1;
-}
-
-void gen_result_free(gen_result *r) {
-    free(r->text);
-    free(r->ids);
-    r->text = NULL;
-    r->ids = NULL;
-}
-
-const char *gen_chat_bos_text(const ts_chat_template *t, const ts_tokenizer *tok) {
-    if (!ts_chat_template_wants_bos(t) || ts_tok_add_bos(tok)) return NULL;
-    int32_t bos = ts_tok_bos(tok);
-    return bos >= 0 ? ts_tok_text(tok, bos) : NULL;
-}
-
-ts_chat_template *gen_chat_template(const gen_opts *o, const ts_model *m) {
-    ts_err err = {{0}};
-    ts_chat_template *t = ts_chat_template_new(ts_model_chat_template(m), o->chat_template, &err);
-    if (!t) fprintf(stderr, "error: %s\n", err.msg);
-    return t;
 }

@@ -1,31 +1,55 @@
-/* threadpool.c - persistent pthread pool with a static-chunk parallel-for
- * (see threadpool.h). Workers sleep on a condition variable and wake when the
- * job generation changes; the caller runs chunk 0 and then waits for the
- * count of finished workers. Simple rather than fast: later CPU work may add
- * spinning or work stealing behind the same interface. */
+/* threadpool.c - persistent pthread pool (see threadpool.h). Jobs are posted
+ * by bumping a generation counter that idle workers spin on (then futex-wait
+ * on, after the spin budget); completion is an atomic count of workers still
+ * busy, which the caller spins on the same way. Work is cut either into one
+ * static chunk per thread or into grains taken from an atomic counter.
+ *
+ * Sleeping uses the Dekker pattern on sequentially consistent atomics: a
+ * worker announces itself in n_sleepers before re-checking the counter it
+ * waits on, and the poster bumps the counter before reading n_sleepers, so
+ * at least one of them sees the other (no lost wake-up); FUTEX_WAIT also
+ * re-checks the value atomically in the kernel. */
 #include "core/threadpool.h"
 
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
+#define CACHE_LINE 64
+#define YIELD_AFTER_NS 20000
+
 struct ts_threadpool {
+    /* set at creation */
     int n_threads;
     pthread_t *threads;          /* n_threads - 1 workers */
     int n_started;               /* workers actually created */
-    pthread_mutex_t mu;
-    pthread_cond_t wake;         /* job posted or shutdown */
-    pthread_cond_t done;         /* a worker finished its chunk */
-    uint64_t generation;         /* bumped for each job */
-    int n_done;                  /* workers finished with the current job */
-    int shutdown;
-    /* the current job */
+    int pin;                     /* TS_PIN=1 */
+    int caller_pinned;
+    int n_cpus;                  /* CPUs of the affinity mask, for pinning */
+    int *cpus;
+    int64_t spin_ns;             /* spin budget before sleeping */
+
+    /* the current job: written by the caller before `gen` is bumped */
     ts_range_fn fn;
     void *ctx;
     int64_t n;
+    int64_t grain;               /* 0: static chunks */
+
+    _Alignas(CACHE_LINE) _Atomic uint32_t gen; /* job generation (futex word) */
+    _Atomic int32_t n_sleepers;                /* workers in (or entering) futex wait */
+    _Atomic int32_t shutdown;
+    _Alignas(CACHE_LINE) _Atomic int64_t next; /* next grain (grain mode) */
+    _Alignas(CACHE_LINE) _Atomic int32_t pending; /* workers not done with the job (futex word) */
+    _Atomic int32_t caller_sleeps;
 };
 
 typedef struct {
@@ -33,35 +57,94 @@ typedef struct {
     int tid;
 } worker_arg;
 
-static void run_chunk(ts_threadpool *p, ts_range_fn fn, void *ctx, int64_t n, int tid) {
-    /* Chunk boundaries n*t/T spread the remainder evenly; computed in 64 bits
-     * (n is at most a few million items, T <= TS_MAX_THREADS). */
-    int64_t b = n * tid / p->n_threads;
-    int64_t e = n * (tid + 1) / p->n_threads;
-    if (b < e) fn(ctx, b, e, tid);
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield" ::: "memory");
+#endif
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void futex_wait(_Atomic uint32_t *addr, uint32_t val) {
+    /* returns on wake, on a value change (EAGAIN) or a signal: callers loop */
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+static void futex_wake(_Atomic uint32_t *addr, int n) {
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+}
+
+/* Spins until *addr != val or the budget is spent; returns the last value. */
+static uint32_t spin_while_eq(const ts_threadpool *p, _Atomic uint32_t *addr, uint32_t val) {
+    uint32_t v = atomic_load_explicit(addr, memory_order_acquire);
+    if (v != val || p->spin_ns <= 0) return v;
+    const int64_t t0 = now_ns();
+    for (unsigned it = 1;; it++) {
+        cpu_relax();
+        v = atomic_load_explicit(addr, memory_order_acquire);
+        if (v != val) return v;
+        if ((it & 63) == 0) {
+            const int64_t dt = now_ns() - t0;
+            if (dt > p->spin_ns) return v;
+            /* Past a short pure spin, give the core away between checks: if
+             * the thread we wait for shares this core (more runnable threads
+             * than cores), it runs now instead of after our time slice. */
+            if (dt > YIELD_AFTER_NS) sched_yield();
+        }
+    }
+}
+
+static void pin_self(const ts_threadpool *p, int tid) {
+    if (!p->pin || p->n_cpus <= 0) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(p->cpus[tid % p->n_cpus], &set);
+    (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set); /* best effort */
+}
+
+static void run_part(ts_threadpool *p, int tid) {
+    const int64_t n = p->n;
+    if (p->grain > 0) {
+        const int64_t g = p->grain;
+        for (;;) {
+            const int64_t b = atomic_fetch_add_explicit(&p->next, g, memory_order_relaxed);
+            if (b >= n) break;
+            p->fn(p->ctx, b, b + g < n ? b + g : n, tid);
+        }
+    } else {
+        /* Chunk boundaries n*t/T spread the remainder evenly; computed in 64
+         * bits (n is at most a few million items, T <= TS_MAX_THREADS). */
+        const int64_t b = n * tid / p->n_threads, e = n * (tid + 1) / p->n_threads;
+        if (b < e) p->fn(p->ctx, b, e, tid);
+    }
 }
 
 static void *worker_main(void *arg) {
     worker_arg *wa = arg;
     ts_threadpool *p = wa->p;
-    int tid = wa->tid;
+    const int tid = wa->tid;
     free(wa);
-    uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
+    pin_self(p, tid);
+    uint32_t seen = 0;
     for (;;) {
-        while (!p->shutdown && p->generation == seen) pthread_cond_wait(&p->wake, &p->mu);
-        if (p->shutdown) break;
-        seen = p->generation;
-        ts_range_fn fn = p->fn;
-        void *ctx = p->ctx;
-        int64_t n = p->n;
-        pthread_mutex_unlock(&p->mu);
-        run_chunk(p, fn, ctx, n, tid);
-        pthread_mutex_lock(&p->mu);
-        p->n_done++;
-        pthread_cond_signal(&p->done);
+        uint32_t g = spin_while_eq(p, &p->gen, seen);
+        if (g == seen) {
+            atomic_fetch_add(&p->n_sleepers, 1);
+            while ((g = atomic_load(&p->gen)) == seen) futex_wait(&p->gen, seen);
+            atomic_fetch_sub(&p->n_sleepers, 1);
+        }
+        seen = g;
+        if (atomic_load_explicit(&p->shutdown, memory_order_acquire)) break;
+        run_part(p, tid);
+        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_sleeps))
+            futex_wake((_Atomic uint32_t *)&p->pending, 1);
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -72,7 +155,6 @@ static int read_int_file(const char *path, long *out) {
     fclose(f);
     return ok ? 0 : -1;
 }
-
 int ts_physical_cores(void) {
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -106,21 +188,47 @@ int ts_physical_cores(void) {
     return n < 1 ? 1 : n;
 }
 
+/* CPUs of this process's affinity mask, in order (for pinning). */
+static void list_cpus(ts_threadpool *p) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return;
+    p->cpus = malloc(sizeof(int) * (size_t)CPU_COUNT(&set));
+    if (!p->cpus) return;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set)) p->cpus[p->n_cpus++] = c;
+}
+
 ts_threadpool *ts_threadpool_new(int n_threads, ts_err *err) {
     if (n_threads <= 0) n_threads = ts_physical_cores();
     if (n_threads > TS_MAX_THREADS) {
         ts_err_set(err, "n_threads %d exceeds the maximum %d", n_threads, TS_MAX_THREADS);
         return NULL;
     }
-    ts_threadpool *p = calloc(1, sizeof *p);
+    const size_t sz = (sizeof(ts_threadpool) + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE;
+    ts_threadpool *p = aligned_alloc(CACHE_LINE, sz);
     if (!p) {
         ts_err_set(err, "out of memory allocating the thread pool");
         return NULL;
     }
+    memset(p, 0, sz);
     p->n_threads = n_threads;
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->wake, NULL);
-    pthread_cond_init(&p->done, NULL);
+    p->spin_ns = 2000 * 1000;
+    const char *sp = getenv("TS_SPIN_US");
+    if (sp && *sp) {
+        char *end;
+        long v = strtol(sp, &end, 10);
+        if (*end == '\0' && v >= 0 && v <= 10 * 1000 * 1000) p->spin_ns = (int64_t)v * 1000;
+    }
+    const char *pin = getenv("TS_PIN");
+    p->pin = pin && strcmp(pin, "1") == 0;
+    if (p->pin) list_cpus(p);
+    atomic_init(&p->gen, 0);
+    atomic_init(&p->n_sleepers, 0);
+    atomic_init(&p->shutdown, 0);
+    atomic_init(&p->next, 0);
+    atomic_init(&p->pending, 0);
+    atomic_init(&p->caller_sleeps, 0);
     if (n_threads > 1) {
         p->threads = calloc((size_t)n_threads - 1, sizeof *p->threads);
         if (!p->threads) {
@@ -150,19 +258,47 @@ ts_threadpool *ts_threadpool_new(int n_threads, ts_err *err) {
 
 void ts_threadpool_free(ts_threadpool *p) {
     if (!p) return;
-    pthread_mutex_lock(&p->mu);
-    p->shutdown = 1;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->mu);
+    atomic_store(&p->shutdown, 1);
+    atomic_fetch_add(&p->gen, 1);
+    futex_wake(&p->gen, INT_MAX);
     for (int i = 0; i < p->n_started; i++) pthread_join(p->threads[i], NULL);
-    pthread_cond_destroy(&p->wake);
-    pthread_cond_destroy(&p->done);
-    pthread_mutex_destroy(&p->mu);
     free(p->threads);
+    free(p->cpus);
     free(p);
 }
 
 int ts_threadpool_n_threads(const ts_threadpool *p) { return p ? p->n_threads : 1; }
+
+static void run_job(ts_threadpool *p, int64_t n, int64_t grain, ts_range_fn fn, void *ctx) {
+    if (p->pin && !p->caller_pinned) {
+        pin_self(p, 0);
+        p->caller_pinned = 1;
+    }
+    p->fn = fn;
+    p->ctx = ctx;
+    p->n = n;
+    p->grain = grain;
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->pending, p->n_threads - 1, memory_order_relaxed);
+    atomic_fetch_add(&p->gen, 1); /* publishes the job (seq_cst: see the top comment) */
+    if (atomic_load(&p->n_sleepers) > 0) futex_wake(&p->gen, INT_MAX);
+
+    run_part(p, 0);
+
+    _Atomic uint32_t *pend = (_Atomic uint32_t *)&p->pending;
+    for (;;) {
+        uint32_t v = atomic_load(pend);
+        if (v == 0) break;
+        const uint32_t w = spin_while_eq(p, pend, v);
+        if (w == 0) break;
+        if (w != v) continue; /* progress: spin on */
+        /* the spin budget is spent with no progress: sleep */
+        atomic_store(&p->caller_sleeps, 1);
+        while ((v = atomic_load(pend)) != 0) futex_wait(pend, v);
+        atomic_store(&p->caller_sleeps, 0);
+        break;
+    }
+}
 
 void ts_parallel_for(ts_threadpool *p, int64_t n, ts_range_fn fn, void *ctx) {
     if (n <= 0) return;
@@ -170,18 +306,15 @@ void ts_parallel_for(ts_threadpool *p, int64_t n, ts_range_fn fn, void *ctx) {
         fn(ctx, 0, n, 0);
         return;
     }
-    pthread_mutex_lock(&p->mu);
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n = n;
-    p->n_done = 0;
-    p->generation++;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->mu);
+    run_job(p, n, 0, fn, ctx);
+}
 
-    run_chunk(p, fn, ctx, n, 0);
-
-    pthread_mutex_lock(&p->mu);
-    while (p->n_done < p->n_threads - 1) pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+void ts_parallel_for_grain(ts_threadpool *p, int64_t n, int64_t grain, ts_range_fn fn, void *ctx) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    if (!p || p->n_threads == 1 || n <= grain) {
+        fn(ctx, 0, n, 0);
+        return;
+    }
+    run_job(p, n, grain, fn, ctx);
 }

@@ -23,6 +23,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kernels/fastops.h"
+#include "kernels/repack.h"
 #include "quant/quant.h"
 
 typedef enum ts_cpu_level {
@@ -67,6 +69,14 @@ typedef struct ts_kern {
     ts_quant_act_fn quant_q8k; /* -> TS_ACT_Q8K (256-blocks) */
     ts_dot_fn dot[TS_TYPE_COUNT];   /* by weight type; NULL: unsupported */
     ts_dot4_fn dot4[TS_TYPE_COUNT]; /* non-NULL exactly where dot is */
+    /* Panel GEMM over repacked weights (kernels/repack.h); NULL where this
+     * level has no fast one (callers then use ts_rp_gemm_ref). */
+    ts_rp_gemm_fn rp_gemm[TS_TYPE_COUNT];
+    ts_rp_quant_fn rp_quant; /* activation tiles; NULL: ts_rp_quant_ref */
+    /* fast attention block and SwiGLU (kernels/fastops.h); NULL: the
+     * portable copies */
+    ts_attn_block_fn attn_block;
+    ts_swiglu_fn swiglu;
 } ts_kern;
 
 /* The table of the active level (never NULL). */

@@ -28,9 +28,14 @@ typedef struct ts_wmat {
     int64_t n_in;
     int64_t n_out;
     size_t row_bytes;
+    /* The same matrix repacked into 16-row panels (kernels/repack.h) for the
+     * fast path, or NULL. When set, read the matrix through ts_wmat_row,
+     * ts_matmul or ts_linear only: data may have been overwritten by the
+     * panels (in-place repacking). */
+    const uint8_t *packed;
 } ts_wmat;
 
-/* Dequantizes row r of w into dst[n_in]. */
+/* Dequantizes row r of w into dst[n_in] (from the panels when packed). */
 void ts_wmat_row(const ts_wmat *w, int64_t r, float *dst);
 
 /* ---- elementwise and row ops ----------------------------------------- */

@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/fastops.h"
+#include "kernels/linear.h"
 #include "model/model_impl.h"
 #include "quant/quant.h"
 
@@ -39,7 +41,7 @@ static void *alloc3(int64_t a, int64_t b, int64_t c, size_t sz) {
     return calloc(n ? (size_t)n : 1, 1);
 }
 
-ts_state *ts_state_new(const ts_model *m, const ts_state_params *p, ts_err *err) {
+ts_state *ts_state_new(const ts_mdl *m, const ts_state_params *p, ts_err *err) {
     ts_state_params dp = ts_state_default_params();
     if (!p) p = &dp;
     if (!m) {
@@ -93,8 +95,18 @@ ts_state *ts_state_new(const ts_model *m, const ts_state_params *p, ts_err *err)
     if (s->n_q_dim > need) need = s->n_q_dim;
     if (hp->n_ff > need) need = hp->n_ff;
     if ((int64_t)s->n_ctx + 2 * hp->head_dim > need) need = (int64_t)s->n_ctx + 2 * hp->head_dim;
+    if (!m->ref_kernels) {
+        const ts_attn_params ap = {.n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim};
+        if (ts_attention_fast_scratch(&ap) > need) need = ts_attention_fast_scratch(&ap);
+    }
     s->scratch_stride = (need + 15) & ~(int64_t)15;
     s->scratch = alloc3(s->n_threads, s->scratch_stride, 1, sizeof(float));
+    if (!m->ref_kernels) {
+        int64_t max_in = hp->n_embd > s->n_q_dim ? hp->n_embd : s->n_q_dim;
+        if (hp->n_ff > max_in) max_in = hp->n_ff;
+        s->lin = ts_linear_ws_new(max_in, s->n_batch, s->n_threads, err);
+        if (!s->lin) goto fail;
+    }
 
     if (!s->k_cache || !s->v_cache || !s->x || !s->xn || !s->o || !s->q || !s->attn || !s->k || !s->v ||
         !s->gate || !s->up || !s->logits || !s->rope_cs || !s->scratch) {
@@ -110,6 +122,7 @@ fail:
 void ts_state_free(ts_state *s) {
     if (!s) return;
     ts_threadpool_free(s->pool);
+    ts_linear_ws_free(s->lin);
     free(s->k_cache);
     free(s->v_cache);
     free(s->x);
@@ -129,6 +142,8 @@ void ts_state_free(ts_state *s) {
 
 int32_t ts_state_n_ctx(const ts_state *s) { return s->n_ctx; }
 int32_t ts_state_n_past(const ts_state *s) { return s->n_past; }
+int32_t ts_state_n_batch(const ts_state *s) { return s->n_batch; }
+int32_t ts_state_n_threads(const ts_state *s) { return s->n_threads; }
 const float *ts_state_logits(const ts_state *s) { return s->logits; }
 
 void ts_state_kv_truncate(ts_state *s, int32_t n) {
@@ -140,7 +155,7 @@ void ts_state_kv_truncate(ts_state *s, int32_t n) {
 
 /* x[t] = embedding row of tokens[t] * embd_scale */
 static void stage_embed(ts_state *s, const int32_t *tokens, int nb) {
-    const ts_model *m = s->m;
+    const ts_mdl *m = s->m;
     const int64_t E = m->hp.n_embd;
     for (int t = 0; t < nb; t++) {
         float *xt = s->x + t * E;
@@ -161,15 +176,27 @@ static void add_bias(float *y, const float *b, int64_t n, int nb) {
         for (int64_t i = 0; i < n; i++) y[t * n + i] += b[i];
 }
 
+/* y_i = x W_i^T for n matrices reading the same input x (nb rows of
+ * w[0]->n_in floats; y_i rows of w[i]->n_out). The fast path converts x once
+ * and runs all the matrices in one parallel region. */
+static void matmul_n(ts_state *s, int n, const ts_wmat *const *w, float *const *y, const float *x, int nb) {
+    if (s->lin) {
+        ts_linear(s->pool, s->lin, n, w, y, x, nb);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        ts_matmul(s->pool, w[i], x, w[i]->n_in, y[i], w[i]->n_out, nb, s->scratch, s->scratch_stride);
+}
+
 static void matmul(ts_state *s, const ts_wmat *w, const float *x, float *y, int nb) {
-    ts_matmul(s->pool, w, x, w->n_in, y, w->n_out, nb, s->scratch, s->scratch_stride);
+    matmul_n(s, 1, &w, &y, x, nb);
 }
 
 /* q, k, v = xn Wq (+bq), xn Wk (+bk), xn Wv (+bv) */
 static void stage_qkv(ts_state *s, const ts_layer *L, int nb) {
-    matmul(s, &L->wq, s->xn, s->q, nb);
-    matmul(s, &L->wk, s->xn, s->k, nb);
-    matmul(s, &L->wv, s->xn, s->v, nb);
+    const ts_wmat *w[3] = {&L->wq, &L->wk, &L->wv};
+    float *y[3] = {s->q, s->k, s->v};
+    matmul_n(s, 3, w, y, s->xn, nb);
     add_bias(s->q, L->bq, s->n_q_dim, nb);
     add_bias(s->k, L->bk, s->n_kv_dim, nb);
     add_bias(s->v, L->bv, s->n_kv_dim, nb);
@@ -221,7 +248,7 @@ static void stage_kv_store(ts_state *s, int il, int64_t pos0, int nb) {
 }
 
 static void stage_attention(ts_state *s, const ts_layer *L, int il, int64_t pos0, int nb) {
-    const ts_model *m = s->m;
+    const ts_mdl *m = s->m;
     const ts_hparams *hp = &m->hp;
     ts_attn_params ap = {
         .n_head = hp->n_head,
@@ -233,8 +260,12 @@ static void stage_attention(ts_state *s, const ts_layer *L, int il, int64_t pos0
         .kv_f16 = !s->kv_f32,
         .kv_stride = s->n_kv_dim,
     };
-    ts_attention(s->pool, &ap, s->q, kv_layer(s, s->k_cache, il), kv_layer(s, s->v_cache, il), pos0, nb, s->attn,
-                 s->scratch, s->scratch_stride);
+    if (s->lin)
+        ts_attention_fast(s->pool, &ap, s->q, kv_layer(s, s->k_cache, il), kv_layer(s, s->v_cache, il), pos0, nb,
+                          s->attn, s->scratch, s->scratch_stride);
+    else
+        ts_attention(s->pool, &ap, s->q, kv_layer(s, s->k_cache, il), kv_layer(s, s->v_cache, il), pos0, nb,
+                     s->attn, s->scratch, s->scratch_stride);
 }
 
 /* x += post_norm(attn Wo) */
@@ -250,10 +281,13 @@ static void stage_ffn(ts_state *s, const ts_layer *L, int nb) {
     const ts_hparams *hp = &s->m->hp;
     const int64_t E = hp->n_embd, F = hp->n_ff;
     stage_norm_rows(s, s->xn, s->x, L->ffn_norm, E, nb);
-    matmul(s, &L->w_gate, s->xn, s->gate, nb);
-    matmul(s, &L->w_up, s->xn, s->up, nb);
+    const ts_wmat *w[2] = {&L->w_gate, &L->w_up};
+    float *y[2] = {s->gate, s->up};
+    matmul_n(s, 2, w, y, s->xn, nb);
     if (s->m->ffn_gelu)
         ts_geglu_tanh_f32(s->gate, s->gate, s->up, nb * F);
+    else if (s->lin)
+        ts_swiglu_fast(s->pool, s->gate, s->gate, s->up, nb * F);
     else
         ts_swiglu_f32(s->gate, s->gate, s->up, nb * F);
     matmul(s, &L->w_down, s->gate, s->o, nb);
@@ -264,17 +298,17 @@ static void stage_ffn(ts_state *s, const ts_layer *L, int nb) {
 /* Output norm and projection for rows [t0, nb) of the batch into out
  * (rows of n_vocab), with final soft-capping. */
 static void stage_logits(ts_state *s, int t0, int nb, float *out) {
-    const ts_model *m = s->m;
+    const ts_mdl *m = s->m;
     const int64_t E = m->hp.n_embd, V = m->hp.n_vocab;
     const int n = nb - t0;
     stage_norm_rows(s, s->xn, s->x + t0 * E, m->output_norm, E, n);
-    ts_matmul(s->pool, &m->output, s->xn, E, out, V, n, s->scratch, s->scratch_stride);
+    matmul(s, &m->output, s->xn, out, n);
     if (m->hp.final_logit_softcap > 0.0f) ts_softcap_f32(out, (int64_t)n * V, m->hp.final_logit_softcap);
 }
 
 /* One micro-batch of nb tokens at positions s->n_past ... */
 static void eval_batch(ts_state *s, const int32_t *tokens, int nb, float *logits_out, bool last) {
-    const ts_model *m = s->m;
+    const ts_mdl *m = s->m;
     const ts_hparams *hp = &m->hp;
     const int64_t pos0 = s->n_past;
     stage_embed(s, tokens, nb);

@@ -39,13 +39,13 @@ static const struct {
 
 /* Formats "{arch}.{suffix}" into buf (keys are short; truncation impossible
  * for the fixed suffixes used here and harmless otherwise). */
-static const char *akey(char *buf, size_t cap, const ts_model *m, const char *suffix) {
+static const char *akey(char *buf, size_t cap, const ts_mdl *m, const char *suffix) {
     snprintf(buf, cap, "%s.%s", m->hp.arch_name, suffix);
     return buf;
 }
 
 /* Required integer key in [lo, hi]. */
-static int req_i32(const ts_model *m, const char *suffix, int64_t lo, int64_t hi, int32_t *out, ts_err *err) {
+static int req_i32(const ts_mdl *m, const char *suffix, int64_t lo, int64_t hi, int32_t *out, ts_err *err) {
     char key[128];
     int64_t v;
     if (ts_gguf_get_i64(m->gguf, akey(key, sizeof key, m, suffix), &v, err)) return -1;
@@ -58,7 +58,7 @@ static int req_i32(const ts_model *m, const char *suffix, int64_t lo, int64_t hi
 
 /* Optional integer key in [lo, hi]; *out untouched when absent. Returns 1 if
  * found, 0 if absent, -1 on error. */
-static int opt_i32(const ts_model *m, const char *suffix, int64_t lo, int64_t hi, int32_t *out, ts_err *err) {
+static int opt_i32(const ts_mdl *m, const char *suffix, int64_t lo, int64_t hi, int32_t *out, ts_err *err) {
     char key[128];
     akey(key, sizeof key, m, suffix);
     if (!ts_gguf_find(m->gguf, key)) return 0;
@@ -72,7 +72,7 @@ static int opt_i32(const ts_model *m, const char *suffix, int64_t lo, int64_t hi
 }
 
 /* Optional float key, must be finite and within (lo, hi] ... [lo, hi]. */
-static int opt_f32(const ts_model *m, const char *suffix, double lo, double hi, float *out, ts_err *err) {
+static int opt_f32(const ts_mdl *m, const char *suffix, double lo, double hi, float *out, ts_err *err) {
     char key[128];
     float v;
     int r = ts_gguf_opt_f32(m->gguf, akey(key, sizeof key, m, suffix), &v, err);
@@ -82,7 +82,7 @@ static int opt_f32(const ts_model *m, const char *suffix, double lo, double hi, 
     return 1;
 }
 
-static int own(ts_model *m, float *p, ts_err *err) {
+static int own(ts_mdl *m, float *p, ts_err *err) {
     if (m->n_owned == m->cap_owned) {
         int cap = m->cap_owned ? m->cap_owned * 2 : 64;
         float **np = realloc(m->owned, (size_t)cap * sizeof *np);
@@ -107,7 +107,7 @@ static void fmt_shape(char *buf, size_t cap, const ts_gguf_tensor *t) {
 /* Binds matrix `name` of shape [n_in, n_out] (GGUF ne order). Absent and not
  * required: out->data = NULL and 0 is returned. `what` names the expected
  * dimensions for the error message. */
-static int bind_mat(ts_model *m, const char *name, int64_t n_in, int64_t n_out, const char *what, bool required,
+static int bind_mat(ts_mdl *m, const char *name, int64_t n_in, int64_t n_out, const char *what, bool required,
                     ts_wmat *out, ts_err *err) {
     memset(out, 0, sizeof *out);
     const ts_gguf_tensor *t = ts_gguf_find_tensor(m->gguf, name);
@@ -133,7 +133,7 @@ static int bind_mat(ts_model *m, const char *name, int64_t n_in, int64_t n_out, 
 
 /* Binds 1-D tensor `name` of n elements as f32. Absent and not required:
  * *out = NULL, returns 0. */
-static int bind_vec(ts_model *m, const char *name, int64_t n, bool required, const float **out, ts_err *err) {
+static int bind_vec(ts_mdl *m, const char *name, int64_t n, bool required, const float **out, ts_err *err) {
     *out = NULL;
     const ts_gguf_tensor *t = ts_gguf_find_tensor(m->gguf, name);
     if (!t) return required ? ts_err_set(err, "missing tensor '%s'", name) : 0;
@@ -159,7 +159,7 @@ static int bind_vec(ts_model *m, const char *name, int64_t n, bool required, con
 
 /* ---- hyper-parameters ------------------------------------------------- */
 
-static int load_hparams(ts_model *m, ts_err *err) {
+static int load_hparams(ts_mdl *m, ts_err *err) {
     ts_hparams *hp = &m->hp;
     const ts_gguf *g = m->gguf;
     ts_gguf_str s;
@@ -286,7 +286,7 @@ static int load_hparams(ts_model *m, ts_err *err) {
 
 /* ---- tensors ---------------------------------------------------------- */
 
-static int bind_tensors(ts_model *m, ts_err *err) {
+static int bind_tensors(ts_mdl *m, ts_err *err) {
     ts_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, QD = (int64_t)hp->n_head * hp->head_dim, KD = (int64_t)hp->n_head_kv * hp->head_dim;
     const int64_t F = hp->n_ff;
@@ -343,7 +343,7 @@ static int bind_tensors(ts_model *m, ts_err *err) {
 }
 
 /* Rope angle tables for global and (gemma3) local layers. */
-static int build_rope(ts_model *m, ts_err *err) {
+static int build_rope(ts_mdl *m, ts_err *err) {
     const ts_hparams *hp = &m->hp;
     const int n_pairs = m->n_rot / 2;
     const float *factors = NULL;
@@ -369,8 +369,8 @@ static int build_rope(ts_model *m, ts_err *err) {
 
 /* ---- public ----------------------------------------------------------- */
 
-ts_model_params ts_model_default_params(void) {
-    ts_model_params p = {.use_mmap = true};
+ts_mdl_params ts_mdl_default_params(void) {
+    ts_mdl_params p = {.use_mmap = true};
     return p;
 }
 
@@ -397,14 +397,14 @@ static void *read_whole_file(const char *path, size_t *size, ts_err *err) {
     return buf;
 }
 
-ts_model *ts_model_load(const char *path, const ts_model_params *p, ts_err *err) {
-    ts_model_params dp = ts_model_default_params();
+ts_mdl *ts_mdl_load(const char *path, const ts_mdl_params *p, ts_err *err) {
+    ts_mdl_params dp = ts_mdl_default_params();
     if (!p) p = &dp;
     if (!path) {
         ts_err_set(err, "model path is NULL");
         return NULL;
     }
-    ts_model *m = calloc(1, sizeof *m);
+    ts_mdl *m = calloc(1, sizeof *m);
     if (!m) {
         ts_err_set(err, "out of memory");
         return NULL;
@@ -441,15 +441,17 @@ ts_model *ts_model_load(const char *path, const ts_model_params *p, ts_err *err)
         ts_err_prefix(err, "tokenizer");
         goto fail;
     }
+    if (ts_mdl_prepare_fast(m, !p->use_mmap, err)) goto fail;
     return m;
 fail:
     ts_err_prefix(err, "%s", path);
-    ts_model_free(m);
+    ts_mdl_free(m);
     return NULL;
 }
 
-void ts_model_free(ts_model *m) {
+void ts_mdl_free(ts_mdl *m) {
     if (!m) return;
+    ts_mdl_release_fast(m);
     ts_tokenizer_free(m->tok);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
@@ -462,9 +464,9 @@ void ts_model_free(ts_model *m) {
     free(m);
 }
 
-const ts_hparams *ts_model_hparams(const ts_model *m) { return &m->hp; }
-const ts_tokenizer *ts_model_tokenizer(const ts_model *m) { return m->tok; }
-const ts_gguf *ts_model_gguf(const ts_model *m) { return m->gguf; }
-const char *ts_model_chat_template(const ts_model *m) { return m->chat_template; }
-uint64_t ts_model_size_bytes(const ts_model *m) { return m->size_bytes; }
-uint64_t ts_model_n_params(const ts_model *m) { return m->n_params; }
+const ts_hparams *ts_mdl_hparams(const ts_mdl *m) { return &m->hp; }
+const ts_tokenizer *ts_mdl_tokenizer(const ts_mdl *m) { return m->tok; }
+const ts_gguf *ts_mdl_gguf(const ts_mdl *m) { return m->gguf; }
+const char *ts_mdl_chat_template(const ts_mdl *m) { return m->chat_template; }
+uint64_t ts_mdl_size_bytes(const ts_mdl *m) { return m->size_bytes; }
+uint64_t ts_mdl_n_params(const ts_mdl *m) { return m->n_params; }

@@ -6,7 +6,10 @@
  * qwen2, qwen3, gemma3), whose hyper-parameters and tensor names are read from
  * the file; a missing or inconsistent one is a load error naming it.
  *
- * Ownership: a ts_model is immutable after load and may be shared read-only by
+ * (Internal: the public handle is ts_model in include/tessera.h, which wraps a
+ * ts_mdl; see src/api.)
+ *
+ * Ownership: a ts_mdl is immutable after load and may be shared read-only by
  * several ts_state objects (one per sequence / thread). A ts_state owns the KV
  * cache and every activation buffer; ts_forward allocates nothing.
  */
@@ -50,25 +53,25 @@ typedef struct ts_hparams {
     bool tied_output;       /* output projection shares token_embd */
 } ts_hparams;
 
-typedef struct ts_model ts_model;
+typedef struct ts_mdl ts_mdl;
 
-typedef struct ts_model_params {
+typedef struct ts_mdl_params {
     bool use_mmap;   /* default true */
-} ts_model_params;
-ts_model_params ts_model_default_params(void);
+} ts_mdl_params;
+ts_mdl_params ts_mdl_default_params(void);
 
 /* Loads model + tokenizer from a GGUF file. NULL with err on failure. */
-ts_model *ts_model_load(const char *path, const ts_model_params *p, ts_err *err);
-void ts_model_free(ts_model *m); /* NULL is a no-op */
+ts_mdl *ts_mdl_load(const char *path, const ts_mdl_params *p, ts_err *err);
+void ts_mdl_free(ts_mdl *m); /* NULL is a no-op */
 
-const ts_hparams *ts_model_hparams(const ts_model *m);
-const ts_tokenizer *ts_model_tokenizer(const ts_model *m);
-const ts_gguf *ts_model_gguf(const ts_model *m);
+const ts_hparams *ts_mdl_hparams(const ts_mdl *m);
+const ts_tokenizer *ts_mdl_tokenizer(const ts_mdl *m);
+const ts_gguf *ts_mdl_gguf(const ts_mdl *m);
 /* tokenizer.chat_template (NUL-terminated copy) or NULL. */
-const char *ts_model_chat_template(const ts_model *m);
+const char *ts_mdl_chat_template(const ts_mdl *m);
 /* Total bytes of weight tensors, and parameter count. */
-uint64_t ts_model_size_bytes(const ts_model *m);
-uint64_t ts_model_n_params(const ts_model *m);
+uint64_t ts_mdl_size_bytes(const ts_mdl *m);
+uint64_t ts_mdl_n_params(const ts_mdl *m);
 
 /* Per-sequence state: KV cache (F16 by default), activations, logits. */
 typedef struct ts_state ts_state;
@@ -81,11 +84,13 @@ typedef struct ts_state_params {
 } ts_state_params;
 ts_state_params ts_state_default_params(void);
 
-ts_state *ts_state_new(const ts_model *m, const ts_state_params *p, ts_err *err);
+ts_state *ts_state_new(const ts_mdl *m, const ts_state_params *p, ts_err *err);
 void ts_state_free(ts_state *s);
 
 int32_t ts_state_n_ctx(const ts_state *s);
 int32_t ts_state_n_past(const ts_state *s); /* tokens held in the KV cache */
+int32_t ts_state_n_batch(const ts_state *s);   /* effective micro-batch (capped at n_ctx) */
+int32_t ts_state_n_threads(const ts_state *s);
 /* Drops cached positions >= n (n <= n_past). ts_state_kv_truncate(s, 0) resets. */
 void ts_state_kv_truncate(ts_state *s, int32_t n);
 

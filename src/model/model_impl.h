@@ -1,4 +1,4 @@
-/* model_impl.h - the inside of ts_model and ts_state, shared by the loader
+/* model_impl.h - the inside of ts_mdl and ts_state, shared by the loader
  * (model.c) and the forward pass (forward.c). Not part of any public API.
  */
 #ifndef TS_MODEL_IMPL_H
@@ -32,7 +32,7 @@ typedef struct ts_layer {
     const double *inv_freq;      /* [n_rot/2] rope angles per position for this layer */
 } ts_layer;
 
-struct ts_model {
+struct ts_mdl {
     ts_gguf *gguf;
     void *file_copy;             /* the whole file when use_mmap is false */
     ts_tokenizer *tok;
@@ -56,10 +56,22 @@ struct ts_model {
 
     uint64_t size_bytes;
     uint64_t n_params;
+
+    /* fast path (model/fast.c) */
+    bool ref_kernels;            /* TS_KERNELS=ref at load: reference matmul/attention */
+    void *packed_map;            /* anonymous mapping holding the repacked matrices */
+    size_t packed_map_size;
+    size_t packed_bytes;         /* bytes of repacked matrices (in packed_map or in place) */
+    float *fast_vecs;            /* owned copies of the f32 vectors of a repacked mapped model */
 };
 
+/* Repacks the layer matrices for the fast kernels (model/fast.c); in_place
+ * when the model owns a writable copy of the file. */
+int ts_mdl_prepare_fast(ts_mdl *m, bool in_place, ts_err *err);
+void ts_mdl_release_fast(ts_mdl *m);
+
 struct ts_state {
-    const ts_model *m;
+    const ts_mdl *m;
     ts_threadpool *pool;
     int32_t n_ctx;
     int32_t n_batch;
@@ -84,6 +96,7 @@ struct ts_state {
     float *up;                   /* [n_batch][n_ff] */
     float *logits;               /* [n_vocab] last evaluated token */
 
+    struct ts_linear_ws *lin;    /* fast matmul work space; NULL: reference path */
     float *scratch;              /* [n_threads][scratch_stride] */
     int64_t scratch_stride;
     float *rope_cs;              /* [n_rot] cos/sin table */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/ops.h"
+#include "kernels/repack.h"
 #include "quant/quant.h"
 
 float ts_dot_f32(const float *a, const float *b, int64_t n) {
@@ -18,6 +19,10 @@ float ts_dot_f32(const float *a, const float *b, int64_t n) {
 }
 
 void ts_wmat_row(const ts_wmat *w, int64_t r, float *dst) {
+    if (w->packed) { /* the same values from the panels (kernels/repack.h) */
+        ts_rp_row(w->type, w->n_in, w->packed, r, dst);
+        return;
+    }
     const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
     if (w->type == TS_TYPE_F32) {
         memcpy(dst, row, (size_t)w->n_in * sizeof(float));
@@ -43,7 +48,7 @@ static void matmul_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
     const matmul_job *j = ctx;
     const ts_wmat *w = j->w;
     float *buf = j->scratch + (int64_t)tid * j->scratch_stride;
-    const int direct = w->type == TS_TYPE_F32 && ((uintptr_t)w->data % sizeof(float)) == 0 &&
+    const int direct = !w->packed && w->type == TS_TYPE_F32 && ((uintptr_t)w->data % sizeof(float)) == 0 &&
                        (w->row_bytes % sizeof(float)) == 0;
     for (int64_t r = r0; r < r1; r++) {
         const float *wr;

@@ -4,8 +4,11 @@
 #define TS_X86_VNNI 0
 #define TS_X86_WIDE_F32 0
 #include "kernels/x86/qdot_x86.h"
+#include "kernels/x86/fastops_x86.h"
 
 const ts_kern ts_kern_tab_avx2 = {
     .level = TS_CPU_AVX2,
     TS_X86_TABLE_ENTRIES,
+    .attn_block = ts_attn_block_avx2,
+    .swiglu = ts_swiglu_avx2,
 };

@@ -12,6 +12,8 @@
 #define TS_X86_VNNI 1
 #define TS_X86_WIDE_F32 1
 #include "kernels/x86/qdot_x86.h"
+#include "kernels/x86/fastops_x86.h"
+#include "kernels/x86/gemm_x86.h"
 
 /* 16 lanes = the AVX2 kernels' two 8-lane accumulators side by side (lanes
  * 0..7: elements 16i..16i+7, lanes 8..15: 16i+8..16i+15); a remaining 8 go
@@ -76,4 +78,13 @@ TS_X86_ENTRIES(f16)
 const ts_kern ts_kern_tab_avx512 = {
     .level = TS_CPU_AVX512,
     TS_X86_TABLE_ENTRIES,
+    .rp_gemm[TS_TYPE_Q4_0] = ts_rp_q4_0_avx512,
+    .rp_gemm[TS_TYPE_Q4_1] = ts_rp_q4_1_avx512,
+    .rp_gemm[TS_TYPE_Q8_0] = ts_rp_q8_0_avx512,
+    .rp_gemm[TS_TYPE_Q5_0] = ts_rp_q5_0_avx512,
+    .rp_gemm[TS_TYPE_Q4_K] = ts_rp_q4_k_avx512,
+    .rp_gemm[TS_TYPE_Q6_K] = ts_rp_q6_k_avx512,
+    .rp_quant = ts_rp_quant_avx512,
+    .attn_block = ts_attn_block_avx512,
+    .swiglu = ts_swiglu_avx512,
 };

@@ -1,0 +1,99 @@
+/* cli_util.c - helpers shared by the subcommands (see cli_util.h). */
+#include "cli_util.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+char *cli_read_stream(FILE *f, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            char *nb = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                return NULL;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    if (!buf || ferror(f)) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+char *cli_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "error: cannot open '%s': %s\n", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = cli_read_stream(f, len);
+    fclose(f);
+    if (!buf) fprintf(stderr, "error: cannot read '%s'\n", path);
+    return buf;
+}
+
+size_t cli_utf8_len(const unsigned char *s, size_t n, uint32_t *cpo) {
+    unsigned c = s[0];
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80) {
+        if (cpo) *cpo = c;
+        return 1;
+    }
+    if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f;
+    else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f;
+    else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07;
+    else return 0;
+    if (n < len) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+        return 0;
+    if (cpo) *cpo = cp;
+    return len;
+}
+
+void cli_log(ts_log_level level, const char *msg, void *user_data) {
+    (void)user_data;
+    if (level == TS_LOG_WARN) fprintf(stderr, "warning: %s\n", msg);
+}
+
+int32_t *cli_tokenize_text(const ts_model *m, const char *text, size_t len, bool add_special, bool parse_special,
+                      int64_t *n) {
+    ts_error err;
+    int64_t cap = (int64_t)len + 8;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int32_t *ids = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *ids);
+        if (!ids) {
+            fprintf(stderr, "error: out of memory tokenizing %zu bytes\n", len);
+            return NULL;
+        }
+        int64_t got = 0;
+        if (ts_model_tokenize(m, text, len, add_special, parse_special, ids, cap, &got, &err) != TS_OK) {
+            fprintf(stderr, "error: %s\n", err.message);
+            free(ids);
+            return NULL;
+        }
+        if (got <= cap) {
+            *n = got;
+            return ids;
+        }
+        free(ids);
+        cap = got;
+    }
+    fprintf(stderr, "error: the tokenizer returned an inconsistent count\n");
+    return NULL;
+}

@@ -1,0 +1,31 @@
+/* cli_util.h - small helpers the subcommands share: reading files, UTF-8
+ * decoding for display, and the log callback that routes the library's
+ * messages to stderr. */
+#ifndef TS_CLI_UTIL_H
+#define TS_CLI_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "tessera.h"
+
+/* Whole stream into a NUL-terminated malloc'ed buffer (*len bytes); NULL on error. */
+char *cli_read_stream(FILE *f, size_t *len);
+/* Whole file; NULL with a message printed on error. */
+char *cli_read_file(const char *path, size_t *len);
+
+/* Length of the complete, valid UTF-8 sequence at s[0..n) and its code point,
+ * or 0 when it is invalid or incomplete (overlong forms, surrogates and code
+ * points above U+10FFFF are invalid). */
+size_t cli_utf8_len(const unsigned char *s, size_t n, uint32_t *cp);
+
+/* Log callback for the library: warnings to stderr ("warning: ..."); errors
+ * are not printed here because every command prints the returned message. */
+void cli_log(ts_log_level level, const char *msg, void *user_data);
+
+/* Tokenizes text into a malloc'ed array (*n ids); NULL (message printed) on error. */
+int32_t *cli_tokenize_text(const ts_model *m, const char *text, size_t len, bool add_special, bool parse_special,
+                      int64_t *n);
+
+#endif

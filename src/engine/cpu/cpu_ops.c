@@ -1,0 +1,191 @@
+/* cpu_ops.c - graph nodes on the CPU kernels (see cpu_ops.h). */
+#include "engine/cpu/cpu_ops.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/linear.h"
+#include "kernels/ops.h"
+#include "quant/quant.h"
+
+struct ts_cpu_exec {
+    ts_linear_ws *lin;   /* NULL when the graph has no matmul */
+    float *attn_scratch; /* [n_threads][attn_stride] */
+    int64_t attn_stride;
+    float *rope_cs; /* [max n_rot] */
+};
+
+/* What the nodes need: widest matmul input, widest attention scratch row,
+ * largest n_rot. */
+static void needs(const ts_eng_node *nodes, int n_nodes, int64_t *max_in, int64_t *attn_row, int *max_rot) {
+    *max_in = 0;
+    *attn_row = 0;
+    *max_rot = 0;
+    for (int i = 0; i < n_nodes; i++) {
+        const ts_eng_node *n = &nodes[i];
+        if (n->op == TS_OP_MATMUL && n->matmul.n_in > *max_in)
+            *max_in = n->matmul.n_in;
+        if (n->op == TS_OP_ATTENTION) {
+            /* ts_attention: (pos0 + n_tok) scores + 2 * head_dim per thread */
+            const int64_t r = (int64_t)n->attention.n_ctx + 2 * (int64_t)n->attention.head_dim;
+            if (r > *attn_row)
+                *attn_row = r;
+        }
+        if (n->op == TS_OP_ROPE && n->rope.n_rot > *max_rot)
+            *max_rot = n->rope.n_rot;
+    }
+    *attn_row = (*attn_row + 15) & ~(int64_t)15; /* threads never share a cache line */
+}
+
+uint64_t ts_cpu_exec_bytes(const ts_eng_node *nodes, int n_nodes, int width, int n_threads) {
+    int64_t max_in, attn_row;
+    int max_rot;
+    needs(nodes, n_nodes, &max_in, &attn_row, &max_rot);
+    uint64_t b = 0;
+    /* ts_linear_ws: activation rows (< 4 bytes per input value in all its
+     * formats together) per token, plus one f32 row per thread */
+    if (max_in)
+        b += (uint64_t)max_in * 4 * ((uint64_t)width + (uint64_t)n_threads) + 4096;
+    b += (uint64_t)attn_row * (uint64_t)n_threads * 4;
+    b += (uint64_t)max_rot * 4;
+    return b;
+}
+
+ts_cpu_exec *ts_cpu_exec_new(const ts_eng_node *nodes, int n_nodes, int width, int n_threads, ts_err *err) {
+    int64_t max_in, attn_row;
+    int max_rot;
+    needs(nodes, n_nodes, &max_in, &attn_row, &max_rot);
+    ts_cpu_exec *x = calloc(1, sizeof *x);
+    if (!x)
+        goto oom;
+    if (max_in) {
+        x->lin = ts_linear_ws_new(max_in, width, n_threads, err);
+        if (!x->lin) {
+            free(x);
+            return NULL;
+        }
+    }
+    if (attn_row) {
+        x->attn_stride = attn_row;
+        x->attn_scratch = calloc((size_t)attn_row * (size_t)n_threads, sizeof(float));
+        if (!x->attn_scratch)
+            goto oom;
+    }
+    x->rope_cs = calloc((size_t)(max_rot ? max_rot : 1), sizeof(float));
+    if (!x->rope_cs)
+        goto oom;
+    return x;
+oom:
+    ts_cpu_exec_free(x);
+    ts_err_set(err, "out of memory allocating a graph's CPU work space");
+    return NULL;
+}
+
+void ts_cpu_exec_free(ts_cpu_exec *x) {
+    if (!x)
+        return;
+    ts_linear_ws_free(x->lin);
+    free(x->attn_scratch);
+    free(x->rope_cs);
+    free(x);
+}
+
+static void *at(uint8_t *const *base, ts_eng_ref r) { return r.slot < 0 ? NULL : base[r.slot] + r.off; }
+
+void ts_cpu_exec_node(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *n, const ts_eng_bind *binds,
+                      uint8_t *const *base, int64_t pos0, int n_tok) {
+    switch (n->op) {
+    case TS_OP_MATMUL: {
+        const ts_eng_bind *b = &binds[n->matmul.w.slot];
+        const uint8_t *wp = at(base, n->matmul.w);
+        const ts_wmat w = {
+            .type = b->wtype,
+            .data = wp,
+            .n_in = n->matmul.n_in,
+            .n_out = n->matmul.n_out,
+            .row_bytes = (size_t)b->row_bytes,
+            .packed = b->layout == TS_WL_PANELS ? wp : NULL,
+        };
+        const ts_wmat *wl[1] = {&w};
+        float *y[1] = {at(base, n->matmul.y)};
+        ts_linear(pool, x->lin, 1, wl, y, at(base, n->matmul.x), n_tok);
+        break;
+    }
+    case TS_OP_RMSNORM: {
+        const float *src = at(base, n->rmsnorm.x);
+        float *dst = at(base, n->rmsnorm.y);
+        const float *w = at(base, n->rmsnorm.w);
+        const int64_t rows = (int64_t)n_tok * n->rmsnorm.rows_per_tok, len = n->rmsnorm.n;
+        for (int64_t r = 0; r < rows; r++)
+            ts_rmsnorm_f32(dst + r * len, src + r * len, w, len, n->rmsnorm.eps);
+        break;
+    }
+    case TS_OP_ROPE: {
+        float *xs = at(base, n->rope.x);
+        const double *inv_freq = at(base, n->rope.freq);
+        const int64_t row = (int64_t)n->rope.n_head * n->rope.head_dim;
+        for (int t = 0; t < n_tok; t++)
+            ts_rope_f32(xs + t * row, n->rope.n_head, n->rope.head_dim, n->rope.n_rot, n->rope.neox, inv_freq, pos0 + t,
+                        x->rope_cs);
+        break;
+    }
+    case TS_OP_KV_STORE: {
+        const int64_t D = n->kv_store.dim;
+        const float *k = at(base, n->kv_store.k), *v = at(base, n->kv_store.v);
+        uint8_t *kc = at(base, n->kv_store.kc), *vc = at(base, n->kv_store.vc);
+        for (int t = 0; t < n_tok; t++) {
+            const size_t off = (size_t)(pos0 + t) * (size_t)D;
+            const float *kt = k + (int64_t)t * D, *vt = v + (int64_t)t * D;
+            if (!n->kv_store.f16) {
+                memcpy((float *)(void *)kc + off, kt, (size_t)D * sizeof(float));
+                memcpy((float *)(void *)vc + off, vt, (size_t)D * sizeof(float));
+            } else {
+                uint16_t *kd = (uint16_t *)(void *)kc + off, *vd = (uint16_t *)(void *)vc + off;
+                for (int64_t i = 0; i < D; i++) {
+                    kd[i] = ts_f32_to_f16(kt[i]);
+                    vd[i] = ts_f32_to_f16(vt[i]);
+                }
+            }
+        }
+        break;
+    }
+    case TS_OP_ATTENTION: {
+        const ts_attn_params ap = {
+            .n_head = n->attention.n_head,
+            .n_head_kv = n->attention.n_head_kv,
+            .head_dim = n->attention.head_dim,
+            .scale = n->attention.scale,
+            .softcap = n->attention.softcap,
+            .n_swa = n->attention.n_swa,
+            .kv_f16 = n->attention.kv_f16,
+            .kv_stride = (int64_t)n->attention.n_head_kv * n->attention.head_dim,
+        };
+        ts_attention(pool, &ap, at(base, n->attention.q), at(base, n->attention.kc), at(base, n->attention.vc), pos0,
+                     n_tok, at(base, n->attention.out), x->attn_scratch, x->attn_stride);
+        break;
+    }
+    case TS_OP_SWIGLU:
+        ts_swiglu_f32(at(base, n->glu.out), at(base, n->glu.gate), at(base, n->glu.up), (int64_t)n_tok * n->glu.n);
+        break;
+    case TS_OP_GEGLU:
+        ts_geglu_tanh_f32(at(base, n->glu.out), at(base, n->glu.gate), at(base, n->glu.up), (int64_t)n_tok * n->glu.n);
+        break;
+    case TS_OP_ADD: {
+        float *y = at(base, n->add.y);
+        const float *a = at(base, n->add.x);
+        const int64_t len = (int64_t)n_tok * n->add.n;
+        for (int64_t i = 0; i < len; i++)
+            y[i] += a[i];
+        break;
+    }
+    case TS_OP_ADD_ROW: {
+        float *y = at(base, n->add.y);
+        const float *b = at(base, n->add.x);
+        for (int t = 0; t < n_tok; t++)
+            for (int64_t i = 0; i < n->add.n; i++)
+                y[(int64_t)t * n->add.n + i] += b[i];
+        break;
+    }
+    default: break;
+    }
+}

@@ -1,0 +1,1168 @@
+/* engine.c - the engine registry (names, options, listing, fallback line)
+ * and the checked wrappers of engine.h: argument and range checks, window
+ * accounting and counters common to every engine, so an implementation
+ * (cpu/, loop/, opencl/) only does its own work. Also the load-time helpers:
+ * the weight-type probe, row conversion, rope frequency packing.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "engine/engine_impl.h"
+#include "kernels/repack.h"
+#include "quant/quant.h"
+
+/* ---- names ------------------------------------------------------------- */
+
+const char *ts_eng_kind_name(ts_eng_kind k) {
+    switch (k) {
+    case TS_ENG_KIND_CPU: return "cpu";
+    case TS_ENG_KIND_LOOP: return "loop";
+    case TS_ENG_KIND_GPU: return "gpu";
+    case TS_ENG_KIND_NPU: return "npu";
+    case TS_ENG_KIND_OTHER: return "other";
+    }
+    return "?";
+}
+
+const char *ts_op_name(ts_op op) {
+    static const char *const names[TS_OP_COUNT] = {
+        [TS_OP_MATMUL] = "matmul",       [TS_OP_RMSNORM] = "rmsnorm",
+        [TS_OP_ROPE] = "rope",           [TS_OP_KV_STORE] = "kv_store",
+        [TS_OP_ATTENTION] = "attention", [TS_OP_SWIGLU] = "swiglu",
+        [TS_OP_GEGLU] = "geglu",         [TS_OP_ADD] = "add",
+        [TS_OP_ADD_ROW] = "add_row",
+    };
+    return (unsigned)op < TS_OP_COUNT ? names[op] : "?";
+}
+
+/* ---- small helpers ------------------------------------------------------ */
+
+uint64_t ts_eng_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void ts_eng_count(ts_engine *e, uint64_t *field, uint64_t v) {
+    pthread_mutex_lock(&e->lock);
+    *field += v;
+    pthread_mutex_unlock(&e->lock);
+}
+
+static void fmt_bytes(uint64_t b, char *out, size_t n) {
+    if (b >= (1ull << 30) && b % (1ull << 30) == 0)
+        snprintf(out, n, "%" PRIu64 " GiB", b >> 30);
+    else if (b >= (1ull << 20))
+        snprintf(out, n, "%.1f MiB", (double)b / (1 << 20));
+    else if (b >= 1024)
+        snprintf(out, n, "%.1f KiB", (double)b / 1024);
+    else
+        snprintf(out, n, "%" PRIu64 " B", b);
+}
+
+int ts_eng_window_reserve(ts_engine *e, uint64_t bytes, const char *what, ts_err *err) {
+    pthread_mutex_lock(&e->lock);
+    const uint64_t used = e->stats.window_used, win = e->desc.window_bytes;
+    if (bytes > win || used > win - bytes) {
+        pthread_mutex_unlock(&e->lock);
+        char a[32], b[32], c[32];
+        fmt_bytes(bytes, a, sizeof a);
+        fmt_bytes(used, b, sizeof b);
+        fmt_bytes(win, c, sizeof c);
+        return ts_err_set(err, "%s: memory window full: %s (%" PRIu64 " bytes) for %s with %s of %s in use",
+                          e->desc.name, a, bytes, what, b, c);
+    }
+    e->stats.window_used = used + bytes;
+    if (e->stats.window_used > e->stats.window_peak)
+        e->stats.window_peak = e->stats.window_used;
+    pthread_mutex_unlock(&e->lock);
+    return 0;
+}
+
+void ts_eng_window_release(ts_engine *e, uint64_t bytes) {
+    pthread_mutex_lock(&e->lock);
+    e->stats.window_used = bytes > e->stats.window_used ? 0 : e->stats.window_used - bytes;
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* strncpy that always terminates and that the compiler does not warn about
+ * truncating (messages are cut on purpose). */
+void ts_eng_copy_str(char *dst, size_t n, const char *src) {
+    if (!n)
+        return;
+    size_t l = strlen(src);
+    if (l >= n)
+        l = n - 1;
+    memcpy(dst, src, l);
+    dst[l] = 0;
+}
+
+static void objects_add(ts_engine *e, int d) {
+    pthread_mutex_lock(&e->lock);
+    e->n_objects += d;
+    pthread_mutex_unlock(&e->lock);
+}
+
+int ts_eng_parse_size(const char *s, uint64_t *out) {
+    if (!s || !*s)
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || s[0] == '-')
+        return -1;
+    unsigned shift = 0;
+    if (*end) {
+        switch (*end) {
+        case 'k':
+        case 'K': shift = 10; break;
+        case 'm':
+        case 'M': shift = 20; break;
+        case 'g':
+        case 'G': shift = 30; break;
+        default: return -1;
+        }
+        end++;
+        if (*end == 'i' || *end == 'I')
+            end++; /* "64MiB" */
+        if (*end == 'b' || *end == 'B')
+            end++;
+        if (*end)
+            return -1;
+    }
+    if (shift && v > (UINT64_MAX >> shift))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+/* ---- engine shell ------------------------------------------------------- */
+
+ts_engine *ts_eng_alloc(const ts_eng_vt *vt, const ts_eng_opts *o, ts_err *err) {
+    ts_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        ts_err_set(err, "out of memory opening an engine");
+        return NULL;
+    }
+    e->vt = vt;
+    if (o)
+        e->opts = *o;
+    pthread_mutex_init(&e->lock, NULL);
+    return e;
+}
+
+void ts_eng_dealloc(ts_engine *e) {
+    if (!e)
+        return;
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+}
+
+/* ---- registry ----------------------------------------------------------- */
+
+static int parse_int_opt(const char *key, const char *val, long long lo, long long hi, long long *out, ts_err *err) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(val, &end, 10);
+    if (errno || end == val || *end || v < lo || v > hi)
+        return ts_err_set(err, "option %s=%s: expected an integer in [%lld, %lld]", key, val, lo, hi);
+    *out = v;
+    return 0;
+}
+
+/* Splits "base[:variant][,k=v]..." into o. */
+static int parse_spec(const char *spec, ts_eng_opts *o, ts_err *err) {
+    memset(o, 0, sizeof *o);
+    o->delay_us = -1;
+    if (!spec || !*spec)
+        return ts_err_set(err, "empty device name");
+    char buf[256];
+    if (strlen(spec) >= sizeof buf)
+        return ts_err_set(err, "device name too long (%zu bytes)", strlen(spec));
+    strcpy(buf, spec);
+    char *save = NULL;
+    char *tok = strtok_r(buf, ",", &save);
+    if (!tok)
+        return ts_err_set(err, "empty device name '%s'", spec);
+    char *colon = strchr(tok, ':');
+    if (colon)
+        *colon = 0;
+    if (strlen(tok) >= sizeof o->base)
+        return ts_err_set(err, "unknown device '%s'", tok);
+    strcpy(o->base, tok);
+    if (colon) {
+        if (strlen(colon + 1) >= sizeof o->variant || !colon[1])
+            return ts_err_set(err, "device '%s': bad variant '%s'", o->base, colon + 1);
+        strcpy(o->variant, colon + 1);
+    }
+    const bool is_cpu = !strcmp(o->base, "cpu"), is_loop = !strcmp(o->base, "loop"),
+               is_ocl = !strcmp(o->base, "opencl");
+    if (!is_cpu && !is_loop && !is_ocl)
+        return ts_err_set(err, "unknown device '%s' (known: cpu, loop, loop:npu, opencl, opencl:N)", spec);
+    if (is_cpu && o->variant[0])
+        return ts_err_set(err, "device 'cpu' has no variant '%s'", o->variant);
+    if (is_loop && o->variant[0] && strcmp(o->variant, "npu"))
+        return ts_err_set(err, "device 'loop' has no profile '%s' (known: loop, loop:npu)", o->variant);
+    if (is_ocl && o->variant[0]) {
+        long long idx;
+        if (parse_int_opt("opencl:N", o->variant, 0, 255, &idx, err))
+            return -1;
+    }
+    while ((tok = strtok_r(NULL, ",", &save))) {
+        char *eq = strchr(tok, '=');
+        if (!eq)
+            return ts_err_set(err, "device '%s': option '%s' is not key=value", o->base, tok);
+        *eq = 0;
+        const char *key = tok, *val = eq + 1;
+        long long v = 0;
+        if (!strcmp(key, "window")) {
+            if (ts_eng_parse_size(val, &o->window) || o->window == 0)
+                return ts_err_set(err, "option window=%s: expected a size such as 64M or 2G", val);
+        } else if (!strcmp(key, "threads")) {
+            if (is_ocl)
+                return ts_err_set(err, "option threads does not apply to %s", o->base);
+            if (parse_int_opt(key, val, 1, 256, &v, err))
+                return -1;
+            o->threads = (int)v;
+        } else if (!strcmp(key, "delay_us")) {
+            if (!is_loop)
+                return ts_err_set(err, "option delay_us applies to loop only, not %s", o->base);
+            if (parse_int_opt(key, val, 0, 10000000, &v, err))
+                return -1;
+            o->delay_us = v;
+        } else if (!strcmp(key, "nowait")) {
+            if (!is_loop)
+                return ts_err_set(err, "option nowait applies to loop only, not %s", o->base);
+            if (parse_int_opt(key, val, 0, 1, &v, err))
+                return -1;
+            o->nowait = v != 0;
+        } else {
+            return ts_err_set(err, "device '%s': unknown option '%s' (known: window, threads, delay_us, nowait)",
+                              o->base, key);
+        }
+    }
+    return 0;
+}
+
+ts_engine *ts_eng_open(const char *spec, ts_err *err) {
+    ts_eng_opts o;
+    if (parse_spec(spec, &o, err))
+        return NULL;
+    ts_engine *e = NULL;
+    if (!strcmp(o.base, "cpu"))
+        e = ts_eng_cpu_open(&o, err);
+    else if (!strcmp(o.base, "loop"))
+        e = ts_eng_loop_open(&o, err);
+    else
+        e = ts_eng_opencl_open(&o, err);
+    if (!e)
+        return NULL;
+    /* a window option caps what the engine reports */
+    if (o.window && o.window < e->desc.window_bytes)
+        e->desc.window_bytes = o.window;
+    if (e->desc.max_buf_bytes > e->desc.window_bytes)
+        e->desc.max_buf_bytes = e->desc.window_bytes;
+    return e;
+}
+
+void ts_eng_close(ts_engine *e) {
+    if (!e)
+        return;
+    e->vt->close(e); /* frees impl and the shell */
+}
+
+const ts_eng_desc *ts_eng_describe(const ts_engine *e) { return &e->desc; }
+
+void ts_eng_get_stats(const ts_engine *e, ts_eng_stats *out) {
+    pthread_mutex_lock((pthread_mutex_t *)&e->lock);
+    *out = e->stats;
+    pthread_mutex_unlock((pthread_mutex_t *)&e->lock);
+}
+
+void ts_eng_reset_stats(ts_engine *e) {
+    pthread_mutex_lock(&e->lock);
+    const uint64_t used = e->stats.window_used;
+    memset(&e->stats, 0, sizeof e->stats);
+    e->stats.window_used = e->stats.window_peak = used;
+    pthread_mutex_unlock(&e->lock);
+}
+
+bool ts_eng_supports_op(const ts_engine *e, ts_op op, uint32_t wtype) {
+    if (!e || (unsigned)op >= TS_OP_COUNT || !(e->desc.ops & (1u << op)))
+        return false;
+    if (op == TS_OP_MATMUL && wtype < TS_TYPE_COUNT && !(e->desc.weight_types & (1ull << wtype)))
+        return false;
+    return e->vt->supports_op(e, op, wtype);
+}
+
+int ts_eng_list(ts_eng_info *out, int cap) {
+    static const char *const fixed[] = {"cpu", "loop", "loop:npu"};
+    int n = 0;
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++, n++) {
+        if (n >= cap)
+            continue;
+        ts_eng_info *in = &out[n];
+        memset(in, 0, sizeof *in);
+        snprintf(in->name, sizeof in->name, "%s", fixed[i]);
+        ts_err err = {{0}};
+        ts_engine *e = ts_eng_open(fixed[i], &err);
+        if (e) {
+            in->ok = true;
+            in->desc = e->desc;
+            ts_eng_close(e);
+        } else {
+            ts_eng_copy_str(in->reason, sizeof in->reason, err.msg);
+        }
+    }
+    ts_eng_info tmp[16];
+    int m = ts_eng_opencl_list(tmp, 16);
+    for (int i = 0; i < m; i++, n++)
+        if (n < cap && i < 16)
+            out[n] = tmp[i];
+    return n;
+}
+
+static void fmt_mask_ops(uint32_t ops, char *out, size_t n) {
+    out[0] = 0;
+    size_t len = 0;
+    for (int op = 0; op < TS_OP_COUNT; op++)
+        if (ops & (1u << op))
+            len += (size_t)snprintf(out + len, len < n ? n - len : 0, "%s%s", len ? "," : "", ts_op_name((ts_op)op));
+    if (len >= n && n)
+        out[n - 1] = 0;
+}
+
+static void fmt_mask_types(uint64_t types, char *out, size_t n) {
+    out[0] = 0;
+    size_t len = 0;
+    for (int t = 0; t < TS_TYPE_COUNT; t++)
+        if ((types & (1ull << t)) && ts_type_info((uint32_t)t))
+            len += (size_t)snprintf(out + len, len < n ? n - len : 0, "%s%s", len ? "," : "",
+                                    ts_type_info((uint32_t)t)->name);
+    if (len >= n && n)
+        out[n - 1] = 0;
+}
+
+char *ts_eng_info_line(const ts_eng_info *in, char *out, size_t n) {
+    if (!in->ok) {
+        snprintf(out, n, "%-10s unavailable: %s", in->name, in->reason);
+        return out;
+    }
+    const ts_eng_desc *d = &in->desc;
+    char win[32], widths[64] = "any", ops[128], types[160];
+    fmt_bytes(d->window_bytes, win, sizeof win);
+    if (d->n_widths) {
+        size_t len = 0;
+        for (int i = 0; i < d->n_widths; i++)
+            len += (size_t)snprintf(widths + len, len < sizeof widths ? sizeof widths - len : 0, "%s%d", i ? "/" : "",
+                                    d->widths[i]);
+    }
+    fmt_mask_ops(d->ops, ops, sizeof ops);
+    fmt_mask_types(d->weight_types, types, sizeof types);
+    snprintf(out, n, "%-10s ok  %-5s window %s, widths %s (%s), ops %s, weights %s, crossing %.1f us; %s", in->name,
+             ts_eng_kind_name(d->kind), win, widths,
+             d->n_widths ? (d->widths_required ? "required" : "preferred") : "any", ops, types,
+             (double)d->crossing_ns / 1000.0, d->detail);
+    return out;
+}
+
+char *ts_eng_fallback_line(const char *spec, const ts_err *err, char *out, size_t n) {
+    snprintf(out, n, "tessera: prefill device '%s' unavailable (%s); running on the CPU", spec ? spec : "",
+             err && err->msg[0] ? err->msg : "unknown error");
+    return out;
+}
+
+/* ---- buffers ------------------------------------------------------------ */
+
+static ts_eng_buf *buf_make(ts_engine *e, ts_eng_mem mem, size_t bytes, void *host, ts_err *err) {
+    if (!e) {
+        ts_err_set(err, "engine is NULL");
+        return NULL;
+    }
+    if (bytes == 0) {
+        ts_err_set(err, "%s: buffer of 0 bytes", e->desc.name);
+        return NULL;
+    }
+    if (bytes > e->desc.max_buf_bytes) {
+        char a[32], b[32];
+        fmt_bytes(bytes, a, sizeof a);
+        fmt_bytes(e->desc.max_buf_bytes, b, sizeof b);
+        ts_err_set(err, "%s: buffer of %s (%zu bytes) exceeds the largest allowed (%s)", e->desc.name, a, bytes, b);
+        return NULL;
+    }
+    if (ts_eng_window_reserve(e, bytes, mem == TS_MEM_MAPPED ? "a mapped host range" : "a buffer", err))
+        return NULL;
+    ts_eng_buf *b = calloc(1, sizeof *b);
+    if (!b) {
+        ts_eng_window_release(e, bytes);
+        ts_err_set(err, "out of memory");
+        return NULL;
+    }
+    b->eng = e;
+    b->mem = mem;
+    b->size = bytes;
+    b->host = host;
+    if (e->vt->buf_init(e, b, err)) {
+        ts_eng_window_release(e, bytes);
+        free(b);
+        return NULL;
+    }
+    objects_add(e, 1);
+    return b;
+}
+
+ts_eng_buf *ts_eng_buf_alloc(ts_engine *e, ts_eng_mem mem, size_t bytes, ts_err *err) {
+    if (mem != TS_MEM_DEVICE && mem != TS_MEM_HOST) {
+        ts_err_set(err, "buffer kind %d: allocate DEVICE or HOST memory (MAPPED comes from ts_eng_buf_map)", (int)mem);
+        return NULL;
+    }
+    return buf_make(e, mem, bytes, NULL, err);
+}
+
+ts_eng_buf *ts_eng_buf_map(ts_engine *e, void *host, size_t bytes, ts_err *err) {
+    if (!host) {
+        ts_err_set(err, "mapping a NULL host pointer");
+        return NULL;
+    }
+    if ((uintptr_t)host % 16) {
+        ts_err_set(err, "mapping host pointer %p: not 16-byte aligned", host);
+        return NULL;
+    }
+    return buf_make(e, TS_MEM_MAPPED, bytes, host, err);
+}
+
+void ts_eng_buf_free(ts_eng_buf *b) {
+    if (!b)
+        return;
+    ts_engine *e = b->eng;
+    e->vt->buf_fini(b);
+    ts_eng_window_release(e, b->size);
+    objects_add(e, -1);
+    free(b);
+}
+
+size_t ts_eng_buf_size(const ts_eng_buf *b) { return b->size; }
+ts_eng_mem ts_eng_buf_mem(const ts_eng_buf *b) { return b->mem; }
+void *ts_eng_buf_host(const ts_eng_buf *b) { return b->host; }
+
+/* ---- queues and events -------------------------------------------------- */
+
+ts_eng_queue *ts_eng_queue_new(ts_engine *e, ts_err *err) {
+    if (!e) {
+        ts_err_set(err, "engine is NULL");
+        return NULL;
+    }
+    ts_eng_queue *q = calloc(1, sizeof *q);
+    if (!q) {
+        ts_err_set(err, "out of memory");
+        return NULL;
+    }
+    q->eng = e;
+    if (e->vt->queue_init(e, q, err)) {
+        free(q);
+        return NULL;
+    }
+    objects_add(e, 1);
+    return q;
+}
+
+void ts_eng_queue_free(ts_eng_queue *q) {
+    if (!q)
+        return;
+    ts_engine *e = q->eng;
+    (void)e->vt->finish(q, NULL);
+    e->vt->queue_fini(q);
+    objects_add(e, -1);
+    free(q);
+}
+
+static int check_range(const ts_eng_queue *q, const ts_eng_buf *b, size_t off, size_t n, const char *what,
+                       ts_err *err) {
+    if (!q)
+        return ts_err_set(err, "%s: queue is NULL", what);
+    if (!b)
+        return ts_err_set(err, "%s: buffer is NULL", what);
+    if (b->eng != q->eng)
+        return ts_err_set(err, "%s: buffer belongs to another engine", what);
+    if (off > b->size || n > b->size - off)
+        return ts_err_set(err, "%s: %s: range [%zu, %zu+%zu) past the end of a %zu-byte buffer (refused)",
+                          q->eng->desc.name, what, off, off, n, b->size);
+    return 0;
+}
+
+int ts_eng_enqueue_write(ts_eng_queue *q, ts_eng_buf *b, size_t off, const void *src, size_t n, ts_err *err) {
+    if (check_range(q, b, off, n, "upload", err))
+        return -1;
+    if (!src && n)
+        return ts_err_set(err, "upload: source is NULL");
+    if (!n)
+        return 0;
+    if (q->eng->vt->enq_write(q, b, off, src, n, err))
+        return -1;
+    TS_ENG_COUNT(q->eng, upload_bytes, n);
+    return 0;
+}
+
+int ts_eng_enqueue_read(ts_eng_queue *q, ts_eng_buf *b, size_t off, void *dst, size_t n, ts_err *err) {
+    if (check_range(q, b, off, n, "download", err))
+        return -1;
+    if (!dst && n)
+        return ts_err_set(err, "download: destination is NULL");
+    if (!n)
+        return 0;
+    if (q->eng->vt->enq_read(q, b, off, dst, n, err))
+        return -1;
+    TS_ENG_COUNT(q->eng, download_bytes, n);
+    return 0;
+}
+
+int ts_eng_enqueue_host_sync(ts_eng_queue *q, ts_eng_buf *b, size_t off, size_t n, ts_eng_sync_dir dir, ts_err *err) {
+    if (check_range(q, b, off, n, "host sync", err))
+        return -1;
+    if (b->mem == TS_MEM_DEVICE)
+        return ts_err_set(err, "host sync: a DEVICE buffer has no host side");
+    if (dir != TS_SYNC_TO_DEVICE && dir != TS_SYNC_TO_HOST)
+        return ts_err_set(err, "host sync: bad direction %d", (int)dir);
+    if (!n)
+        return 0;
+    return q->eng->vt->enq_host_sync(q, b, off, n, dir, err);
+}
+
+int ts_eng_enqueue_wait(ts_eng_queue *q, ts_eng_event *ev, unsigned flags, ts_err *err) {
+    if (!q || !ev)
+        return ts_err_set(err, "wait: queue or event is NULL");
+    if (ev->eng != q->eng)
+        return ts_err_set(err, "wait: the event belongs to another engine");
+    if (flags & ~TS_WAIT_WEIGHTS)
+        return ts_err_set(err, "wait: unknown flags 0x%x", flags);
+    return q->eng->vt->enq_wait(q, ev, flags, err);
+}
+
+static ts_eng_event *event_make(ts_engine *e, ts_eng_queue *q, bool user, ts_err *err) {
+    ts_eng_event *ev = calloc(1, sizeof *ev);
+    if (!ev) {
+        ts_err_set(err, "out of memory");
+        return NULL;
+    }
+    ev->eng = e;
+    ev->queue = q;
+    ev->user = user;
+    if (e->vt->event_init(e, ev, user, err)) {
+        free(ev);
+        return NULL;
+    }
+    objects_add(e, 1);
+    return ev;
+}
+
+ts_eng_event *ts_eng_enqueue_marker(ts_eng_queue *q, ts_err *err) {
+    if (!q) {
+        ts_err_set(err, "marker: queue is NULL");
+        return NULL;
+    }
+    ts_eng_event *ev = event_make(q->eng, q, false, err);
+    if (!ev)
+        return NULL;
+    if (q->eng->vt->enq_marker(q, ev, err)) {
+        ts_eng_event_free(ev);
+        return NULL;
+    }
+    return ev;
+}
+
+ts_eng_event *ts_eng_user_event(ts_engine *e, ts_err *err) {
+    if (!e) {
+        ts_err_set(err, "engine is NULL");
+        return NULL;
+    }
+    return event_make(e, NULL, true, err);
+}
+
+int ts_eng_event_signal(ts_eng_event *ev, ts_err *err) {
+    if (!ev)
+        return ts_err_set(err, "signal: event is NULL");
+    if (!ev->user)
+        return ts_err_set(err, "signal: only a user event can be signalled by the host");
+    return ev->eng->vt->event_signal(ev, err);
+}
+
+int ts_eng_event_wait(ts_eng_event *ev, ts_err *err) {
+    if (!ev)
+        return ts_err_set(err, "event wait: event is NULL");
+    return ev->eng->vt->event_wait(ev, err);
+}
+
+bool ts_eng_event_done(ts_eng_event *ev) { return ev && ev->eng->vt->event_done(ev); }
+
+void ts_eng_event_free(ts_eng_event *ev) {
+    if (!ev)
+        return;
+    ts_engine *e = ev->eng;
+    e->vt->event_fini(ev); /* the engine frees ev once nothing refers to it */
+    objects_add(e, -1);
+}
+
+int ts_eng_queue_flush(ts_eng_queue *q, ts_err *err) {
+    if (!q)
+        return ts_err_set(err, "flush: queue is NULL");
+    return q->eng->vt->flush(q, err);
+}
+
+int ts_eng_queue_finish(ts_eng_queue *q, ts_err *err) {
+    if (!q)
+        return ts_err_set(err, "finish: queue is NULL");
+    return q->eng->vt->finish(q, err);
+}
+
+/* ---- graphs ------------------------------------------------------------- */
+
+int ts_eng_node_refs(const ts_eng_node *n, int n_tok, ts_eng_ref *refs, uint64_t *bytes, uint32_t *align,
+                     bool *is_weight) {
+    int k = 0;
+    const uint64_t T = (uint64_t)(n_tok > 0 ? n_tok : 0);
+#define REF(r, b, a, w) (refs[k] = (r), bytes[k] = (b), align[k] = (a), is_weight[k] = (w), k++)
+    switch (n->op) {
+    case TS_OP_MATMUL:
+        REF(n->matmul.w, 0, 1, true); /* size from the binding */
+        REF(n->matmul.x, T * (uint64_t)n->matmul.n_in * 4, 4, false);
+        REF(n->matmul.y, T * (uint64_t)n->matmul.n_out * 4, 4, false);
+        break;
+    case TS_OP_RMSNORM: {
+        const uint64_t b = T * (uint64_t)n->rmsnorm.rows_per_tok * (uint64_t)n->rmsnorm.n * 4;
+        REF(n->rmsnorm.x, b, 4, false);
+        REF(n->rmsnorm.y, b, 4, false);
+        REF(n->rmsnorm.w, (uint64_t)n->rmsnorm.n * 4, 4, false);
+        break;
+    }
+    case TS_OP_ROPE:
+        REF(n->rope.x, T * (uint64_t)n->rope.n_head * (uint64_t)n->rope.head_dim * 4, 4, false);
+        REF(n->rope.freq, ts_eng_rope_freq_bytes(n->rope.n_rot), 8, false);
+        break;
+    case TS_OP_KV_STORE: {
+        const uint64_t es = n->kv_store.f16 ? 2 : 4;
+        REF(n->kv_store.k, T * (uint64_t)n->kv_store.dim * 4, 4, false);
+        REF(n->kv_store.v, T * (uint64_t)n->kv_store.dim * 4, 4, false);
+        REF(n->kv_store.kc, (uint64_t)n->kv_store.n_ctx * (uint64_t)n->kv_store.dim * es, (uint32_t)es, false);
+        REF(n->kv_store.vc, (uint64_t)n->kv_store.n_ctx * (uint64_t)n->kv_store.dim * es, (uint32_t)es, false);
+        break;
+    }
+    case TS_OP_ATTENTION: {
+        const uint64_t es = n->attention.kv_f16 ? 2 : 4;
+        const uint64_t qb = T * (uint64_t)n->attention.n_head * (uint64_t)n->attention.head_dim * 4;
+        const uint64_t cb =
+            (uint64_t)n->attention.n_ctx * (uint64_t)n->attention.n_head_kv * (uint64_t)n->attention.head_dim * es;
+        REF(n->attention.q, qb, 4, false);
+        REF(n->attention.kc, cb, (uint32_t)es, false);
+        REF(n->attention.vc, cb, (uint32_t)es, false);
+        REF(n->attention.out, qb, 4, false);
+        break;
+    }
+    case TS_OP_SWIGLU:
+    case TS_OP_GEGLU: {
+        const uint64_t b = T * (uint64_t)n->glu.n * 4;
+        REF(n->glu.gate, b, 4, false);
+        REF(n->glu.up, b, 4, false);
+        REF(n->glu.out, b, 4, false);
+        break;
+    }
+    case TS_OP_ADD:
+    case TS_OP_ADD_ROW:
+        REF(n->add.y, T * (uint64_t)n->add.n * 4, 4, false);
+        REF(n->add.x, (n->op == TS_OP_ADD ? T : 1) * (uint64_t)n->add.n * 4, 4, false);
+        break;
+    default: break;
+    }
+#undef REF
+    return k;
+}
+
+/* Shape checks of one node that do not depend on the engine. */
+static int check_node_shape(const ts_eng_node *n, int idx, int n_slots, ts_err *err) {
+    const char *nm = ts_op_name(n->op);
+    if ((unsigned)n->op >= TS_OP_COUNT)
+        return ts_err_set(err, "node %d: unknown op %d", idx, (int)n->op);
+    const int64_t lim = (int64_t)1 << 30;
+#define BAD(cond, ...) \
+    do { \
+        if (cond) { \
+            ts_err_set(err, __VA_ARGS__); \
+            return ts_err_prefix(err, "node %d (%s)", idx, nm); \
+        } \
+    } while (0)
+    switch (n->op) {
+    case TS_OP_MATMUL:
+        BAD(n->matmul.n_in < 1 || n->matmul.n_in > lim, "n_in %lld out of range", (long long)n->matmul.n_in);
+        BAD(n->matmul.n_out < 1 || n->matmul.n_out > lim, "n_out %lld out of range", (long long)n->matmul.n_out);
+        break;
+    case TS_OP_RMSNORM:
+        BAD(n->rmsnorm.n < 1 || n->rmsnorm.n > lim, "n %lld out of range", (long long)n->rmsnorm.n);
+        BAD(n->rmsnorm.rows_per_tok < 1 || n->rmsnorm.rows_per_tok > 65536, "rows_per_tok %d out of range",
+            n->rmsnorm.rows_per_tok);
+        BAD(!(n->rmsnorm.eps >= 0.0f) || !isfinite(n->rmsnorm.eps), "eps %g is not a finite value >= 0",
+            (double)n->rmsnorm.eps);
+        break;
+    case TS_OP_ROPE:
+        BAD(n->rope.n_head < 1 || n->rope.n_head > 65536, "n_head %d out of range", n->rope.n_head);
+        BAD(n->rope.head_dim < 2 || n->rope.head_dim > 65536, "head_dim %d out of range", n->rope.head_dim);
+        BAD(n->rope.n_rot < 2 || n->rope.n_rot > n->rope.head_dim || n->rope.n_rot % 2,
+            "n_rot %d must be even and in [2, head_dim %d]", n->rope.n_rot, n->rope.head_dim);
+        break;
+    case TS_OP_KV_STORE:
+        BAD(n->kv_store.dim < 1 || n->kv_store.dim > lim, "dim %lld out of range", (long long)n->kv_store.dim);
+        BAD(n->kv_store.n_ctx < 1, "n_ctx %d out of range", n->kv_store.n_ctx);
+        break;
+    case TS_OP_ATTENTION:
+        BAD(n->attention.n_head < 1 || n->attention.n_head_kv < 1 || n->attention.n_head % n->attention.n_head_kv,
+            "n_head %d is not a positive multiple of n_head_kv %d", n->attention.n_head, n->attention.n_head_kv);
+        BAD(n->attention.head_dim < 1 || n->attention.head_dim > 65536, "head_dim %d out of range",
+            n->attention.head_dim);
+        BAD(n->attention.n_ctx < 1, "n_ctx %d out of range", n->attention.n_ctx);
+        BAD(n->attention.n_swa < 0, "n_swa %d is negative", n->attention.n_swa);
+        BAD(!isfinite(n->attention.scale) || !(n->attention.softcap >= 0.0f) || !isfinite(n->attention.softcap),
+            "scale %g / softcap %g not finite (softcap >= 0)", (double)n->attention.scale,
+            (double)n->attention.softcap);
+        break;
+    case TS_OP_SWIGLU:
+    case TS_OP_GEGLU: BAD(n->glu.n < 1 || n->glu.n > lim, "n %lld out of range", (long long)n->glu.n); break;
+    case TS_OP_ADD:
+    case TS_OP_ADD_ROW: BAD(n->add.n < 1 || n->add.n > lim, "n %lld out of range", (long long)n->add.n); break;
+    default: break;
+    }
+    ts_eng_ref refs[6] = {{0}};
+    uint64_t bytes[6] = {0};
+    uint32_t align[6] = {0};
+    bool isw[6] = {0};
+    const int k = ts_eng_node_refs(n, 1, refs, bytes, align, isw);
+    for (int i = 0; i < k; i++) {
+        const bool optional = n->op == TS_OP_RMSNORM && i == 2;
+        BAD(refs[i].slot < 0 && !optional, "operand %d has no slot", i);
+        BAD(refs[i].slot >= n_slots, "operand %d uses slot %d of %d", i, refs[i].slot, n_slots);
+    }
+#undef BAD
+    return 0;
+}
+
+ts_eng_graph *ts_eng_graph_new(ts_engine *e, const ts_eng_node *nodes, int n_nodes, int n_slots, int width,
+                               ts_err *err) {
+    if (!e || !nodes) {
+        ts_err_set(err, "graph: engine or nodes is NULL");
+        return NULL;
+    }
+    const ts_eng_desc *d = &e->desc;
+    if (n_nodes < 1 || n_nodes > 1 << 20) {
+        ts_err_set(err, "graph: %d nodes", n_nodes);
+        return NULL;
+    }
+    if (n_slots < 1 || n_slots > 4096) {
+        ts_err_set(err, "graph: %d slots (1..4096)", n_slots);
+        return NULL;
+    }
+    if (width < 1 || width > d->max_width) {
+        ts_err_set(err, "%s: graph width %d outside [1, %d]", d->name, width, d->max_width);
+        return NULL;
+    }
+    if (d->widths_required) {
+        bool ok = false;
+        for (int i = 0; i < d->n_widths; i++)
+            ok |= d->widths[i] == width;
+        if (!ok) {
+            ts_err_set(err, "%s: graph width %d refused: this device runs only widths of %d..%d from its list", d->name,
+                       width, d->n_widths ? d->widths[0] : 0, d->n_widths ? d->widths[d->n_widths - 1] : 0);
+            return NULL;
+        }
+    }
+    for (int i = 0; i < n_nodes; i++) {
+        if (check_node_shape(&nodes[i], i, n_slots, err))
+            return NULL;
+        if (!ts_eng_supports_op(e, nodes[i].op, TS_ENG_ANY_WTYPE)) {
+            ts_err_set(err, "%s: node %d: op %s is not supported by this device", d->name, i, ts_op_name(nodes[i].op));
+            return NULL;
+        }
+        if (e->vt->check_node && e->vt->check_node(e, &nodes[i], width, err)) {
+            ts_err_prefix(err, "%s: node %d (%s)", d->name, i, ts_op_name(nodes[i].op));
+            return NULL;
+        }
+    }
+    ts_eng_graph *g = calloc(1, sizeof *g);
+    if (g)
+        g->nodes = malloc((size_t)n_nodes * sizeof *nodes);
+    if (!g || !g->nodes) {
+        if (g)
+            free(g);
+        ts_err_set(err, "out of memory building a graph");
+        return NULL;
+    }
+    memcpy(g->nodes, nodes, (size_t)n_nodes * sizeof *nodes);
+    g->eng = e;
+    g->n_nodes = n_nodes;
+    g->n_slots = n_slots;
+    g->width = width;
+    g->scratch_bytes = e->vt->graph_scratch ? e->vt->graph_scratch(e, g) : 0;
+    if (g->scratch_bytes && ts_eng_window_reserve(e, g->scratch_bytes, "graph scratch", err))
+        goto fail;
+    if (e->vt->graph_init(e, g, err)) {
+        ts_eng_window_release(e, g->scratch_bytes);
+        goto fail;
+    }
+    objects_add(e, 1);
+    TS_ENG_COUNT(e, graph_builds, 1);
+    return g;
+fail:
+    free(g->nodes);
+    free(g);
+    return NULL;
+}
+
+void ts_eng_graph_free(ts_eng_graph *g) {
+    if (!g)
+        return;
+    ts_engine *e = g->eng;
+    e->vt->graph_fini(g);
+    ts_eng_window_release(e, g->scratch_bytes);
+    objects_add(e, -1);
+    free(g->nodes);
+    free(g);
+}
+
+int ts_eng_graph_width(const ts_eng_graph *g) { return g->width; }
+
+/* Checks one binding of a weight slot for a matmul of n_in x n_out. */
+static int check_weight(const ts_engine *e, const ts_eng_bind *b, int64_t n_in, int64_t n_out, uint64_t *bytes,
+                        ts_err *err) {
+    const ts_type_traits *tt = ts_type_info(b->wtype);
+    if (!tt)
+        return ts_err_set(err, "weight type id %u unknown", b->wtype);
+    if (!ts_eng_supports_op(e, TS_OP_MATMUL, b->wtype))
+        return ts_err_set(err, "%s does not take %s weights (convert them at load: ts_eng_probe_weight_type)",
+                          e->desc.name, tt->name);
+    const size_t rb = ts_row_size(b->wtype, n_in);
+    if (!rb || rb != b->row_bytes)
+        return ts_err_set(err, "%s weight with rows of %lld: row_bytes %" PRIu64 ", expected %zu", tt->name,
+                          (long long)n_in, b->row_bytes, rb);
+    if (b->layout == TS_WL_ROWS) {
+        *bytes = (uint64_t)n_out * rb;
+    } else if (b->layout == TS_WL_PANELS) {
+        if (!e->desc.cpu_layouts)
+            return ts_err_set(err, "%s does not take CPU panel layouts", e->desc.name);
+        *bytes = ts_rp_matrix_bytes(b->wtype, n_in, n_out);
+        if (!*bytes)
+            return ts_err_set(err, "%s cannot be in panel layout", tt->name);
+    } else {
+        return ts_err_set(err, "weight layout %d unknown", (int)b->layout);
+    }
+    return 0;
+}
+
+int ts_eng_enqueue_graph(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *binds, int n_binds, int64_t pos0,
+                         int n_tok, ts_err *err) {
+    if (!q || !g)
+        return ts_err_set(err, "graph run: queue or graph is NULL");
+    ts_engine *e = q->eng;
+    if (g->eng != e)
+        return ts_err_set(err, "graph run: the graph belongs to another engine");
+    if (n_binds < g->n_slots || !binds)
+        return ts_err_set(err, "graph run: %d bindings for %d slots", n_binds, g->n_slots);
+    if (n_tok < 1 || n_tok > g->width)
+        return ts_err_set(err, "graph run: n_tok %d outside [1, %d]", n_tok, g->width);
+    if (e->desc.widths_required && n_tok != g->width)
+        return ts_err_set(err, "%s: graph run of %d tokens: this device requires exactly the graph width %d",
+                          e->desc.name, n_tok, g->width);
+    if (pos0 < 0 || pos0 > (int64_t)1 << 40)
+        return ts_err_set(err, "graph run: pos0 %lld out of range", (long long)pos0);
+    for (int i = 0; i < g->n_slots; i++) {
+        const ts_eng_bind *b = &binds[i];
+        if (b->buf && b->buf->eng != e)
+            return ts_err_set(err, "graph run: slot %d is bound to another engine's buffer", i);
+        if (b->buf && b->off > b->buf->size)
+            return ts_err_set(err, "graph run: slot %d offset %" PRIu64 " past its %zu-byte buffer", i, b->off,
+                              b->buf->size);
+    }
+    for (int ni = 0; ni < g->n_nodes; ni++) {
+        const ts_eng_node *n = &g->nodes[ni];
+        ts_eng_ref refs[6] = {{0}};
+        uint64_t bytes[6] = {0};
+        uint32_t align[6] = {0};
+        bool isw[6] = {0};
+        const int k = ts_eng_node_refs(n, n_tok, refs, bytes, align, isw);
+        if (n->op == TS_OP_KV_STORE || n->op == TS_OP_ATTENTION) {
+            const int32_t cap = n->op == TS_OP_KV_STORE ? n->kv_store.n_ctx : n->attention.n_ctx;
+            if (pos0 + n_tok > cap)
+                return ts_err_set(err, "graph run: node %d (%s): positions up to %lld past the cache's %d rows", ni,
+                                  ts_op_name(n->op), (long long)(pos0 + n_tok), cap);
+        }
+        for (int i = 0; i < k; i++) {
+            if (refs[i].slot < 0)
+                continue;
+            const ts_eng_bind *b = &binds[refs[i].slot];
+            if (!b->buf)
+                return ts_err_set(err, "graph run: node %d (%s): slot %d is not bound", ni, ts_op_name(n->op),
+                                  refs[i].slot);
+            uint64_t need = bytes[i];
+            if (isw[i] && check_weight(e, b, n->matmul.n_in, n->matmul.n_out, &need, err))
+                return ts_err_prefix(err, "graph run: node %d (matmul), slot %d", ni, refs[i].slot);
+            uint64_t start, end;
+            if (ts_add_overflow_u64(b->off, refs[i].off, &start) || ts_add_overflow_u64(start, need, &end) ||
+                end > b->buf->size)
+                return ts_err_set(err,
+                                  "graph run: node %d (%s) operand %d: bytes [%" PRIu64 ", +%" PRIu64
+                                  ") past slot %d's %zu-byte buffer",
+                                  ni, ts_op_name(n->op), i, b->off + refs[i].off, need, refs[i].slot, b->buf->size);
+            if (start % align[i])
+                return ts_err_set(err, "graph run: node %d (%s) operand %d: offset %" PRIu64 " not %u-byte aligned", ni,
+                                  ts_op_name(n->op), i, start, align[i]);
+        }
+    }
+    if (e->vt->enq_graph(q, g, binds, pos0, n_tok, err))
+        return -1;
+    TS_ENG_COUNT(e, graph_runs, 1);
+    return 0;
+}
+
+/* ---- helpers for the runtime ------------------------------------------- */
+
+size_t ts_eng_rope_freq_bytes(int n_rot) {
+    const size_t pairs = n_rot > 0 ? (size_t)n_rot / 2 : 0;
+    return pairs * (sizeof(double) + 2 * sizeof(float));
+}
+
+void ts_eng_rope_freq_pack(const double *inv_freq, int n_rot, void *dst) {
+    const int pairs = n_rot / 2;
+    uint8_t *p = dst;
+    memcpy(p, inv_freq, (size_t)pairs * sizeof(double));
+    float *hl = (float *)(void *)(p + (size_t)pairs * sizeof(double));
+    for (int i = 0; i < pairs; i++) {
+        const float hi = (float)inv_freq[i];
+        hl[2 * i] = hi;
+        hl[2 * i + 1] = (float)(inv_freq[i] - (double)hi);
+    }
+}
+
+double ts_eng_nmse(const float *a, const float *b, int64_t n) {
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = (double)a[i] - (double)b[i];
+        num += d * d;
+        den += (double)b[i] * (double)b[i];
+    }
+    if (isnan(num) || isnan(den))
+        return INFINITY;
+    if (den == 0.0)
+        return num == 0.0 ? 0.0 : INFINITY;
+    return num / den;
+}
+
+int ts_eng_convert_rows(uint32_t src_type, const void *src, size_t src_row_bytes, uint32_t dst_type, void *dst,
+                        int64_t n_in, int64_t n_rows, ts_err *err) {
+    const ts_type_traits *st = ts_type_info(src_type), *dt = ts_type_info(dst_type);
+    if (!st || !dt)
+        return ts_err_set(err, "convert: unknown type id %u or %u", src_type, dst_type);
+    if (!st->can_dequant)
+        return ts_err_set(err, "convert: cannot read %s", st->name);
+    if (!dt->can_quant)
+        return ts_err_set(err, "convert: cannot write %s", dt->name);
+    const size_t srb = ts_row_size(src_type, n_in), drb = ts_row_size(dst_type, n_in);
+    if (!srb || !drb || src_row_bytes < srb)
+        return ts_err_set(err, "convert %s -> %s: rows of %lld elements do not fit the block sizes", st->name, dt->name,
+                          (long long)n_in);
+    if (n_rows < 0)
+        return ts_err_set(err, "convert: %lld rows", (long long)n_rows);
+    float *tmp = malloc((size_t)n_in * sizeof(float));
+    if (!tmp)
+        return ts_err_set(err, "out of memory converting weights");
+    for (int64_t r = 0; r < n_rows; r++) {
+        if (ts_dequant_row(src_type, (const uint8_t *)src + (size_t)r * src_row_bytes, tmp, n_in, err) ||
+            ts_quant_row(dst_type, tmp, (uint8_t *)dst + (size_t)r * drb, n_in, err)) {
+            free(tmp);
+            return -1;
+        }
+    }
+    free(tmp);
+    return 0;
+}
+
+/* xorshift64*: deterministic probe data */
+static uint64_t rng_next(uint64_t *s) {
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 2685821657736338717ull;
+}
+static float rng_float(uint64_t *s) { return (float)((double)(rng_next(s) >> 11) / 9007199254740992.0) * 2.0f - 1.0f; }
+
+/* One probe: builds a 1-node matmul graph over weights of `type`, runs it,
+ * compares with a double-precision CPU reference. Returns 0 ok (nmse set),
+ * 1 refused (why set), -1 fatal error (err). */
+static int probe_one(ts_engine *e, uint32_t type, int64_t n_in, double *nmse, char *why, size_t why_n, ts_err *err) {
+    const ts_type_traits *tt = ts_type_info(type);
+    const size_t rb = ts_row_size(type, n_in);
+    if (!tt || !tt->can_dequant || !rb) {
+        snprintf(why, why_n, "rows of %lld do not fit the type", (long long)n_in);
+        return 1;
+    }
+    if (!ts_eng_supports_op(e, TS_OP_MATMUL, type)) {
+        snprintf(why, why_n, "matmul does not take %s", tt->name);
+        return 1;
+    }
+    const ts_eng_desc *d = &e->desc;
+    const int width = d->n_widths ? d->widths[0] : (d->max_width < 4 ? d->max_width : 4);
+    const int64_t n_out = 16;
+    const size_t wbytes = (size_t)n_out * rb, xbytes = (size_t)width * (size_t)n_in * 4,
+                 ybytes = (size_t)width * (size_t)n_out * 4;
+    uint8_t *w = malloc(wbytes);
+    float *wf = malloc((size_t)n_out * (size_t)n_in * sizeof(float));
+    float *x = malloc(xbytes), *y = malloc(ybytes), *yr = malloc(ybytes);
+    int rc = -1;
+    ts_eng_buf *bw = NULL, *bx = NULL, *by = NULL;
+    ts_eng_queue *q = NULL;
+    ts_eng_graph *g = NULL;
+    if (!w || !wf || !x || !y || !yr) {
+        ts_err_set(err, "out of memory probing %s", tt->name);
+        goto done;
+    }
+    uint64_t s = 0x9E3779B97F4A7C15ull ^ type;
+    for (int64_t i = 0; i < (int64_t)width * n_in; i++)
+        x[i] = rng_float(&s);
+    for (int64_t i = 0; i < n_out * n_in; i++)
+        wf[i] = rng_float(&s) * 0.5f;
+    if (tt->can_quant) {
+        for (int64_t r = 0; r < n_out; r++)
+            if (ts_quant_row(type, wf + r * n_in, w + (size_t)r * rb, n_in, err))
+                goto done;
+    } else {
+        /* No quantizer for this type: random bytes, kept only if they
+         * decode to finite values (scales could be NaN), else zeros. */
+        for (int attempt = 0; attempt < 8; attempt++) {
+            for (size_t i = 0; i < wbytes; i++)
+                w[i] = (uint8_t)(rng_next(&s) >> 56) & 0x3f;
+            bool finite = true;
+            for (int64_t r = 0; r < n_out && finite; r++) {
+                (void)ts_dequant_row(type, w + (size_t)r * rb, wf + r * n_in, n_in, NULL);
+                for (int64_t i = 0; i < n_in; i++)
+                    finite &= isfinite(wf[i + r * n_in]) && fabsf(wf[i + r * n_in]) < 1e4f;
+            }
+            if (finite)
+                break;
+            memset(w, 0, wbytes);
+        }
+    }
+    for (int64_t r = 0; r < n_out; r++)
+        if (ts_dequant_row(type, w + (size_t)r * rb, wf + r * n_in, n_in, err))
+            goto done;
+    for (int t = 0; t < width; t++)
+        for (int64_t r = 0; r < n_out; r++) {
+            double acc = 0.0;
+            for (int64_t i = 0; i < n_in; i++)
+                acc += (double)wf[r * n_in + i] * (double)x[(int64_t)t * n_in + i];
+            yr[(int64_t)t * n_out + r] = (float)acc;
+        }
+    ts_eng_node node = {
+        .op = TS_OP_MATMUL,
+        .matmul = {.w = TS_ENG_REF(0, 0), .x = TS_ENG_REF(1, 0), .y = TS_ENG_REF(2, 0), .n_in = n_in, .n_out = n_out}};
+    ts_err e2 = {{0}};
+    g = ts_eng_graph_new(e, &node, 1, 3, width, &e2);
+    if (!g) {
+        ts_eng_copy_str(why, why_n, "graph refused: ");
+        ts_eng_copy_str(why + strlen(why), why_n - strlen(why), e2.msg);
+        rc = 1;
+        goto done;
+    }
+    bw = ts_eng_buf_alloc(e, TS_MEM_DEVICE, wbytes, err);
+    bx = bw ? ts_eng_buf_alloc(e, TS_MEM_DEVICE, xbytes, err) : NULL;
+    by = bx ? ts_eng_buf_alloc(e, TS_MEM_DEVICE, ybytes, err) : NULL;
+    q = by ? ts_eng_queue_new(e, err) : NULL;
+    if (!q)
+        goto done;
+    ts_eng_bind binds[3] = {
+        {.buf = bw, .wtype = type, .row_bytes = rb, .layout = TS_WL_ROWS}, {.buf = bx}, {.buf = by}};
+    if (ts_eng_enqueue_write(q, bw, 0, w, wbytes, err) || ts_eng_enqueue_write(q, bx, 0, x, xbytes, err))
+        goto done;
+    if (ts_eng_enqueue_graph(q, g, binds, 3, 0, width, &e2)) {
+        ts_eng_copy_str(why, why_n, "run refused: ");
+        ts_eng_copy_str(why + strlen(why), why_n - strlen(why), e2.msg);
+        rc = 1;
+        goto done;
+    }
+    if (ts_eng_enqueue_read(q, by, 0, y, ybytes, err))
+        goto done;
+    if (ts_eng_queue_finish(q, &e2)) {
+        ts_eng_copy_str(why, why_n, "run failed: ");
+        ts_eng_copy_str(why + strlen(why), why_n - strlen(why), e2.msg);
+        rc = 1;
+        goto done;
+    }
+    *nmse = ts_eng_nmse(y, yr, (int64_t)width * n_out);
+    if (!(*nmse < 1e-2)) {
+        snprintf(why, why_n, "wrong results (nmse %.2g)", *nmse);
+        rc = 1;
+        goto done;
+    }
+    rc = 0;
+done:
+    ts_eng_queue_free(q);
+    ts_eng_buf_free(bw);
+    ts_eng_buf_free(bx);
+    ts_eng_buf_free(by);
+    ts_eng_graph_free(g);
+    free(w);
+    free(wf);
+    free(x);
+    free(y);
+    free(yr);
+    return rc;
+}
+
+static bool is_float_type(uint32_t t) { return t == TS_TYPE_F32 || t == TS_TYPE_F16 || t == TS_TYPE_BF16; }
+
+int ts_eng_probe_weight_type(ts_engine *e, uint32_t type, int64_t n_in, char *note, size_t note_size, ts_err *err) {
+    if (note && note_size)
+        note[0] = 0;
+    if (!e)
+        return ts_err_set(err, "probe: engine is NULL");
+    const ts_type_traits *tt = ts_type_info(type);
+    if (!tt)
+        return ts_err_set(err, "probe: unknown weight type id %u", type);
+    if (n_in < 1 || n_in > (1 << 24))
+        return ts_err_set(err, "probe: n_in %lld out of range", (long long)n_in);
+    uint32_t cand[4];
+    int nc = 0;
+    cand[nc++] = type;
+    if (is_float_type(type)) {
+        cand[nc++] = TS_TYPE_F16;
+        cand[nc++] = TS_TYPE_F32;
+    } else {
+        cand[nc++] = TS_TYPE_Q8_0;
+        cand[nc++] = TS_TYPE_F16;
+        cand[nc++] = TS_TYPE_F32;
+    }
+    size_t len = 0;
+    for (int i = 0; i < nc; i++) {
+        bool dup = false;
+        for (int j = 0; j < i; j++)
+            dup |= cand[j] == cand[i];
+        if (dup)
+            continue;
+        double nmse = 0;
+        char why[300] = "";
+        const int rc = probe_one(e, cand[i], n_in, &nmse, why, sizeof why, err);
+        if (rc < 0)
+            return -1;
+        if (note && note_size > len) {
+            if (rc == 0)
+                len += (size_t)snprintf(note + len, note_size - len, "%s%s: ok (nmse %.2g)", len ? "; " : "",
+                                        ts_type_info(cand[i])->name, nmse);
+            else
+                len += (size_t)snprintf(note + len, note_size - len, "%s%s: refused (%s)", len ? "; " : "",
+                                        ts_type_info(cand[i])->name, why);
+        }
+        if (rc == 0)
+            return (int)cand[i];
+    }
+    return ts_err_set(err, "%s: no weight type passes the matmul probe for %s rows of %lld", e->desc.name, tt->name,
+                      (long long)n_in);
+}

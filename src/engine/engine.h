@@ -1,0 +1,369 @@
+/* engine.h - one interface for every compute engine (the CPU, the `loop`
+ * test device, OpenCL devices, later CUDA and NPUs), and the registry that
+ * opens them by name.
+ *
+ * An engine is a table of function pointers plus a context (engine_impl.h);
+ * everything here is a thin checked wrapper over that table, so the runtime
+ * never knows which engine it drives. What an engine offers:
+ *
+ *   self-description  ts_eng_desc: kind, memory window, graph widths it
+ *                     requires or prefers, ops and weight types it takes,
+ *                     cost of one crossing. Placement reads only this.
+ *   buffers           DEVICE (device memory; the host reaches it only by
+ *                     enqueued writes/reads), HOST (host memory the device
+ *                     addresses; the host pointer is usable), MAPPED (the
+ *                     caller's own host memory made addressable by the
+ *                     device, e.g. the KV cache: no copy). Every buffer, and
+ *                     every graph's scratch, counts against the memory
+ *                     window: an allocation past it is refused, and the
+ *                     peak is reported.
+ *   queues + events   asynchronous, in order within a queue. Commands are
+ *                     handed to the device in batches (ts_eng_queue_flush;
+ *                     also done by finish and by a host wait): one batch is
+ *                     one crossing. A queue can wait on an event of another
+ *                     queue of the same engine or on a user event the host
+ *                     signals; the host waits on events.
+ *   graphs            a list of nodes (ops over slots) built once per shape
+ *                     (width) and run many times; every run binds the slots
+ *                     to buffers anew, which is how weights are rebound per
+ *                     graph (one layer graph, run once per layer with that
+ *                     layer's weights and KV cache bound).
+ *   telemetry         ts_eng_stats: counters of what happened.
+ *
+ * Names (ts_eng_open): "cpu", "loop", "loop:npu", "opencl", "opencl:N",
+ * optionally followed by ",key=value" options:
+ *   window=SIZE       the memory window (suffixes K, M, G: binary): a cap
+ *                     for real devices, the emulated size for loop
+ *   threads=N         kernel threads of cpu/loop (default 1)
+ *   delay_us=N        loop: cost charged per crossing (sleep on the device)
+ *   nowait=1          loop: BROKEN ON PURPOSE - the queue ignores waits on
+ *                     events; exists so a gate can prove it notices
+ * An unknown name or option, or a device that will not open, is an error
+ * (NULL + message) that the caller turns into one stderr line and a CPU run
+ * (ts_eng_fallback_line).
+ *
+ * Threading: an engine may be used from several host threads, but each
+ * queue and each graph by one host thread at a time. Nothing here prints.
+ */
+#ifndef TS_ENGINE_ENGINE_H
+#define TS_ENGINE_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+typedef struct ts_engine ts_engine;
+typedef struct ts_eng_buf ts_eng_buf;
+typedef struct ts_eng_queue ts_eng_queue;
+typedef struct ts_eng_event ts_eng_event;
+typedef struct ts_eng_graph ts_eng_graph;
+
+/* ---- self-description ------------------------------------------------- */
+
+typedef enum ts_eng_kind {
+    TS_ENG_KIND_CPU = 0, /* the host CPU itself */
+    TS_ENG_KIND_LOOP,    /* loopback test device: CPU kernels behind a device boundary */
+    TS_ENG_KIND_GPU,
+    TS_ENG_KIND_NPU,   /* matrix engine (also loop:npu, which emulates one) */
+    TS_ENG_KIND_OTHER, /* e.g. an OpenCL device of CPU type (PoCL) */
+} ts_eng_kind;
+const char *ts_eng_kind_name(ts_eng_kind k); /* "cpu", "loop", "gpu", "npu", "other" */
+
+/* The building blocks of the forward's stages. A device that takes a stage
+ * takes all of its ops (see docs/ENGINE.md for the mapping). */
+typedef enum ts_op {
+    TS_OP_MATMUL = 0, /* y[t][r] = sum_i x[t][i] W[r][i]                       */
+    TS_OP_RMSNORM,    /* y[row] = x[row] / rms(x[row]) * w                      */
+    TS_OP_ROPE,       /* rotary embedding of each head at position pos0 + t     */
+    TS_OP_KV_STORE,   /* K, V rows of the batch -> cache rows pos0 .. (f16/f32) */
+    TS_OP_ATTENTION,  /* causal attention over the cache (GQA, SWA, softcap)    */
+    TS_OP_SWIGLU,     /* out = silu(gate) * up                                  */
+    TS_OP_GEGLU,      /* out = gelu_tanh(gate) * up                             */
+    TS_OP_ADD,        /* y[t] += x[t]   (residual)                              */
+    TS_OP_ADD_ROW,    /* y[t] += b      (bias, one row for every token)         */
+    TS_OP_COUNT
+} ts_op;
+const char *ts_op_name(ts_op op);
+
+#define TS_ENG_MAX_WIDTHS 8
+
+typedef struct ts_eng_desc {
+    char name[48];    /* canonical name it was opened as: "loop:npu", "opencl:0" */
+    char detail[160]; /* one human line: what it is, why it has this profile */
+    ts_eng_kind kind;
+    uint64_t window_bytes;  /* memory the device can address, all buffers together */
+    uint64_t max_buf_bytes; /* largest single buffer */
+    int n_widths;           /* graph widths (tokens per graph) it names */
+    int widths[TS_ENG_MAX_WIDTHS];
+    bool widths_required;         /* true: a graph must be exactly one of widths;
+                                     false: widths are preferred, any width <= max_width runs */
+    int max_width;                /* widest graph it takes */
+    int min_width;                /* narrower graphs are not worth a crossing (placement hint) */
+    uint32_t ops;                 /* bit (1u << op): it runs op */
+    uint64_t weight_types;        /* bit (1ull << ts_type): matmul takes weights of that type */
+    uint64_t crossing_ns;         /* cost of one crossing (hand-off to the device and back) */
+    bool host_visible_device_mem; /* DEVICE buffers have a host pointer (cpu only) */
+    bool cpu_layouts;             /* takes TS_WL_PANELS weights (its kernels are the CPU's) */
+    bool stall_measured;          /* stats.stall_ns is measured (false: reported as 0) */
+} ts_eng_desc;
+
+/* ---- telemetry -------------------------------------------------------- */
+
+typedef struct ts_eng_stats {
+    uint64_t upload_bytes;    /* host -> device (enqueue_write) */
+    uint64_t download_bytes;  /* device -> host (enqueue_read) */
+    uint64_t host_sync_bytes; /* bytes of HOST/MAPPED memory made coherent (0 where
+                                 that memory is simply shared) */
+    uint64_t stall_ns;        /* queues blocked in waits flagged TS_WAIT_WEIGHTS */
+    uint64_t wait_ns;         /* queues blocked in other waits */
+    uint64_t crossings;       /* batches handed to the device */
+    uint64_t nodes;           /* graph nodes computed on the device */
+    uint64_t graph_builds;    /* graphs built (one per shape, ideally) */
+    uint64_t graph_runs;      /* graphs run */
+    uint64_t window_used;     /* bytes of the window in use now */
+    uint64_t window_peak;     /* most ever in use */
+} ts_eng_stats;
+
+/* ---- registry ----------------------------------------------------------- */
+
+/* Opens an engine by name (see the top of this file). NULL with err naming
+ * the device and why (unknown name, bad option, not in this build, no ICD,
+ * no device N, ...). */
+ts_engine *ts_eng_open(const char *spec, ts_err *err);
+/* Waits for every queue to drain, then frees the engine. Every buffer,
+ * queue, event and graph of it must have been freed. NULL is a no-op. */
+void ts_eng_close(ts_engine *e);
+
+const ts_eng_desc *ts_eng_describe(const ts_engine *e);
+/* Copies the counters (window_* included). */
+void ts_eng_get_stats(const ts_engine *e, ts_eng_stats *out);
+/* Zeroes the counters except window_used; window_peak restarts at window_used. */
+void ts_eng_reset_stats(ts_engine *e);
+
+/* Whether graphs on e may hold op `op`; for TS_OP_MATMUL also whether it
+ * takes weights of type `wtype` (ignored for other ops; TS_ENG_ANY_WTYPE
+ * asks about the op alone). */
+#define TS_ENG_ANY_WTYPE 0xFFFFFFFFu
+bool ts_eng_supports_op(const ts_engine *e, ts_op op, uint32_t wtype);
+
+typedef struct ts_eng_info {
+    char name[48];    /* what to pass to ts_eng_open */
+    bool ok;          /* it opened */
+    ts_eng_desc desc; /* valid when ok */
+    char reason[256]; /* why it did not open, when !ok */
+} ts_eng_info;
+
+/* Lists what this machine has: cpu, loop, loop:npu and each OpenCL device
+ * (or one "opencl" entry saying why there is none). Writes up to cap entries
+ * and returns how many there are (may exceed cap). Opens and closes each. */
+int ts_eng_list(ts_eng_info *out, int cap);
+/* One line for `tessera devices`: "loop:npu  ok  npu  window 256 MiB ..." or
+ * "opencl  unavailable: ..." (no newline). Returns out. */
+char *ts_eng_info_line(const ts_eng_info *in, char *out, size_t n);
+/* The single stderr line a front end prints when `spec` did not open:
+ * "tessera: prefill device 'X' unavailable (<err>); running on the CPU".
+ * Returns out. */
+char *ts_eng_fallback_line(const char *spec, const ts_err *err, char *out, size_t n);
+
+/* Parses "64M", "1G", "4096", "512K" (binary units). -1 on junk/overflow. */
+int ts_eng_parse_size(const char *s, uint64_t *out);
+
+/* ---- buffers ---------------------------------------------------------- */
+
+typedef enum ts_eng_mem {
+    TS_MEM_DEVICE = 0, /* device memory: reached by enqueued writes/reads only */
+    TS_MEM_HOST,       /* host memory the device addresses: ts_eng_buf_host is valid */
+    TS_MEM_MAPPED,     /* the caller's host memory mapped for the device (ts_eng_buf_map) */
+} ts_eng_mem;
+
+/* Allocates `bytes` (> 0) of kind mem (DEVICE or HOST). Refused, with a
+ * message giving the numbers, when it exceeds max_buf_bytes or the window
+ * has no room. Contents are undefined (loop fills DEVICE memory with 0xFF,
+ * i.e. NaN floats, so a missing upload shows). */
+ts_eng_buf *ts_eng_buf_alloc(ts_engine *e, ts_eng_mem mem, size_t bytes, ts_err *err);
+/* Makes host[0..bytes) addressable by the device without a copy. host must
+ * be 16-byte aligned (what malloc gives; page alignment lets more OpenCL
+ * drivers skip a copy) and outlive the buffer. Counts against the window. */
+ts_eng_buf *ts_eng_buf_map(ts_engine *e, void *host, size_t bytes, ts_err *err);
+/* Frees a buffer (no queued command may still use it). NULL is a no-op. */
+void ts_eng_buf_free(ts_eng_buf *b);
+size_t ts_eng_buf_size(const ts_eng_buf *b);
+ts_eng_mem ts_eng_buf_mem(const ts_eng_buf *b);
+/* Host pointer of a HOST or MAPPED buffer (and of any buffer of an engine
+ * whose desc has host_visible_device_mem); NULL otherwise. The host may
+ * touch it only when no queued command using it is in flight, and (for
+ * memory the device also wrote or will read) after a ts_eng_enqueue_host_sync. */
+void *ts_eng_buf_host(const ts_eng_buf *b);
+
+/* ---- queues and events ------------------------------------------------- */
+
+ts_eng_queue *ts_eng_queue_new(ts_engine *e, ts_err *err);
+/* Finishes the queue, then frees it. NULL is a no-op. */
+void ts_eng_queue_free(ts_eng_queue *q);
+
+/* Copies host src[0..n) into b at off, once the commands before it are
+ * done: the bytes are read when the command runs, not when it is enqueued,
+ * so src must stay valid (and hold what should be copied) until a later
+ * event completes. A range past the buffer is refused. Counted as
+ * upload_bytes. */
+int ts_eng_enqueue_write(ts_eng_queue *q, ts_eng_buf *b, size_t off, const void *src, size_t n, ts_err *err);
+/* Copies b[off..off+n) into host dst. Counted as download_bytes. */
+int ts_eng_enqueue_read(ts_eng_queue *q, ts_eng_buf *b, size_t off, void *dst, size_t n, ts_err *err);
+
+typedef enum ts_eng_sync_dir {
+    TS_SYNC_TO_DEVICE = 0, /* the host wrote b[off..off+n); the device reads it next */
+    TS_SYNC_TO_HOST,       /* the device wrote it; the host reads it after this completes */
+} ts_eng_sync_dir;
+/* Coherence point for HOST/MAPPED memory shared by host and device (the KV
+ * cache). Free where the memory is simply shared (cpu, loop, unified-memory
+ * GPUs); a map/unmap where the driver keeps a device copy. */
+int ts_eng_enqueue_host_sync(ts_eng_queue *q, ts_eng_buf *b, size_t off, size_t n, ts_eng_sync_dir dir, ts_err *err);
+
+#define TS_WAIT_WEIGHTS 1u /* the wait guards weights: its time counts as stall_ns */
+/* Commands after this one start only after ev completes. ev must be of the
+ * same engine (another queue's marker, or a user event). */
+int ts_eng_enqueue_wait(ts_eng_queue *q, ts_eng_event *ev, unsigned flags, ts_err *err);
+/* A new event that completes when every command enqueued so far on q is
+ * done. The caller frees it (ts_eng_event_free); NULL with err on failure. */
+ts_eng_event *ts_eng_enqueue_marker(ts_eng_queue *q, ts_err *err);
+/* Hands the commands enqueued so far to the device (one crossing). */
+int ts_eng_queue_flush(ts_eng_queue *q, ts_err *err);
+/* Flushes and waits until every command of q is done. Also reports an error
+ * that happened on the device since the last finish. */
+int ts_eng_queue_finish(ts_eng_queue *q, ts_err *err);
+
+/* An event the host completes with ts_eng_event_signal. Signal it before
+ * finishing or freeing a queue that waits on it (that would never end). */
+ts_eng_event *ts_eng_user_event(ts_engine *e, ts_err *err);
+int ts_eng_event_signal(ts_eng_event *ev, ts_err *err);
+/* Blocks the host until ev completes (flushing the queue it belongs to). */
+int ts_eng_event_wait(ts_eng_event *ev, ts_err *err);
+/* true when ev has completed (non-blocking). */
+bool ts_eng_event_done(ts_eng_event *ev);
+/* Drops the caller's reference; safe while the event is still pending. */
+void ts_eng_event_free(ts_eng_event *ev);
+
+/* ---- graphs ------------------------------------------------------------ */
+
+/* A reference to memory inside a graph: slot of the binding table (set per
+ * run) plus a byte offset. slot < 0: absent (optional operands only). */
+typedef struct ts_eng_ref {
+    int32_t slot;
+    uint64_t off;
+} ts_eng_ref;
+#define TS_ENG_REF(s, o) ((ts_eng_ref){.slot = (s), .off = (o)})
+#define TS_ENG_NOREF ((ts_eng_ref){.slot = -1, .off = 0})
+
+/* One op over n_tok rows (n_tok is given per run, <= the graph's width).
+ * All activations are f32, rows contiguous. */
+typedef struct ts_eng_node {
+    ts_op op;
+    union {
+        struct {             /* TS_OP_MATMUL */
+            ts_eng_ref w;    /* weight: type/layout from the slot's binding */
+            ts_eng_ref x, y; /* x [n_tok][n_in], y [n_tok][n_out] */
+            int64_t n_in, n_out;
+        } matmul;
+        struct {                /* TS_OP_RMSNORM: n_tok * rows_per_tok rows of n */
+            ts_eng_ref x, y, w; /* y may equal x; w [n] f32 or TS_ENG_NOREF */
+            int64_t n;
+            int32_t rows_per_tok; /* 1, or n_head for per-head q/k norm */
+            float eps;
+        } rmsnorm;
+        struct {             /* TS_OP_ROPE, in place */
+            ts_eng_ref x;    /* [n_tok][n_head * head_dim] */
+            ts_eng_ref freq; /* ts_eng_rope_freq_bytes(n_rot), see below */
+            int32_t n_head, head_dim, n_rot;
+            bool neox;
+        } rope;
+        struct {               /* TS_OP_KV_STORE */
+            ts_eng_ref k, v;   /* [n_tok][dim] f32 */
+            ts_eng_ref kc, vc; /* one layer's cache [n_ctx][dim], f16 or f32 */
+            int64_t dim;
+            int32_t n_ctx;
+            bool f16;
+        } kv_store;
+        struct {                       /* TS_OP_ATTENTION (ts_attention's semantics) */
+            ts_eng_ref q, kc, vc, out; /* q, out [n_tok][n_head*head_dim]; caches [n_ctx][n_head_kv*head_dim] */
+            int32_t n_head, n_head_kv, head_dim;
+            int32_t n_swa; /* 0 = full causal */
+            int32_t n_ctx; /* cache capacity (rows) */
+            float scale, softcap;
+            bool kv_f16;
+        } attention;
+        struct {                      /* TS_OP_SWIGLU, TS_OP_GEGLU */
+            ts_eng_ref gate, up, out; /* [n_tok][n]; out may equal gate */
+            int64_t n;
+        } glu;
+        struct { /* TS_OP_ADD: y[t] += x[t]; TS_OP_ADD_ROW: y[t] += x[0] */
+            ts_eng_ref y, x;
+            int64_t n;
+        } add;
+    };
+} ts_eng_node;
+
+/* Weight layouts a MATMUL slot can hold. */
+typedef enum ts_eng_wlayout {
+    TS_WL_ROWS = 0, /* GGUF rows: row r at r * row_bytes */
+    TS_WL_PANELS,   /* CPU 16-row panels (kernels/repack.h); cpu and loop only */
+} ts_eng_wlayout;
+
+/* What a slot is bound to for one run. */
+typedef struct ts_eng_bind {
+    ts_eng_buf *buf;
+    uint64_t off;
+    /* MATMUL weights only: */
+    uint32_t wtype;     /* ts_type */
+    uint64_t row_bytes; /* ts_row_size(wtype, n_in) */
+    ts_eng_wlayout layout;
+} ts_eng_bind;
+
+/* Builds a graph of n_nodes nodes over n_slots slots, for runs of up to
+ * `width` tokens (exactly `width` where the engine requires widths). Every
+ * node is checked against the engine (op, width, shape limits); a refusal
+ * names the node and the reason. Allocates the engine's scratch for the
+ * graph from the window. Counted in graph_builds. */
+ts_eng_graph *ts_eng_graph_new(ts_engine *e, const ts_eng_node *nodes, int n_nodes, int n_slots, int width,
+                               ts_err *err);
+void ts_eng_graph_free(ts_eng_graph *g); /* no queued run may still use it */
+int ts_eng_graph_width(const ts_eng_graph *g);
+
+/* Enqueues one run of g over n_tok tokens at positions pos0 .. pos0+n_tok-1
+ * with the slots bound to binds[0 .. n_slots). Every reference is checked
+ * against its buffer (range, alignment, engine, weight type and size); the
+ * bindings are copied, so binds may be reused at once. */
+int ts_eng_enqueue_graph(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *binds, int n_binds, int64_t pos0,
+                         int n_tok, ts_err *err);
+
+/* ---- helpers for the runtime ------------------------------------------ */
+
+/* The ROPE frequency slot holds the layer's angles per position in two
+ * forms: n_rot/2 doubles (what the CPU kernel takes, bit-exact), then
+ * n_rot/2 pairs of floats (hi, lo) with hi + lo = the double to ~2^-48, for
+ * devices without doubles. */
+size_t ts_eng_rope_freq_bytes(int n_rot);
+void ts_eng_rope_freq_pack(const double *inv_freq, int n_rot, void *dst);
+
+/* Finds the weight type e takes for a matmul whose weights are stored as
+ * `type` with rows of n_in elements: `type` itself if a probe matmul in it
+ * builds, runs and matches the CPU reference; else the nearest candidate
+ * that does (a quantized grid: Q8_0, then F16, then F32; a float type:
+ * F16, then F32). Each probe really runs on the device. note (may be NULL)
+ * gets a one-line account: "Q6_K: refused (matmul does not take Q6_K);
+ * Q8_0: ok (nmse 2.1e-14)". Returns the type, or -1 with err when nothing
+ * passes. */
+int ts_eng_probe_weight_type(ts_engine *e, uint32_t type, int64_t n_in, char *note, size_t note_size, ts_err *err);
+
+/* Converts n_rows rows of n_in elements from src_type (rows src_row_bytes
+ * apart) to dst_type (rows ts_row_size(dst_type, n_in) apart at dst): exact
+ * dequantization, then the reference quantizer. Done once at load. */
+int ts_eng_convert_rows(uint32_t src_type, const void *src, size_t src_row_bytes, uint32_t dst_type, void *dst,
+                        int64_t n_in, int64_t n_rows, ts_err *err);
+
+/* Normalised mean squared error sum (a-b)^2 / sum b^2 (b the reference);
+ * 0 when both are all zero; +inf on NaN. For tests and probes. */
+double ts_eng_nmse(const float *a, const float *b, int64_t n);
+
+#endif

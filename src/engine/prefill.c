@@ -1,0 +1,486 @@
+/* prefill.c - a prefill chunk's layers on a device over the forward's own
+ * buffers (see prefill.h). */
+#include "engine/prefill.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_impl.h"
+#include "kernels/repack.h"
+#include "quant/quant.h"
+
+#define N_ACT TS_LS_KC /* activation slots are 0 .. TS_LS_UP */
+
+typedef struct variant {
+    ts_eng_layer_shape shape;
+    ts_eng_node nodes[TS_LS_MAX_NODES];
+    int n_nodes;
+    ts_eng_segment segs[TS_LS_MAX_NODES];
+    int n_segs;
+    ts_eng_graph *graphs[TS_LS_MAX_NODES];
+    bool kv_on_device;   /* its kv_store node runs on the device */
+    bool kv_read_device; /* its attention runs on the device */
+} variant;
+
+typedef struct probe_cache {
+    uint32_t wtype;
+    int64_t n_in;
+    int result;
+} probe_cache;
+
+struct ts_eng_prefill {
+    ts_engine *dev, *cpu;
+    ts_eng_queue *dq, *cq;
+    int width, n_layer;
+    variant *vars;
+    int n_vars;
+    int *layer_var;
+    float *act[N_ACT];
+    uint64_t act_row[N_ACT]; /* bytes per token */
+    ts_eng_buf *dev_act[N_ACT], *cpu_act[N_ACT];
+    ts_eng_buf *dev_kc, *dev_vc, *cpu_kc, *cpu_vc;
+    uint64_t kv_layer_bytes, kv_row_bytes;
+    ts_eng_buf **dev_layer; /* [n_layer] */
+    ts_eng_buf **cpu_maps;  /* [n_layer * TS_LS_COUNT] */
+    ts_eng_bind *dev_binds; /* [n_layer * TS_LS_COUNT] */
+    ts_eng_bind *cpu_binds;
+    bool need_cpu;
+    int64_t kv_valid; /* cache rows [0, kv_valid) coherent on the device */
+    bool dq_pending;  /* commands on dq since the last drain */
+    ts_eng_prefill_stats st;
+};
+
+static bool is_matrix(int s) {
+    return s == TS_LS_WQ || s == TS_LS_WK || s == TS_LS_WV || s == TS_LS_WO || s == TS_LS_W_GATE || s == TS_LS_W_UP ||
+           s == TS_LS_W_DOWN;
+}
+
+static uint64_t align64(uint64_t v) { return (v + 63) & ~(uint64_t)63; }
+
+void ts_eng_prefill_free(ts_eng_prefill *pf) {
+    if (!pf)
+        return;
+    if (pf->dq)
+        (void)ts_eng_queue_finish(pf->dq, NULL);
+    for (int v = 0; v < pf->n_vars; v++)
+        for (int i = 0; i < pf->vars[v].n_segs; i++)
+            ts_eng_graph_free(pf->vars[v].graphs[i]);
+    free(pf->vars);
+    free(pf->layer_var);
+    for (int i = 0; i < N_ACT; i++) {
+        ts_eng_buf_free(pf->dev_act[i]);
+        ts_eng_buf_free(pf->cpu_act[i]);
+    }
+    ts_eng_buf_free(pf->dev_kc);
+    ts_eng_buf_free(pf->dev_vc);
+    ts_eng_buf_free(pf->cpu_kc);
+    ts_eng_buf_free(pf->cpu_vc);
+    if (pf->dev_layer)
+        for (int l = 0; l < pf->n_layer; l++)
+            ts_eng_buf_free(pf->dev_layer[l]);
+    if (pf->cpu_maps)
+        for (int i = 0; i < pf->n_layer * TS_LS_COUNT; i++)
+            ts_eng_buf_free(pf->cpu_maps[i]);
+    free(pf->dev_layer);
+    free(pf->cpu_maps);
+    free(pf->dev_binds);
+    free(pf->cpu_binds);
+    ts_eng_queue_free(pf->dq);
+    ts_eng_queue_free(pf->cq);
+    free(pf);
+}
+
+/* Row r of a matrix slot as floats, from its GGUF rows or its panels. */
+static int slot_row(const ts_eng_host_slot *s, int64_t r, float *dst, ts_err *err) {
+    const size_t rb = ts_row_size(s->wtype, s->n_in);
+    if (s->rows)
+        return ts_dequant_row(s->wtype, (const uint8_t *)s->rows + (size_t)r * rb, dst, s->n_in, err);
+    if (s->layout == TS_WL_PANELS) {
+        ts_rp_row(s->wtype, s->n_in, s->data, r, dst);
+        return 0;
+    }
+    return ts_dequant_row(s->wtype, (const uint8_t *)s->data + (size_t)r * rb, dst, s->n_in, err);
+}
+
+/* The device form of one matrix: type, layout, bytes; *conv is a converted
+ * copy to free after the upload (NULL when the host bytes go as they are). */
+static int plan_matrix(ts_eng_prefill *pf, const ts_eng_host_slot *s, probe_cache *pc, int *n_pc, char *note,
+                       size_t note_size, uint32_t *type, ts_eng_wlayout *layout, const void **src, uint64_t *bytes,
+                       uint8_t **conv, ts_err *err) {
+    const ts_engine *dev = pf->dev;
+    *conv = NULL;
+    int chosen = -1;
+    for (int i = 0; i < *n_pc; i++)
+        if (pc[i].wtype == s->wtype && pc[i].n_in == s->n_in)
+            chosen = pc[i].result;
+    if (chosen < 0) {
+        char line[400];
+        chosen = ts_eng_probe_weight_type(pf->dev, s->wtype, s->n_in, line, sizeof line, err);
+        if (chosen < 0)
+            return -1;
+        if (*n_pc < 64)
+            pc[(*n_pc)++] = (probe_cache){s->wtype, s->n_in, chosen};
+        if (note && note_size) {
+            const size_t len = strlen(note);
+            if (len < note_size)
+                snprintf(note + len, note_size - len, "%s%s[%lld]: %s", len ? "\n" : "", ts_type_info(s->wtype)->name,
+                         (long long)s->n_in, line);
+        }
+    }
+    if ((uint32_t)chosen == s->wtype && (dev->desc.cpu_layouts || s->layout == TS_WL_ROWS)) {
+        *type = s->wtype, *layout = s->layout, *src = s->data, *bytes = s->bytes;
+        return 0;
+    }
+    if ((uint32_t)chosen == s->wtype && s->rows) {
+        *type = s->wtype, *layout = TS_WL_ROWS, *src = s->rows;
+        *bytes = (uint64_t)s->n_out * ts_row_size(s->wtype, s->n_in);
+        return 0;
+    }
+    /* convert once, from the exact values of the stored weights */
+    const size_t drb = ts_row_size((uint32_t)chosen, s->n_in);
+    uint8_t *dst = malloc((size_t)s->n_out * drb);
+    float *tmp = malloc((size_t)s->n_in * sizeof(float));
+    if (!dst || !tmp) {
+        free(dst);
+        free(tmp);
+        return ts_err_set(err, "out of memory converting a weight");
+    }
+    for (int64_t r = 0; r < s->n_out; r++)
+        if (slot_row(s, r, tmp, err) || ts_quant_row((uint32_t)chosen, tmp, dst + (size_t)r * drb, s->n_in, err)) {
+            free(dst);
+            free(tmp);
+            return -1;
+        }
+    free(tmp);
+    *conv = dst;
+    *type = (uint32_t)chosen, *layout = TS_WL_ROWS, *src = dst, *bytes = (uint64_t)s->n_out * drb;
+    pf->st.converted++;
+    return 0;
+}
+
+/* Uploads layer l's weights into one DEVICE buffer and fills its binds. */
+static int upload_layer(ts_eng_prefill *pf, const ts_eng_prefill_params *p, int l, probe_cache *pc, int *n_pc,
+                        char *note, size_t note_size, ts_err *err) {
+    const ts_eng_host_slot *slots = p->slots + (size_t)l * TS_LS_COUNT;
+    ts_eng_bind *b = pf->dev_binds + (size_t)l * TS_LS_COUNT;
+    const void *src[TS_LS_COUNT] = {0};
+    uint64_t bytes[TS_LS_COUNT] = {0}, off[TS_LS_COUNT] = {0}, total = 0;
+    uint8_t *conv[TS_LS_COUNT] = {0};
+    int rc = -1;
+    for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++) {
+        if (!slots[s].data)
+            continue;
+        if (is_matrix(s)) {
+            uint32_t type = 0;
+            ts_eng_wlayout layout = TS_WL_ROWS;
+            if (plan_matrix(pf, &slots[s], pc, n_pc, note, note_size, &type, &layout, &src[s], &bytes[s], &conv[s],
+                            err))
+                goto done;
+            b[s].wtype = type;
+            b[s].layout = layout;
+            b[s].row_bytes = ts_row_size(type, slots[s].n_in);
+        } else {
+            src[s] = slots[s].data;
+            bytes[s] = slots[s].bytes;
+        }
+        off[s] = total;
+        total += align64(bytes[s]);
+    }
+    if (!total)
+        return 0;
+    char what[32];
+    snprintf(what, sizeof what, "layer %d", l);
+    pf->dev_layer[l] = ts_eng_buf_alloc(pf->dev, TS_MEM_DEVICE, (size_t)total, err);
+    if (!pf->dev_layer[l]) {
+        ts_err_prefix(err, "uploading the weights of %s", what);
+        goto done;
+    }
+    for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++) {
+        if (!src[s])
+            continue;
+        b[s].buf = pf->dev_layer[l];
+        b[s].off = off[s];
+        if (ts_eng_enqueue_write(pf->dq, pf->dev_layer[l], (size_t)off[s], src[s], (size_t)bytes[s], err))
+            goto done;
+    }
+    /* the converted copies must outlive their uploads */
+    if (ts_eng_queue_finish(pf->dq, err))
+        goto done;
+    pf->st.weight_bytes += total;
+    rc = 0;
+done:
+    for (int s = 0; s < TS_LS_COUNT; s++)
+        free(conv[s]);
+    return rc;
+}
+
+/* Maps the host weights of layer l into the cpu engine (no copy). */
+static int map_layer_cpu(ts_eng_prefill *pf, const ts_eng_prefill_params *p, int l, ts_err *err) {
+    const ts_eng_host_slot *slots = p->slots + (size_t)l * TS_LS_COUNT;
+    ts_eng_bind *b = pf->cpu_binds + (size_t)l * TS_LS_COUNT;
+    for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++) {
+        if (!slots[s].data)
+            continue;
+        /* the graph only reads weights, so read-only memory is fine */
+        ts_eng_buf *m = ts_eng_buf_map(pf->cpu, (void *)(uintptr_t)slots[s].data, (size_t)slots[s].bytes, err);
+        if (!m)
+            return -1;
+        pf->cpu_maps[(size_t)l * TS_LS_COUNT + s] = m;
+        b[s].buf = m;
+        if (is_matrix(s)) {
+            b[s].wtype = slots[s].wtype;
+            b[s].layout = slots[s].layout;
+            b[s].row_bytes = ts_row_size(slots[s].wtype, slots[s].n_in);
+        }
+    }
+    return 0;
+}
+
+ts_eng_prefill *ts_eng_prefill_new(const ts_eng_prefill_params *p, char *note, size_t note_size, ts_err *err) {
+    if (note && note_size)
+        note[0] = 0;
+    if (!p || !p->dev || !p->cpu || !p->shapes || !p->slots || p->n_layer < 1 || p->width < 1) {
+        ts_err_set(err, "prefill: missing engine, shapes or slots, or n_layer/width < 1");
+        return NULL;
+    }
+    for (int i = 0; i < N_ACT; i++)
+        if (!p->act[i]) {
+            ts_err_set(err, "prefill: activation buffer %d is NULL", i);
+            return NULL;
+        }
+    ts_eng_prefill *pf = calloc(1, sizeof *pf);
+    if (!pf) {
+        ts_err_set(err, "out of memory");
+        return NULL;
+    }
+    pf->dev = p->dev;
+    pf->cpu = p->cpu;
+    pf->width = p->width;
+    pf->n_layer = p->n_layer;
+    pf->kv_layer_bytes = p->kv_layer_bytes;
+    const ts_eng_layer_shape *s0 = &p->shapes[0];
+    const uint64_t E = (uint64_t)s0->n_embd * 4, QD = (uint64_t)s0->n_head * (uint64_t)s0->head_dim * 4,
+                   KD = (uint64_t)s0->n_head_kv * (uint64_t)s0->head_dim * 4, F = (uint64_t)s0->n_ff * 4;
+    const uint64_t rows[N_ACT] = {E, E, QD, KD, KD, QD, E, F, F};
+    memcpy(pf->act_row, rows, sizeof rows);
+    memcpy(pf->act, p->act, sizeof pf->act);
+    pf->kv_row_bytes = (uint64_t)s0->n_head_kv * (uint64_t)s0->head_dim * (s0->kv_f16 ? 2 : 4);
+
+    pf->layer_var = calloc((size_t)p->n_layer, sizeof *pf->layer_var);
+    pf->vars = calloc((size_t)p->n_layer, sizeof *pf->vars);
+    pf->dev_layer = calloc((size_t)p->n_layer, sizeof *pf->dev_layer);
+    pf->cpu_maps = calloc((size_t)p->n_layer * TS_LS_COUNT, sizeof *pf->cpu_maps);
+    pf->dev_binds = calloc((size_t)p->n_layer * TS_LS_COUNT, sizeof *pf->dev_binds);
+    pf->cpu_binds = calloc((size_t)p->n_layer * TS_LS_COUNT, sizeof *pf->cpu_binds);
+    if (!pf->layer_var || !pf->vars || !pf->dev_layer || !pf->cpu_maps || !pf->dev_binds || !pf->cpu_binds) {
+        ts_err_set(err, "out of memory");
+        goto fail;
+    }
+    pf->dq = ts_eng_queue_new(pf->dev, err);
+    if (!pf->dq)
+        goto fail;
+    pf->cq = ts_eng_queue_new(pf->cpu, err);
+    if (!pf->cq)
+        goto fail;
+
+    /* layer variants, their nodes and segments */
+    for (int l = 0; l < p->n_layer; l++) {
+        int v = 0;
+        while (v < pf->n_vars && memcmp(&pf->vars[v].shape, &p->shapes[l], sizeof p->shapes[l]))
+            v++;
+        if (v == pf->n_vars) {
+            variant *V = &pf->vars[pf->n_vars++];
+            V->shape = p->shapes[l];
+            V->n_nodes = ts_eng_layer_nodes(&V->shape, V->nodes);
+            V->n_segs = ts_eng_split_nodes(pf->dev, V->nodes, V->n_nodes, V->segs);
+            for (int i = 0; i < V->n_segs; i++) {
+                const ts_eng_segment *sg = &V->segs[i];
+                if (!sg->on_device)
+                    pf->need_cpu = true;
+                for (int k = sg->first; k < sg->first + sg->count; k++) {
+                    if (V->nodes[k].op == TS_OP_KV_STORE)
+                        V->kv_on_device = sg->on_device;
+                    if (V->nodes[k].op == TS_OP_ATTENTION)
+                        V->kv_read_device = sg->on_device;
+                }
+            }
+        }
+        pf->layer_var[l] = v;
+    }
+    pf->st.segments_per_layer = pf->vars[0].n_segs;
+    for (int i = 0; i < pf->vars[0].n_segs; i++)
+        pf->st.device_segments += pf->vars[0].segs[i].on_device;
+    if (!pf->st.device_segments) {
+        ts_err_set(err, "%s takes none of a layer's ops", pf->dev->desc.name);
+        goto fail;
+    }
+
+    /* the forward's buffers, mapped (no copies) */
+    for (int i = 0; i < N_ACT; i++) {
+        const size_t b = (size_t)(pf->act_row[i] * (uint64_t)p->width);
+        pf->dev_act[i] = ts_eng_buf_map(pf->dev, p->act[i], b, err);
+        if (!pf->dev_act[i])
+            goto fail;
+        if (pf->need_cpu && !(pf->cpu_act[i] = ts_eng_buf_map(pf->cpu, p->act[i], b, err)))
+            goto fail;
+    }
+    const size_t kvb = (size_t)(p->kv_layer_bytes * (uint64_t)p->n_layer);
+    if (!(pf->dev_kc = ts_eng_buf_map(pf->dev, p->k_cache, kvb, err)) ||
+        !(pf->dev_vc = ts_eng_buf_map(pf->dev, p->v_cache, kvb, err)))
+        goto fail;
+    if (pf->need_cpu && (!(pf->cpu_kc = ts_eng_buf_map(pf->cpu, p->k_cache, kvb, err)) ||
+                         !(pf->cpu_vc = ts_eng_buf_map(pf->cpu, p->v_cache, kvb, err))))
+        goto fail;
+
+    /* weights: probe, convert, upload; the binds of every layer */
+    probe_cache pc[64];
+    int n_pc = 0;
+    for (int l = 0; l < p->n_layer; l++) {
+        ts_eng_bind *db = pf->dev_binds + (size_t)l * TS_LS_COUNT, *cb = pf->cpu_binds + (size_t)l * TS_LS_COUNT;
+        for (int i = 0; i < N_ACT; i++) {
+            db[i].buf = pf->dev_act[i];
+            cb[i].buf = pf->cpu_act[i];
+        }
+        db[TS_LS_KC] = (ts_eng_bind){.buf = pf->dev_kc, .off = (uint64_t)l * p->kv_layer_bytes};
+        db[TS_LS_VC] = (ts_eng_bind){.buf = pf->dev_vc, .off = (uint64_t)l * p->kv_layer_bytes};
+        cb[TS_LS_KC] = (ts_eng_bind){.buf = pf->cpu_kc, .off = (uint64_t)l * p->kv_layer_bytes};
+        cb[TS_LS_VC] = (ts_eng_bind){.buf = pf->cpu_vc, .off = (uint64_t)l * p->kv_layer_bytes};
+        if (upload_layer(pf, p, l, pc, &n_pc, note, note_size, err))
+            goto fail;
+        if (pf->need_cpu && map_layer_cpu(pf, p, l, err))
+            goto fail;
+    }
+
+    /* graphs: one per variant and segment, built once for this width */
+    for (int v = 0; v < pf->n_vars; v++) {
+        variant *V = &pf->vars[v];
+        for (int i = 0; i < V->n_segs; i++) {
+            const ts_eng_segment *sg = &V->segs[i];
+            V->graphs[i] = ts_eng_graph_new(sg->on_device ? pf->dev : pf->cpu, V->nodes + sg->first, sg->count,
+                                            TS_LS_COUNT, p->width, err);
+            if (!V->graphs[i])
+                goto fail;
+        }
+    }
+    return pf;
+fail:
+    ts_err_prefix(err, "prefill on %s", p->dev->desc.name);
+    ts_eng_prefill_free(pf);
+    return NULL;
+}
+
+/* host_sync of every activation's first n_tok rows */
+static int sync_acts(ts_eng_prefill *pf, int n_tok, ts_eng_sync_dir dir, ts_err *err) {
+    pf->dq_pending = true;
+    for (int i = 0; i < N_ACT; i++)
+        if (ts_eng_enqueue_host_sync(pf->dq, pf->dev_act[i], 0, (size_t)(pf->act_row[i] * (uint64_t)n_tok), dir, err))
+            return -1;
+    return 0;
+}
+
+static int sync_kv(ts_eng_prefill *pf, int l, int64_t r0, int64_t r1, ts_eng_sync_dir dir, ts_err *err) {
+    if (r1 <= r0)
+        return 0;
+    pf->dq_pending = true;
+    const size_t off = (size_t)((uint64_t)l * pf->kv_layer_bytes + (uint64_t)r0 * pf->kv_row_bytes);
+    const size_t n = (size_t)((uint64_t)(r1 - r0) * pf->kv_row_bytes);
+    if (ts_eng_enqueue_host_sync(pf->dq, pf->dev_kc, off, n, dir, err))
+        return -1;
+    return ts_eng_enqueue_host_sync(pf->dq, pf->dev_vc, off, n, dir, err);
+}
+
+/* Waits until everything enqueued on the device queue is done (nothing to
+ * do, and no crossing, when nothing was enqueued since the last drain). */
+static int drain(ts_eng_prefill *pf, ts_err *err) {
+    if (!pf->dq_pending)
+        return 0;
+    pf->dq_pending = false;
+    ts_eng_event *ev = ts_eng_enqueue_marker(pf->dq, err);
+    if (!ev)
+        return -1;
+    const int rc = ts_eng_event_wait(ev, err);
+    ts_eng_event_free(ev);
+    return rc;
+}
+
+int ts_eng_prefill_run(ts_eng_prefill *pf, int64_t pos0, int n_tok, ts_err *err) {
+    if (!pf)
+        return ts_err_set(err, "prefill: NULL");
+    if (n_tok < 1 || n_tok > pf->width)
+        return ts_err_set(err, "prefill: %d tokens outside [1, width %d]", n_tok, pf->width);
+    if (pf->dev->desc.widths_required && n_tok != pf->width)
+        return ts_err_set(err, "prefill: %s runs only full chunks of %d tokens, not %d (run the tail on the CPU)",
+                          pf->dev->desc.name, pf->width, n_tok);
+    if (pos0 < 0)
+        return ts_err_set(err, "prefill: pos0 %lld", (long long)pos0);
+    ts_eng_stats before, after;
+    ts_eng_get_stats(pf->dev, &before);
+    /* what the host wrote since the device last looked: the embeddings, and
+     * the cache rows the CPU decode appended */
+    if (sync_acts(pf, n_tok, TS_SYNC_TO_DEVICE, err))
+        goto fail;
+    if (pf->kv_valid > pos0)
+        pf->kv_valid = pos0;
+    for (int l = 0; l < pf->n_layer; l++)
+        if (pf->vars[pf->layer_var[l]].kv_read_device && sync_kv(pf, l, pf->kv_valid, pos0, TS_SYNC_TO_DEVICE, err))
+            goto fail;
+    bool dev_dirty = false; /* the device wrote activations the host has not synced */
+    for (int l = 0; l < pf->n_layer; l++) {
+        variant *V = &pf->vars[pf->layer_var[l]];
+        const ts_eng_bind *db = pf->dev_binds + (size_t)l * TS_LS_COUNT, *cb = pf->cpu_binds + (size_t)l * TS_LS_COUNT;
+        for (int i = 0; i < V->n_segs; i++) {
+            if (V->segs[i].on_device) {
+                if (!dev_dirty && (l > 0 || i > 0) && sync_acts(pf, n_tok, TS_SYNC_TO_DEVICE, err))
+                    goto fail;
+                /* K/V rows the CPU stored for a device-side attention */
+                if (!dev_dirty && V->kv_read_device && !V->kv_on_device &&
+                    sync_kv(pf, l, pos0, pos0 + n_tok, TS_SYNC_TO_DEVICE, err))
+                    goto fail;
+                if (ts_eng_enqueue_graph(pf->dq, V->graphs[i], db, TS_LS_COUNT, pos0, n_tok, err))
+                    goto fail;
+                dev_dirty = pf->dq_pending = true;
+            } else {
+                if (dev_dirty) {
+                    /* the crossing back: the CPU needs what the device wrote */
+                    if (sync_acts(pf, n_tok, TS_SYNC_TO_HOST, err))
+                        goto fail;
+                    if (V->kv_on_device && sync_kv(pf, l, pos0, pos0 + n_tok, TS_SYNC_TO_HOST, err))
+                        goto fail;
+                    if (drain(pf, err))
+                        goto fail;
+                    dev_dirty = false;
+                }
+                if (ts_eng_enqueue_graph(pf->cq, V->graphs[i], cb, TS_LS_COUNT, pos0, n_tok, err))
+                    goto fail;
+            }
+        }
+    }
+    if (dev_dirty && sync_acts(pf, n_tok, TS_SYNC_TO_HOST, err))
+        goto fail;
+    for (int l = 0; l < pf->n_layer; l++)
+        if (pf->vars[pf->layer_var[l]].kv_on_device && sync_kv(pf, l, pos0, pos0 + n_tok, TS_SYNC_TO_HOST, err))
+            goto fail;
+    if (drain(pf, err) || ts_eng_queue_finish(pf->cq, err))
+        goto fail;
+    pf->kv_valid = pos0 + n_tok;
+    ts_eng_get_stats(pf->dev, &after);
+    pf->st.run_crossings += after.crossings - before.crossings;
+    pf->st.run_nodes += after.nodes - before.nodes;
+    pf->st.tokens += (uint64_t)n_tok;
+    pf->st.runs++;
+    return 0;
+fail:
+    (void)ts_eng_queue_finish(pf->dq, NULL);
+    pf->dq_pending = false;
+    pf->kv_valid = 0;
+    return -1;
+}
+
+void ts_eng_prefill_kv_truncate(ts_eng_prefill *pf, int64_t n) {
+    if (pf && n < pf->kv_valid)
+        pf->kv_valid = n < 0 ? 0 : n;
+}
+
+void ts_eng_prefill_get_stats(const ts_eng_prefill *pf, ts_eng_prefill_stats *out) { *out = pf->st; }

@@ -1,0 +1,61 @@
+/* fastops.c - drivers of the fast attention and SwiGLU (fastops.h): work
+ * split over the pool, per-level kernel from the dispatch table. */
+#include "kernels/fastops.h"
+
+#include "kernels/cpu.h"
+
+int64_t ts_attention_fast_scratch(const ts_attn_params *ap) {
+    const int64_t hd = ap->head_dim, group = ap->n_head / ap->n_head_kv;
+    return 2 * hd * TS_ATTN_KT + TS_ATTN_KT + TS_ATTN_QB * group * (hd + 2) + hd;
+}
+
+typedef struct {
+    ts_attn_job job;
+    ts_attn_block_fn fn;
+    int n_blocks;            /* query blocks */
+    float *scratch;
+    int64_t scratch_stride;
+} attn_ctx;
+
+/* item i: query block i / n_head_kv, KV head i % n_head_kv; the blocks are
+ * taken last first, so the longest (most keys) start first */
+static void attn_items(void *ctx, int64_t i0, int64_t i1, int tid) {
+    const attn_ctx *c = ctx;
+    const int n_kv = c->job.ap->n_head_kv;
+    for (int64_t i = i0; i < i1; i++) {
+        const int blk = c->n_blocks - 1 - (int)(i / n_kv), kvh = (int)(i % n_kv);
+        const int t0 = blk * TS_ATTN_QB, t1 = t0 + TS_ATTN_QB < c->job.n_tok ? t0 + TS_ATTN_QB : c->job.n_tok;
+        c->fn(&c->job, kvh, t0, t1, c->scratch + (int64_t)tid * c->scratch_stride);
+    }
+}
+
+void ts_attention_fast(ts_threadpool *pool, const ts_attn_params *ap, const float *q, const void *k_cache,
+                       const void *v_cache, int64_t pos0, int n_tok, float *out, float *scratch,
+                       int64_t scratch_stride) {
+    const ts_kern *k = ts_kern_get();
+    attn_ctx c = {{ap, q, k_cache, v_cache, pos0, n_tok, out}, k->attn_block ? k->attn_block : ts_attn_block_generic,
+                  (n_tok + TS_ATTN_QB - 1) / TS_ATTN_QB, scratch, scratch_stride};
+    ts_parallel_for_grain(pool, (int64_t)c.n_blocks * ap->n_head_kv, 1, attn_items, &c);
+}
+
+typedef struct {
+    ts_swiglu_fn fn;
+    float *out;
+    const float *gate, *up;
+} swiglu_ctx;
+
+static void swiglu_part(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const swiglu_ctx *c = ctx;
+    c->fn(c->out + b, c->gate + b, c->up + b, e - b);
+}
+
+void ts_swiglu_fast(ts_threadpool *pool, float *out, const float *gate, const float *up, int64_t n) {
+    const ts_kern *k = ts_kern_get();
+    swiglu_ctx c = {k->swiglu ? k->swiglu : ts_swiglu_generic, out, gate, up};
+    /* below ~16k values the hand-off costs more than it saves */
+    if (n < 16384)
+        swiglu_part(&c, 0, n, 0);
+    else
+        ts_parallel_for_grain(pool, n, 4096, swiglu_part, &c);
+}

@@ -1,0 +1,69 @@
+/* fastops.h - the fast attention and element-wise kernels of the forward
+ * pass, beside the scalar references of ops.h.
+ *
+ * Attention (ts_attention_fast): tiled over the KV cache. A work item is
+ * one KV head and a block of up to TS_ATTN_QB consecutive query tokens: all
+ * n_head / n_head_kv query heads of that KV head for those tokens ("rows")
+ * go through the cache in tiles of TS_ATTN_KT positions aligned to absolute
+ * position 0. Each tile's K and V are converted to f32 once (K transposed,
+ * so a row's scores are plain vector FMAs over the tile) and used by every
+ * row; each row keeps an online softmax (running max m, sum l, and an f32
+ * accumulator rescaled by exp(m_old - m_new) when the max grows).
+ *
+ * A row's arithmetic depends only on its own position: the tiles it visits,
+ * the keys it uses in each (its causal / sliding-window range, skipping
+ * masked keys entirely) and the order of every sum are the same whether it
+ * is computed alone (decode) or inside a prefill block, so decode and
+ * prefill give bit-identical outputs. exp is ts_fast_expf below (relative
+ * error < 2e-7 against expf).
+ *
+ * The per-item kernel is compiled once per ISA level (kernels/fastops_impl.h
+ * included by ref/fastops_generic.c and x86/fastops_avx*.c with their
+ * flags) and chosen through the dispatch table (cpu.h: attn_block, swiglu).
+ */
+#ifndef TS_KERNELS_FASTOPS_H
+#define TS_KERNELS_FASTOPS_H
+
+#include <stdint.h>
+
+#include "core/threadpool.h"
+#include "kernels/ops.h"
+
+#define TS_ATTN_KT 64 /* cache positions per tile */
+#define TS_ATTN_QB 16 /* query tokens per work item */
+
+/* The shared description of one attention call. */
+typedef struct ts_attn_job {
+    const ts_attn_params *ap;
+    const float *q;          /* [n_tok][n_head * head_dim] */
+    const void *k_cache;     /* [n_ctx][kv_stride] f16 or f32 */
+    const void *v_cache;
+    int64_t pos0;
+    int n_tok;
+    float *out;              /* [n_tok][n_head * head_dim] */
+} ts_attn_job;
+
+/* Rows of KV head kvh for tokens [t0, t1) (t1 - t0 <= TS_ATTN_QB), with
+ * per-thread scratch of ts_attention_fast_scratch floats. */
+typedef void (*ts_attn_block_fn)(const ts_attn_job *j, int kvh, int t0, int t1, float *scratch);
+
+/* out[i] = silu(gate[i]) * up[i] with ts_fast_expf (out may alias gate). */
+typedef void (*ts_swiglu_fn)(float *out, const float *gate, const float *up, int64_t n);
+
+/* Floats of per-thread scratch ts_attention_fast needs for ap. */
+int64_t ts_attention_fast_scratch(const ts_attn_params *ap);
+
+/* Same contract as ts_attention (ops.h), scratch_stride floats per thread
+ * of at least ts_attention_fast_scratch(ap). */
+void ts_attention_fast(ts_threadpool *pool, const ts_attn_params *ap, const float *q, const void *k_cache,
+                       const void *v_cache, int64_t pos0, int n_tok, float *out, float *scratch,
+                       int64_t scratch_stride);
+
+/* Element-wise SwiGLU of the active level, split over the pool for large n. */
+void ts_swiglu_fast(ts_threadpool *pool, float *out, const float *gate, const float *up, int64_t n);
+
+/* The portable versions (the fallback of levels without their own). */
+void ts_attn_block_generic(const ts_attn_job *j, int kvh, int t0, int t1, float *scratch);
+void ts_swiglu_generic(float *out, const float *gate, const float *up, int64_t n);
+
+#endif

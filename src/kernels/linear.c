@@ -1,0 +1,246 @@
+/* linear.c - the fast matmul driver (see linear.h). */
+#include "kernels/linear.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu.h"
+#include "kernels/qdot.h"
+#include "kernels/repack.h"
+#include "quant/quant.h"
+
+#define MAX_MAT 4
+#define ITEM_ROWS TS_RP_ROWS /* rows per work item */
+#define TOK_BLOCK 64         /* tokens per pass over a chunk's panels */
+
+struct ts_linear_ws {
+    int64_t max_n_in;
+    int max_tok;
+    int n_threads;
+    int hi;           /* activation precision of the panel kernels */
+    uint8_t *q8;      /* [max_tok][q8_stride] */
+    size_t q8_stride;
+    uint8_t *q8k;     /* [max_tok][q8k_stride] */
+    size_t q8k_stride;
+    uint8_t *tiles;   /* ts_rp_tiles_bytes(max_n_in, max_tok) */
+    float *ref;       /* [n_threads][max_n_in]: rows for the reference matmul */
+};
+
+static void *zalloc(size_t n) {
+    void *p = aligned_alloc(64, (n + 63) / 64 * 64);
+    if (p) memset(p, 0, (n + 63) / 64 * 64);
+    return p;
+}
+
+ts_linear_ws *ts_linear_ws_new(int64_t max_n_in, int max_tok, int n_threads, ts_err *err) {
+    ts_linear_ws *ws = calloc(1, sizeof *ws);
+    if (!ws || max_n_in < 1 || max_tok < 1 || n_threads < 1) {
+        free(ws);
+        ts_err_set(err, "linear work space: bad size (n_in %lld, %d tokens, %d threads) or out of memory",
+                   (long long)max_n_in, max_tok, n_threads);
+        return NULL;
+    }
+    ws->max_n_in = max_n_in;
+    ws->max_tok = max_tok;
+    ws->n_threads = n_threads;
+    const char *act = getenv("TS_ACT");
+    ws->hi = !(act && strcmp(act, "q8") == 0);
+    const int64_t n32 = (max_n_in + 31) / 32 * 32, n256 = (max_n_in + 255) / 256 * 256;
+    ws->q8_stride = ts_act_row_bytes(TS_ACT_Q8, n32);
+    ws->q8k_stride = ts_act_row_bytes(TS_ACT_Q8K, n256);
+    ws->q8 = zalloc(ws->q8_stride * (size_t)max_tok);
+    ws->q8k = zalloc(ws->q8k_stride * (size_t)max_tok);
+    ws->tiles = zalloc(ts_rp_tiles_bytes(n32, max_tok, TS_RP_HI));
+    ws->ref = zalloc((size_t)n_threads * (size_t)max_n_in * sizeof(float));
+    if (!ws->q8 || !ws->q8k || !ws->tiles || !ws->ref) {
+        ts_linear_ws_free(ws);
+        ts_err_set(err, "out of memory allocating the matmul work space (n_in %lld, %d tokens)", (long long)max_n_in,
+                   max_tok);
+        return NULL;
+    }
+    return ws;
+}
+
+int ts_linear_ws_hi(const ts_linear_ws *ws) { return ws->hi; }
+
+void ts_linear_ws_free(ts_linear_ws *ws) {
+    if (!ws) return;
+    free(ws->q8);
+    free(ws->q8k);
+    free(ws->tiles);
+    free(ws->ref);
+    free(ws);
+}
+
+/* ---- packing ---- */
+
+int ts_linear_wants_pack(const ts_wmat *w) {
+    return w->data && !w->packed && ts_rp_supported(w->type) && ts_rp_panel_bytes(w->type, w->n_in) &&
+           ts_kern_get()->rp_gemm[w->type] != NULL;
+}
+
+int ts_linear_can_pack_in_place(const ts_wmat *w) {
+    return ts_linear_wants_pack(w) && w->n_out % TS_RP_ROWS == 0 &&
+           ts_rp_panel_bytes(w->type, w->n_in) == (size_t)TS_RP_ROWS * w->row_bytes;
+}
+
+int ts_linear_pack(const ts_wmat *w, uint8_t *dst, ts_err *err) {
+    if (!ts_linear_wants_pack(w)) return -1;
+    const size_t pb = ts_rp_panel_bytes(w->type, w->n_in);
+    const int in_place = dst == (const uint8_t *)w->data;
+    if (in_place && !ts_linear_can_pack_in_place(w))
+        return ts_err_set(err, "repack: cannot repack %s [%lld x %lld] in place", ts_type_info(w->type)->name,
+                          (long long)w->n_out, (long long)w->n_in);
+    uint8_t *bounce = malloc(pb);
+    if (!bounce) return ts_err_set(err, "out of memory repacking a matrix");
+    const uint8_t *src = w->data;
+    for (int64_t r0 = 0; r0 < w->n_out; r0 += TS_RP_ROWS) {
+        const int nr = w->n_out - r0 < TS_RP_ROWS ? (int)(w->n_out - r0) : TS_RP_ROWS;
+        memcpy(bounce, src + (size_t)r0 * w->row_bytes, (size_t)nr * w->row_bytes);
+        ts_rp_pack_panel(w->type, w->n_in, bounce, w->row_bytes, nr, dst + (size_t)(r0 / TS_RP_ROWS) * pb);
+    }
+    free(bounce);
+    return 0;
+}
+
+/* ---- the call ---- */
+
+enum { K_PACKED, K_QGEMM, K_REF };
+
+typedef struct {
+    const ts_wmat *w;
+    float *y;
+    int kind;
+    int64_t item0;       /* first global item of this matrix */
+    ts_rp_gemm_fn rp;    /* K_PACKED */
+    const void *act;     /* K_QGEMM: activation rows */
+    size_t act_stride;   /* bytes */
+} mat_job;
+
+typedef struct {
+    const ts_kern *k;
+    ts_linear_ws *ws;
+    mat_job m[MAX_MAT];
+    int n_mat;
+    int64_t n_in;
+    int n_tok;
+    const float *x;
+    int need_q8, need_q8k, need_tiles;
+    ts_rp_quant_fn quant;
+} lin_job;
+
+static void prep_tokens(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const lin_job *j = ctx;
+    const ts_linear_ws *ws = j->ws;
+    for (int64_t t = t0; t < t1; t++) {
+        const float *xt = j->x + t * j->n_in;
+        if (j->need_tiles) {
+            const int t0 = (int)t / TS_RP_TT * TS_RP_TT;
+            const int nt = j->n_tok - t0 < TS_RP_TT ? j->n_tok - t0 : TS_RP_TT;
+            j->quant(xt, j->n_in, ws->hi, ws->tiles + ts_rp_tile_offset(j->n_in, t0, ws->hi), nt, (int)t - t0);
+        }
+        if (j->need_q8) ts_act_quantize(j->k, TS_ACT_Q8, xt, ws->q8 + (size_t)t * ws->q8_stride, j->n_in);
+        if (j->need_q8k) ts_act_quantize(j->k, TS_ACT_Q8K, xt, ws->q8k + (size_t)t * ws->q8k_stride, j->n_in);
+    }
+}
+
+/* rows [r0, r1) of a packed matrix (r0 a multiple of 16), every token */
+static void run_packed(const lin_job *j, const mat_job *mj, int64_t r0, int64_t r1) {
+    const ts_wmat *w = mj->w;
+    const size_t pb = ts_rp_panel_bytes(w->type, w->n_in);
+    const int64_t ys = w->n_out;
+    for (int tb = 0; tb < j->n_tok; tb += TOK_BLOCK) {
+        const int te = j->n_tok - tb < TOK_BLOCK ? j->n_tok : tb + TOK_BLOCK;
+        for (int64_t r = r0; r < r1; r += TS_RP_ROWS) {
+            const uint8_t *panel = w->packed + (size_t)(r / TS_RP_ROWS) * pb;
+            const int nr = r1 - r < TS_RP_ROWS ? (int)(r1 - r) : TS_RP_ROWS;
+            for (int t = tb; t < te; t += TS_RP_TT) {
+                const int nt = te - t < TS_RP_TT ? te - t : TS_RP_TT;
+                const uint8_t *tile = j->ws->tiles + ts_rp_tile_offset(w->n_in, t, j->ws->hi);
+                mj->rp(w->n_in, panel, tile, nt, j->ws->hi, mj->y + (int64_t)t * ys + r, ys, nr);
+            }
+        }
+    }
+}
+
+static void run_items(void *ctx, int64_t i0, int64_t i1, int tid) {
+    const lin_job *j = ctx;
+    for (int mi = 0; mi < j->n_mat && i0 < i1; mi++) {
+        const mat_job *mj = &j->m[mi];
+        const int64_t n_items = (mj->w->n_out + ITEM_ROWS - 1) / ITEM_ROWS;
+        const int64_t a = i0 - mj->item0, b = i1 - mj->item0;
+        if (a >= n_items) continue;
+        const int64_t e = b < n_items ? b : n_items;
+        const int64_t r0 = a * ITEM_ROWS, r1 = e * ITEM_ROWS < mj->w->n_out ? e * ITEM_ROWS : mj->w->n_out;
+        const ts_wmat *w = mj->w;
+        if (mj->kind == K_PACKED)
+            run_packed(j, mj, r0, r1);
+        else if (j->n_tok == 1)
+            ts_qgemv(j->k, w->type, w->data, w->row_bytes, w->n_in, mj->act, mj->y, r0, r1);
+        else
+            ts_qgemm(j->k, w->type, w->data, w->row_bytes, w->n_in, mj->act, mj->act_stride, j->n_tok, mj->y, w->n_out,
+                     r0, r1);
+        (void)tid;
+        i0 = mj->item0 + e;
+    }
+}
+
+void ts_linear(ts_threadpool *pool, ts_linear_ws *ws, int n_mat, const ts_wmat *const *w, float *const *y,
+               const float *x, int n_tok) {
+    lin_job j = {.k = ts_kern_get(), .ws = ws, .n_in = w[0]->n_in, .n_tok = n_tok, .x = x};
+    j.quant = j.k->rp_quant ? j.k->rp_quant : ts_rp_quant_ref;
+    int64_t n_items = 0;
+    for (int i = 0; i < n_mat && i < MAX_MAT; i++) {
+        mat_job *mj = &j.m[j.n_mat];
+        mj->w = w[i];
+        mj->y = y[i];
+        if (w[i]->packed) {
+            mj->kind = K_PACKED;
+            mj->rp = j.k->rp_gemm[w[i]->type] ? j.k->rp_gemm[w[i]->type] : ts_rp_gemm_ref(w[i]->type);
+            j.need_tiles = 1;
+        } else if (ts_qdot_check(w[i]->type, w[i]->n_in, NULL) == 0 &&
+                   (!ws->hi || ts_qdot_act_type(w[i]->type) == TS_ACT_F32)) {
+            mj->kind = K_QGEMM;
+            switch (ts_qdot_act_type(w[i]->type)) {
+            case TS_ACT_Q8:
+                j.need_q8 = 1;
+                mj->act = ws->q8;
+                mj->act_stride = ws->q8_stride;
+                break;
+            case TS_ACT_Q8K:
+                j.need_q8k = 1;
+                mj->act = ws->q8k;
+                mj->act_stride = ws->q8k_stride;
+                break;
+            default:
+                mj->act = x;
+                mj->act_stride = (size_t)w[i]->n_in * sizeof(float);
+                break;
+            }
+        } else {
+            /* no fast kernel (or, at the hi precision, only one with 8-bit
+             * activations): the f32 reference, in its own parallel region */
+            ts_matmul(pool, w[i], x, w[i]->n_in, y[i], w[i]->n_out, n_tok, ws->ref, ws->max_n_in);
+            continue;
+        }
+        mj->item0 = n_items;
+        n_items += (w[i]->n_out + ITEM_ROWS - 1) / ITEM_ROWS;
+        j.n_mat++;
+    }
+    if (!j.n_mat) return;
+
+    if (j.need_q8 || j.need_q8k || j.need_tiles) {
+        if (n_tok >= 4)
+            ts_parallel_for_grain(pool, n_tok, 1, prep_tokens, &j);
+        else
+            prep_tokens(&j, 0, n_tok, 0);
+    }
+    /* Chunks: ~16 per thread keeps the tail short when one thread is slowed
+     * by another process; one item for a single token is 16 rows, too little
+     * to amortise the atomic, hence the floor of 4 items. */
+    const int nt = ts_threadpool_n_threads(pool);
+    int64_t grain = n_items / (16 * (int64_t)nt);
+    if (grain < (n_tok == 1 ? 4 : 1)) grain = n_tok == 1 ? 4 : 1;
+    ts_parallel_for_grain(pool, n_items, grain, run_items, &j);
+}

@@ -1,0 +1,67 @@
+/* linear.h - the fast matmul driver of the forward pass: Y = X W^T for one
+ * or several weight matrices that read the same input (Q, K and V; gate and
+ * up), on the quantized-activation kernels (qdot.h) and the repacked panel
+ * GEMM (repack.h).
+ *
+ * One call:
+ *   1. converts the n_tok input rows once into every activation format the
+ *      matrices need (panel tiles; TS_ACT_Q8 / Q8K rows; f32 weights read X
+ *      directly), split over the pool by token;
+ *   2. runs the rows of all the matrices in one parallel region, handed out
+ *      in chunks of 16-row items by an atomic counter:
+ *        - repacked matrix (w->packed): panel x tiles of up to 8 tokens, in
+ *          token blocks of 64 so that a chunk's panels and the block's tiles
+ *          stay in L2 (one weight read per 64 tokens);
+ *        - F32 / F16 weights: ts_qgemm on f32 activations (4-token register
+ *          tiles; for one token, a GEMV);
+ *        - other types with a dot kernel (Q5_0, K-quants, ...): ts_qgemm on
+ *          8-bit activations at the lo precision; at the hi precision the
+ *          f32 reference instead (their kernels only take 8-bit activations);
+ *        - anything else (BF16, odd row lengths): the reference ts_matmul.
+ *
+ * Precision (repack.h): hi (default) = 16-bit activations as two int8
+ * planes, the logits stay within ~1e-3 of the f32 reference; TS_ACT=q8 in
+ * the environment (read when the work space is made) = lo, one int8 plane
+ * per value as ggml's Q8_0 activations, about twice the prefill throughput
+ * and up to ~7% logit error on the real models (docs/FIDELITY.md).
+ * A token's result never depends on n_tok, the thread count or the chunking
+ * (each kernel's per-(row, token) arithmetic is fixed), so decode and
+ * prefill give bit-identical rows.
+ */
+#ifndef TS_KERNELS_LINEAR_H
+#define TS_KERNELS_LINEAR_H
+
+#include <stdint.h>
+
+#include "core/err.h"
+#include "core/threadpool.h"
+#include "kernels/ops.h"
+
+typedef struct ts_linear_ws ts_linear_ws;
+
+/* Work space for inputs of up to max_n_in values and max_tok tokens, for a
+ * pool of n_threads. NULL with err on allocation failure. */
+ts_linear_ws *ts_linear_ws_new(int64_t max_n_in, int max_tok, int n_threads, ts_err *err);
+void ts_linear_ws_free(ts_linear_ws *ws); /* NULL is a no-op */
+int ts_linear_ws_hi(const ts_linear_ws *ws); /* 1: hi precision, 0: lo (TS_ACT=q8) */
+
+/* y[i][t * w[i]->n_out + r] = sum_k x[t * n_in + k] * W_i[r][k] for i < n_mat
+ * (<= 4), t < n_tok (<= max_tok), r < w[i]->n_out. Every w[i] has the same
+ * n_in (<= max_n_in). */
+void ts_linear(ts_threadpool *pool, ts_linear_ws *ws, int n_mat, const ts_wmat *const *w, float *const *y,
+               const float *x, int n_tok);
+
+/* Packs w (type supported by repack.h and with a fast panel kernel at the
+ * active level) into dst (ts_rp_matrix_bytes). Returns 0, or -1 when this
+ * matrix should stay in its stored layout. Panels are packed through a
+ * bounce buffer, so dst may equal w->data (in-place repacking) when
+ * ts_linear_can_pack_in_place(w). */
+int ts_linear_pack(const ts_wmat *w, uint8_t *dst, ts_err *err);
+
+/* true when ts_linear_pack would pack w at the active kernel level */
+int ts_linear_wants_pack(const ts_wmat *w);
+/* ... and its panels fit in its own bytes (same size: every type but Q4_K,
+ * whose panels are 148/144 of the rows; whole panels) */
+int ts_linear_can_pack_in_place(const ts_wmat *w);
+
+#endif

@@ -1,0 +1,431 @@
+/* repack.c - the panel layout of repack.h: packing GGUF rows into panels,
+ * reading a row back, the activation-tile quantizer, and the scalar
+ * reference kernel that defines (and on machines without VNNI runs) the
+ * panel GEMM.
+ *
+ * Packing goes through integers: each GGUF block is decoded into its quants
+ * (unsigned: the stored nibble / 5- or 6-bit value, or the Q8_0 byte + 128)
+ * and its scale fields (raw f16 bits, K-quant sub-block scales), then the
+ * panel is written from those. Row read-back recomputes every value with the
+ * same f32 expression as src/quant/quant.c, so it matches ts_dequant_row bit
+ * for bit. */
+#include "kernels/repack.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "quant/quant.h"
+
+bool ts_rp_supported(uint32_t type) {
+    switch (type) {
+    case TS_TYPE_Q4_0:
+    case TS_TYPE_Q4_1:
+    case TS_TYPE_Q5_0:
+    case TS_TYPE_Q8_0:
+    case TS_TYPE_Q4_K:
+    case TS_TYPE_Q6_K: return true;
+    default: return false;
+    }
+}
+
+/* elements per panel block (32, or a K-quant super-block of 256) */
+static int64_t block_elems(uint32_t type) {
+    return type == TS_TYPE_Q4_K || type == TS_TYPE_Q6_K ? 256 : 32;
+}
+
+/* bytes per panel block (16 rows) */
+static size_t block_bytes(uint32_t type) {
+    switch (type) {
+    case TS_TYPE_Q4_0: return 288;
+    case TS_TYPE_Q4_1: return 320;
+    case TS_TYPE_Q5_0: return 352;
+    case TS_TYPE_Q8_0: return 544;
+    case TS_TYPE_Q4_K: return 2368;
+    case TS_TYPE_Q6_K: return 3360;
+    default: return 0;
+    }
+}
+
+size_t ts_rp_panel_bytes(uint32_t type, int64_t n_in) {
+    if (!ts_rp_supported(type) || n_in <= 0 || n_in % block_elems(type)) return 0;
+    return (size_t)(n_in / block_elems(type)) * block_bytes(type);
+}
+
+size_t ts_rp_matrix_bytes(uint32_t type, int64_t n_in, int64_t n_out) {
+    const size_t pb = ts_rp_panel_bytes(type, n_in);
+    if (!pb || n_out <= 0) return 0;
+    return (size_t)((n_out + TS_RP_ROWS - 1) / TS_RP_ROWS) * pb;
+}
+
+static inline float rd_f16(const uint8_t *p) {
+    return ts_f16_to_f32((uint16_t)(p[0] | (p[1] << 8)));
+}
+
+/* ---- decoding one GGUF block into integers ---- */
+
+typedef struct {
+    uint8_t q[256];      /* unsigned quants */
+    uint8_t d[2], m[2];  /* raw f16: d, and m (Q4_1) / dmin (Q4_K) */
+    uint8_t sc[16];      /* Q4_K: 8 sub-block scales; Q6_K: 16 group scales (int8 bits) */
+    uint8_t mn[8];       /* Q4_K: 8 sub-block mins */
+} dec_block;
+
+static void k4_scale_min(const uint8_t *q, int j, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* GGUF block of `type` at b (the block holding panel block `blk`'s row) */
+static void decode(uint32_t type, const uint8_t *b, dec_block *o) {
+    switch (type) {
+    case TS_TYPE_Q4_0:
+    case TS_TYPE_Q4_1: {
+        const uint8_t *qs = b + (type == TS_TYPE_Q4_1 ? 4 : 2);
+        for (int k = 0; k < 16; k++) o->q[k] = qs[k] & 0x0f, o->q[k + 16] = qs[k] >> 4;
+        memcpy(o->d, b, 2);
+        if (type == TS_TYPE_Q4_1) memcpy(o->m, b + 2, 2);
+        break;
+    }
+    case TS_TYPE_Q5_0: {
+        uint32_t qh;
+        memcpy(&qh, b + 2, 4);
+        for (int k = 0; k < 16; k++) {
+            o->q[k] = (uint8_t)((b[6 + k] & 0x0f) | (((qh >> k) & 1u) << 4));
+            o->q[k + 16] = (uint8_t)((b[6 + k] >> 4) | (((qh >> (k + 16)) & 1u) << 4));
+        }
+        memcpy(o->d, b, 2);
+        break;
+    }
+    case TS_TYPE_Q8_0:
+        for (int k = 0; k < 32; k++) o->q[k] = (uint8_t)(b[2 + k] ^ 0x80);
+        memcpy(o->d, b, 2);
+        break;
+    case TS_TYPE_Q4_K:
+        memcpy(o->d, b, 2);
+        memcpy(o->m, b + 2, 2);
+        for (int j = 0; j < 8; j++) k4_scale_min(b + 4, j, &o->sc[j], &o->mn[j]);
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < 32; l++) {
+                o->q[64 * k + l] = b[16 + 32 * k + l] & 0x0f;
+                o->q[64 * k + 32 + l] = b[16 + 32 * k + l] >> 4;
+            }
+        break;
+    case TS_TYPE_Q6_K:
+        for (int n = 0; n < 2; n++)
+            for (int r = 0; r < 4; r++)
+                for (int l = 0; l < 32; l++) {
+                    const int lo = (b[64 * n + l + 32 * (r & 1)] >> (4 * (r >> 1))) & 0x0f;
+                    const int hi = (b[128 + 32 * n + l] >> (2 * r)) & 3;
+                    o->q[128 * n + 32 * r + l] = (uint8_t)(lo | (hi << 4));
+                }
+        memcpy(o->sc, b + 192, 16);
+        memcpy(o->d, b + 208, 2);
+        break;
+    default: break;
+    }
+}
+
+/* ---- panel layout (offsets inside one panel block) ----
+ * For every type the 32 quants of a 32-block are eight byte-vectors v = 0..7
+ * of 64 bytes; byte 4r + c of vector v belongs to row r, element 4v + c.
+ * 4-bit types store them as four vectors of nibbles (vector j: v = 2j low,
+ * v = 2j + 1 high); Q5_0 adds a 64-byte vector whose byte 4r + c holds in bit
+ * v the 5th bit of element 4v + c; Q6_K adds two whose byte 4r + c holds in
+ * bits 2(v%4), 2(v%4)+1 of vector v/4 the top two bits of element 4v + c.
+ *
+ *   Q4_0  nib 0 | d 256
+ *   Q4_1  nib 0 | d 256 | m 288
+ *   Q5_0  nib 0 | hbit 256 | d 320
+ *   Q8_0  bytes 0 (vector v at 64v) | d 512
+ *   Q4_K  per sub-block j: nib 256j | d 2048 | dmin 2080 | sc 2112 + 16j | min 2240 + 16j
+ *   Q6_K  per sub-block j: nib 416j | hbits 416j + 256 | sc_lo 416j + 384 | sc_hi 416j + 400 | d 3328
+ */
+
+/* the nibble vectors of one 32-block of row r */
+static void put_nibbles(uint8_t *o, int r, const uint8_t *q) {
+    for (int j = 0; j < 4; j++)
+        for (int c = 0; c < 4; c++)
+            o[64 * j + 4 * r + c] = (uint8_t)((q[8 * j + c] & 0x0f) | ((q[8 * j + 4 + c] & 0x0f) << 4));
+}
+
+void ts_rp_pack_panel(uint32_t type, int64_t n_in, const uint8_t *src, size_t row_bytes, int n_rows, uint8_t *dst) {
+    const size_t bb = block_bytes(type);
+    const int64_t be = block_elems(type), nb = n_in / be;
+    const size_t sb = ts_row_size(type, be);
+    memset(dst, 0, (size_t)nb * bb);
+    dec_block d;
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *o = dst + (size_t)b * bb;
+        for (int r = 0; r < n_rows; r++) {
+            decode(type, src + (size_t)r * row_bytes + (size_t)b * sb, &d);
+            switch (type) {
+            case TS_TYPE_Q4_0:
+            case TS_TYPE_Q4_1:
+                put_nibbles(o, r, d.q);
+                memcpy(o + 256 + 2 * r, d.d, 2);
+                if (type == TS_TYPE_Q4_1) memcpy(o + 288 + 2 * r, d.m, 2);
+                break;
+            case TS_TYPE_Q5_0:
+                put_nibbles(o, r, d.q);
+                for (int v = 0; v < 8; v++)
+                    for (int c = 0; c < 4; c++) o[256 + 4 * r + c] |= (uint8_t)(((d.q[4 * v + c] >> 4) & 1) << v);
+                memcpy(o + 320 + 2 * r, d.d, 2);
+                break;
+            case TS_TYPE_Q8_0:
+                for (int v = 0; v < 8; v++)
+                    for (int c = 0; c < 4; c++) o[64 * v + 4 * r + c] = d.q[4 * v + c];
+                memcpy(o + 512 + 2 * r, d.d, 2);
+                break;
+            case TS_TYPE_Q4_K:
+                for (int j = 0; j < 8; j++) {
+                    put_nibbles(o + 256 * j, r, d.q + 32 * j);
+                    o[2112 + 16 * j + r] = d.sc[j];
+                    o[2240 + 16 * j + r] = d.mn[j];
+                }
+                memcpy(o + 2048 + 2 * r, d.d, 2);
+                memcpy(o + 2080 + 2 * r, d.m, 2);
+                break;
+            case TS_TYPE_Q6_K:
+                for (int j = 0; j < 8; j++) {
+                    uint8_t *oj = o + 416 * j;
+                    const uint8_t *q = d.q + 32 * j;
+                    put_nibbles(oj, r, q);
+                    for (int v = 0; v < 8; v++)
+                        for (int c = 0; c < 4; c++)
+                            oj[256 + 64 * (v / 4) + 4 * r + c] |= (uint8_t)(((q[4 * v + c] >> 4) & 3) << (2 * (v % 4)));
+                    oj[384 + r] = d.sc[2 * j];
+                    oj[400 + r] = d.sc[2 * j + 1];
+                }
+                memcpy(o + 3328 + 2 * r, d.d, 2);
+                break;
+            default: break;
+            }
+        }
+    }
+}
+
+/* unsigned quant of (row r, element k of 32-block `sub`) in panel block o */
+static inline int panel_u(uint32_t type, const uint8_t *o, int r, int sub, int k) {
+    const int v = k / 4, c = k % 4;
+    if (type == TS_TYPE_Q8_0) return o[64 * v + 4 * r + c];
+    const uint8_t *nb = o + (type == TS_TYPE_Q4_K ? 256 * sub : type == TS_TYPE_Q6_K ? 416 * sub : 0);
+    const uint8_t byte = nb[64 * (v / 2) + 4 * r + c];
+    int u = v % 2 ? byte >> 4 : byte & 0x0f;
+    if (type == TS_TYPE_Q5_0) u |= ((o[256 + 4 * r + c] >> v) & 1) << 4;
+    if (type == TS_TYPE_Q6_K) u |= ((nb[256 + 64 * (v / 4) + 4 * r + c] >> (2 * (v % 4))) & 3) << 4;
+    return u;
+}
+
+void ts_rp_row(uint32_t type, int64_t n_in, const uint8_t *packed, int64_t r, float *dst) {
+    const size_t bb = block_bytes(type);
+    const int64_t be = block_elems(type);
+    const uint8_t *panel = packed + (size_t)(r / TS_RP_ROWS) * ts_rp_panel_bytes(type, n_in);
+    const int rr = (int)(r % TS_RP_ROWS);
+    for (int64_t b = 0; b < n_in / be; b++) {
+        const uint8_t *o = panel + (size_t)b * bb;
+        float *y = dst + be * b;
+        switch (type) {
+        case TS_TYPE_Q4_0:
+        case TS_TYPE_Q5_0: {
+            const float d = rd_f16(o + (type == TS_TYPE_Q5_0 ? 320 : 256) + 2 * rr);
+            const int off = type == TS_TYPE_Q5_0 ? 16 : 8;
+            for (int k = 0; k < 32; k++) y[k] = (float)(panel_u(type, o, rr, 0, k) - off) * d;
+            break;
+        }
+        case TS_TYPE_Q4_1: {
+            const float d = rd_f16(o + 256 + 2 * rr), m = rd_f16(o + 288 + 2 * rr);
+            for (int k = 0; k < 32; k++) {
+                const float p = (float)panel_u(type, o, rr, 0, k) * d;
+                y[k] = p + m;
+            }
+            break;
+        }
+        case TS_TYPE_Q8_0: {
+            const float d = rd_f16(o + 512 + 2 * rr);
+            for (int k = 0; k < 32; k++) y[k] = (float)(panel_u(type, o, rr, 0, k) - 128) * d;
+            break;
+        }
+        case TS_TYPE_Q4_K: {
+            const float d = rd_f16(o + 2048 + 2 * rr), dmin = rd_f16(o + 2080 + 2 * rr);
+            for (int j = 0; j < 8; j++) {
+                const float dl = d * (float)o[2112 + 16 * j + rr], ml = dmin * (float)o[2240 + 16 * j + rr];
+                for (int k = 0; k < 32; k++) {
+                    const float p = dl * (float)panel_u(type, o, rr, j, k);
+                    y[32 * j + k] = p - ml;
+                }
+            }
+            break;
+        }
+        case TS_TYPE_Q6_K: {
+            const float d = rd_f16(o + 3328 + 2 * rr);
+            for (int j = 0; j < 8; j++)
+                for (int k = 0; k < 32; k++) {
+                    const float ds = d * (float)(int8_t)o[416 * j + (k < 16 ? 384 : 400) + rr];
+                    y[32 * j + k] = ds * (float)(panel_u(type, o, rr, j, k) - 32);
+                }
+            break;
+        }
+        default: break;
+        }
+    }
+}
+
+/* ---- activation tiles ---- */
+
+size_t ts_rp_tiles_bytes(int64_t n_in, int n_tok, int hi) {
+    return (size_t)n_tok * (size_t)(n_in / 32) * ts_rp_xb(hi);
+}
+
+size_t ts_rp_tile_offset(int64_t n_in, int t, int hi) {
+    return ts_rp_tiles_bytes(n_in, t / TS_RP_TT * TS_RP_TT, hi);
+}
+
+void ts_rp_quant_ref(const float *x, int64_t n_in, int hi, uint8_t *tile, int nt, int slot) {
+    const float C = hi ? 32512.0f : 127.0f;
+    const size_t xb = ts_rp_xb(hi) * (size_t)nt;
+    for (int64_t b = 0; b < n_in / 32; b++, x += 32) {
+        uint8_t *q1 = tile + (size_t)b * xb + 32 * slot;
+        uint8_t *q2 = q1 + 32 * nt;
+        uint8_t *side = tile + (size_t)b * xb + (hi ? 64 : 32) * nt + TS_RP_SIDE * slot;
+        float amax = 0.0f;
+        int finite = 1;
+        for (int j = 0; j < 32; j++) {
+            const float a = fabsf(x[j]);
+            finite &= a <= 3.4028235e38f; /* false for inf and NaN */
+            amax = a > amax ? a : amax;
+        }
+        const int zero = !finite || amax < 0x1p-100f;
+        const float s = !finite ? NAN : zero ? 0.0f : amax / C;
+        const float id = zero ? 0.0f : C / amax;
+        int32_t sum_lo = 0, sum_hi = 0;
+        for (int j = 0; j < 32; j++) {
+            const int32_t X = zero ? 0 : (int32_t)lrintf(x[j] * id);
+            /* floor((X + 128) / 256), on a non-negative operand */
+            const int32_t a = hi ? ((X + 128 + 65536) >> 8) - 256 : X;
+            q1[j] = (uint8_t)(int8_t)a;
+            if (hi) q2[j] = (uint8_t)(int8_t)(X - 256 * a);
+            if (j < 16)
+                sum_lo += X;
+            else
+                sum_hi += X;
+        }
+        const int32_t sum = sum_lo + sum_hi;
+        const float ds = s * (float)sum;
+        const int32_t f[6] = {-8 * sum, -128 * sum, -16 * sum, -32 * sum_lo, -32 * sum_hi, 0};
+        memcpy(side, &s, 4);
+        memcpy(side + 4, &ds, 4);
+        memcpy(side + 8, f, sizeof f);
+    }
+}
+
+/* ---- scalar reference kernel ---- */
+
+/* offset term of one 32-block (in the hi sum's low plane), by type; Q6_K
+ * takes one per half */
+static int32_t side_i32(const uint8_t *side, int off) {
+    int32_t v;
+    memcpy(&v, side + off, 4);
+    return v;
+}
+static float side_f32(const uint8_t *side, int off) {
+    float v;
+    memcpy(&v, side + off, 4);
+    return v;
+}
+
+/* exact integer dot of elements [k0, k1) of a 32-block: hi: 256 * sum u q1
+ * + (sum u q2 + off); lo: sum u q1 + off */
+static int32_t block_dot(uint32_t type, const uint8_t *o, int r, int sub, const int8_t *q1, const int8_t *q2, int hi,
+                         int k0, int k1, int32_t off) {
+    int32_t i1 = 0, i2 = off;
+    for (int k = k0; k < k1; k++) {
+        const int u = panel_u(type, o, r, sub, k);
+        i1 += u * q1[k];
+        if (hi) i2 += u * q2[k];
+    }
+    return hi ? i1 * 256 + i2 : i1 + off;
+}
+
+static void rp_gemm_ref(uint32_t type, int64_t n_in, const uint8_t *panel, const uint8_t *tile, int nt, int hi,
+                        float *y, int64_t y_stride, int n_rows) {
+    const size_t bb = block_bytes(type), xb = ts_rp_xb(hi) * (size_t)nt;
+    const int64_t be = block_elems(type);
+    for (int t = 0; t < nt; t++)
+        for (int r = 0; r < n_rows; r++) {
+            float acc = 0.0f;
+            for (int64_t b = 0; b < n_in / 32; b++) {
+                const uint8_t *o = panel + (size_t)(b / (be / 32)) * bb; /* panel block */
+                const int sub = (int)(b % (be / 32));                       /* 32-block inside it */
+                const uint8_t *xt = tile + (size_t)b * xb;
+                const int8_t *q1 = (const int8_t *)(xt + 32 * t), *q2 = (const int8_t *)(xt + 32 * nt + 32 * t);
+                const uint8_t *side = xt + (hi ? 64 : 32) * nt + TS_RP_SIDE * t;
+                const float s = side_f32(side, 0), ds = side_f32(side, 4);
+                switch (type) {
+                case TS_TYPE_Q4_0:
+                case TS_TYPE_Q5_0:
+                case TS_TYPE_Q8_0: {
+                    const int off = type == TS_TYPE_Q4_0 ? 8 : type == TS_TYPE_Q8_0 ? 12 : 16;
+                    const int32_t i = block_dot(type, o, r, 0, q1, q2, hi, 0, 32, side_i32(side, off));
+                    const float dw = rd_f16(o + (type == TS_TYPE_Q8_0 ? 512 : type == TS_TYPE_Q5_0 ? 320 : 256) + 2 * r);
+                    acc = fmaf((float)i, dw * s, acc);
+                    break;
+                }
+                case TS_TYPE_Q4_1: {
+                    const int32_t i = block_dot(type, o, r, 0, q1, q2, hi, 0, 32, 0);
+                    acc = fmaf((float)i, rd_f16(o + 256 + 2 * r) * s, acc);
+                    acc = fmaf(rd_f16(o + 288 + 2 * r), ds, acc);
+                    break;
+                }
+                case TS_TYPE_Q4_K: {
+                    const float dl = rd_f16(o + 2048 + 2 * r) * (float)o[2112 + 16 * sub + r];
+                    const float ml = rd_f16(o + 2080 + 2 * r) * (float)o[2240 + 16 * sub + r];
+                    const int32_t i = block_dot(type, o, r, sub, q1, q2, hi, 0, 32, 0);
+                    acc = fmaf((float)i, dl * s, acc);
+                    acc = fmaf(-ml, ds, acc);
+                    break;
+                }
+                case TS_TYPE_Q6_K: {
+                    const float d = rd_f16(o + 3328 + 2 * r);
+                    for (int h = 0; h < 2; h++) {
+                        const float dl = d * (float)(int8_t)o[416 * sub + 384 + 16 * h + r];
+                        const int32_t i = block_dot(type, o, r, sub, q1, q2, hi, 16 * h, 16 * h + 16,
+                                                    side_i32(side, 20 + 4 * h));
+                        acc = fmaf((float)i, dl * s, acc);
+                    }
+                    break;
+                }
+                default: break;
+                }
+            }
+            y[(int64_t)t * y_stride + r] = acc;
+        }
+}
+
+#define REF_ENTRY(name, T)                                                                                  \
+    static void name(int64_t n, const uint8_t *p, const uint8_t *x, int nt, int hi, float *y, int64_t ys,   \
+                     int nr) {                                                                              \
+        rp_gemm_ref(T, n, p, x, nt, hi, y, ys, nr);                                                         \
+    }
+REF_ENTRY(rp_q4_0_ref, TS_TYPE_Q4_0)
+REF_ENTRY(rp_q4_1_ref, TS_TYPE_Q4_1)
+REF_ENTRY(rp_q5_0_ref, TS_TYPE_Q5_0)
+REF_ENTRY(rp_q8_0_ref, TS_TYPE_Q8_0)
+REF_ENTRY(rp_q4_k_ref, TS_TYPE_Q4_K)
+REF_ENTRY(rp_q6_k_ref, TS_TYPE_Q6_K)
+
+ts_rp_gemm_fn ts_rp_gemm_ref(uint32_t type) {
+    switch (type) {
+    case TS_TYPE_Q4_0: return rp_q4_0_ref;
+    case TS_TYPE_Q4_1: return rp_q4_1_ref;
+    case TS_TYPE_Q5_0: return rp_q5_0_ref;
+    case TS_TYPE_Q8_0: return rp_q8_0_ref;
+    case TS_TYPE_Q4_K: return rp_q4_k_ref;
+    case TS_TYPE_Q6_K: return rp_q6_k_ref;
+    default: return NULL;
+    }
+}

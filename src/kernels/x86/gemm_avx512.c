@@ -1,0 +1,215 @@
+/* gemm_avx512.c - the panel GEMM and activation-tile quantizer of repack.h
+ * with AVX-512 VNNI: 16 output rows (one zmm of int32 / f32 lanes) x up to 8
+ * tokens per call, for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K panels.
+ *
+ * Per 32-element block and token: the block's integer dot for all 16 rows is
+ * 8 vpdpbusd (each: 16 lanes += 4 weight bytes x the token's 4 activation
+ * bytes, broadcast), started from the tile's offset term; at the hi
+ * precision a second chain of 8 over the low plane q2, and the two are
+ * combined as (a1 << 8) + a2. Then one convert, one multiply (row scales x
+ * token scale) and one FMA into the f32 accumulator (Q4_1: one more FMA for
+ * m * s*sumX). The 4-bit weights of a block are unpacked once (and, shift,
+ * and) and reused by every token of the tile. This is exactly the arithmetic
+ * of ts_rp_gemm_ref, lane by lane, so the results are bit-identical to it
+ * (tests/test_perf_kernels.c).
+ *
+ * Registers at 8 tokens: lo 8 int + 8 f32 accumulators; hi 16 int + 8 f32,
+ * plus the unpacked weights, the nibble mask and the row scales (<= 31 zmm).
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/repack.h"
+#include "kernels/x86/gemm_x86.h"
+
+#define AI static inline __attribute__((always_inline))
+
+AI __m512i bcast32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+AI __m512 bcastf(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_ps(v);
+}
+
+AI void store_rows(float *y, __m512 v, int n_rows) {
+    if (n_rows == TS_RP_ROWS)
+        _mm512_storeu_ps(y, v);
+    else
+        _mm512_mask_storeu_ps(y, (__mmask16)((1u << n_rows) - 1), v);
+}
+
+enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K };
+
+/* the pair of byte-vectors v, v + 1 (v even) of a 32-block whose quants
+ * start at q (panel block at w; layouts in repack.c) */
+AI void weight_pair(const int kind, const uint8_t *w, const uint8_t *q, const int v, __m512i *u0, __m512i *u1) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    if (kind == K_Q8_0) {
+        *u0 = _mm512_loadu_si512((const void *)(q + 64 * v));
+        *u1 = _mm512_loadu_si512((const void *)(q + 64 * v + 64));
+        return;
+    }
+    const __m512i raw = _mm512_loadu_si512((const void *)(q + 32 * v));
+    *u0 = _mm512_and_si512(raw, m4);
+    *u1 = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+    if (kind == K_Q5_0) { /* bit v of the hbit vector -> bit 4 */
+        const __m512i hb = _mm512_loadu_si512((const void *)(w + 256)), m = _mm512_set1_epi8(0x10);
+        const __m512i h0 = v <= 4 ? _mm512_slli_epi32(hb, 4 - v) : _mm512_srli_epi32(hb, v - 4);
+        const __m512i h1 = v + 1 <= 4 ? _mm512_slli_epi32(hb, 3 - v) : _mm512_srli_epi32(hb, v - 3);
+        *u0 = _mm512_ternarylogic_epi32(*u0, h0, m, 0xf8); /* u0 | (h0 & m) */
+        *u1 = _mm512_ternarylogic_epi32(*u1, h1, m, 0xf8);
+    } else if (kind == K_Q6_K) { /* bits 2(v%4), +1 of hbit vector v/4 -> bits 4, 5 */
+        const __m512i hb = _mm512_loadu_si512((const void *)(q + 256 + 64 * (v / 4))), m = _mm512_set1_epi8(0x30);
+        const int k = v % 4; /* 0 or 2 */
+        const __m512i h0 = k == 0 ? _mm512_slli_epi32(hb, 4) : hb;
+        const __m512i h1 = k == 0 ? _mm512_slli_epi32(hb, 2) : _mm512_srli_epi32(hb, 2);
+        *u0 = _mm512_ternarylogic_epi32(*u0, h0, m, 0xf8);
+        *u1 = _mm512_ternarylogic_epi32(*u1, h1, m, 0xf8);
+    }
+}
+
+AI __m512 cvt_bytes_u(const uint8_t *p) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i_u *)p))); }
+AI __m512 cvt_bytes_s(const uint8_t *p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i_u *)p))); }
+AI __m512 ld_f16x16(const uint8_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i_u *)p)); }
+
+/* One 32-block (or one 16-element half of it, Q6_K: v in [vb, ve)) for nt
+ * tokens: integer dots, then the f32 update with row scales S (16 lanes) */
+AI void block_part(const int kind, const int hi, const uint8_t *w, const uint8_t *q, const uint8_t *x, const int nt,
+                   const int vb, const int ve, const int off_at, const __m512 S, __m512 *f) {
+    const uint8_t *x2 = x + 32 * nt, *side = x + (hi ? 64 : 32) * nt;
+    __m512i a[TS_RP_TT], a2[TS_RP_TT];
+    for (int t = 0; t < nt; t++) {
+        const __m512i off = off_at ? bcast32(side + TS_RP_SIDE * t + off_at) : _mm512_setzero_si512();
+        a[t] = hi ? _mm512_setzero_si512() : off;
+        if (hi) a2[t] = off;
+    }
+    for (int v = vb; v < ve; v += 2) {
+        __m512i u0, u1;
+        weight_pair(kind, w, q, v, &u0, &u1);
+        for (int t = 0; t < nt; t++) {
+            a[t] = _mm512_dpbusd_epi32(a[t], u0, bcast32(x + 32 * t + 4 * v));
+            a[t] = _mm512_dpbusd_epi32(a[t], u1, bcast32(x + 32 * t + 4 * v + 4));
+            if (hi) {
+                a2[t] = _mm512_dpbusd_epi32(a2[t], u0, bcast32(x2 + 32 * t + 4 * v));
+                a2[t] = _mm512_dpbusd_epi32(a2[t], u1, bcast32(x2 + 32 * t + 4 * v + 4));
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        const __m512i i = hi ? _mm512_add_epi32(_mm512_slli_epi32(a[t], 8), a2[t]) : a[t];
+        f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(S, bcastf(side + TS_RP_SIDE * t)), f[t]);
+    }
+}
+
+AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
+                   float *y, int64_t ys, int n_rows) {
+    const int kq = kind == K_Q4_K || kind == K_Q6_K;
+    const size_t wb = kind == K_Q4_0 ? 288 : kind == K_Q4_1 ? 320 : kind == K_Q5_0 ? 352 : kind == K_Q8_0 ? 544
+                    : kind == K_Q4_K ? 2368 : 3360;
+    const size_t xb = (hi ? 96 : 64) * (size_t)nt;
+    __m512 f[TS_RP_TT];
+    for (int t = 0; t < nt; t++) f[t] = _mm512_setzero_ps();
+    for (int64_t pb = 0; pb < n / (kq ? 256 : 32); pb++, w += wb) {
+        for (int sub = 0; sub < (kq ? 8 : 1); sub++, x += xb) {
+            const uint8_t *side = x + (hi ? 64 : 32) * nt;
+            if (kind == K_Q6_K) {
+                const uint8_t *q = w + 416 * sub;
+                const __m512 d = ld_f16x16(w + 3328);
+                block_part(kind, hi, w, q, x, nt, 0, 4, 20, _mm512_mul_ps(d, cvt_bytes_s(q + 384)), f);
+                block_part(kind, hi, w, q, x, nt, 4, 8, 24, _mm512_mul_ps(d, cvt_bytes_s(q + 400)), f);
+            } else if (kind == K_Q4_K) {
+                const __m512 dl = _mm512_mul_ps(ld_f16x16(w + 2048), cvt_bytes_u(w + 2112 + 16 * sub));
+                const __m512 ml = _mm512_mul_ps(ld_f16x16(w + 2080), cvt_bytes_u(w + 2240 + 16 * sub));
+                block_part(kind, hi, w, w + 256 * sub, x, nt, 0, 8, 0, dl, f);
+                for (int t = 0; t < nt; t++) f[t] = _mm512_fnmadd_ps(ml, bcastf(side + TS_RP_SIDE * t + 4), f[t]);
+            } else {
+                const int doff = kind == K_Q8_0 ? 512 : kind == K_Q5_0 ? 320 : 256;
+                const int off_at = kind == K_Q4_0 ? 8 : kind == K_Q8_0 ? 12 : kind == K_Q5_0 ? 16 : 0;
+                block_part(kind, hi, w, w, x, nt, 0, 8, off_at, ld_f16x16(w + doff), f);
+                if (kind == K_Q4_1) {
+                    const __m512 m = ld_f16x16(w + 288);
+                    for (int t = 0; t < nt; t++) f[t] = _mm512_fmadd_ps(m, bcastf(side + TS_RP_SIDE * t + 4), f[t]);
+                }
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++) store_rows(y + (int64_t)t * ys, f[t], n_rows);
+}
+
+#define RP_CASES(kind, hi)                                             \
+    switch (nt) {                                                      \
+    case 1: panel_tile(kind, hi, n, w, x, 1, y, ys, n_rows); break;    \
+    case 2: panel_tile(kind, hi, n, w, x, 2, y, ys, n_rows); break;    \
+    case 3: panel_tile(kind, hi, n, w, x, 3, y, ys, n_rows); break;    \
+    case 4: panel_tile(kind, hi, n, w, x, 4, y, ys, n_rows); break;    \
+    case 5: panel_tile(kind, hi, n, w, x, 5, y, ys, n_rows); break;    \
+    case 6: panel_tile(kind, hi, n, w, x, 6, y, ys, n_rows); break;    \
+    case 7: panel_tile(kind, hi, n, w, x, 7, y, ys, n_rows); break;    \
+    default: panel_tile(kind, hi, n, w, x, 8, y, ys, n_rows); break;   \
+    }
+
+#define RP_ENTRY(name, kind)                                                                                  \
+    void name(int64_t n, const uint8_t *w, const uint8_t *x, int nt, int hi, float *y, int64_t ys, int n_rows) { \
+        if (hi) {                                                                                             \
+            RP_CASES(kind, 1)                                                                                 \
+        } else {                                                                                              \
+            RP_CASES(kind, 0)                                                                                 \
+        }                                                                                                     \
+    }
+
+RP_ENTRY(ts_rp_q4_0_avx512, K_Q4_0)
+RP_ENTRY(ts_rp_q4_1_avx512, K_Q4_1)
+RP_ENTRY(ts_rp_q5_0_avx512, K_Q5_0)
+RP_ENTRY(ts_rp_q8_0_avx512, K_Q8_0)
+RP_ENTRY(ts_rp_q4_k_avx512, K_Q4_K)
+RP_ENTRY(ts_rp_q6_k_avx512, K_Q6_K)
+
+/* ---- activation quantizer: the arithmetic of ts_rp_quant_ref ---- */
+
+void ts_rp_quant_avx512(const float *x, int64_t n_in, int hi, uint8_t *tile, int nt, int slot) {
+    const float C = hi ? 32512.0f : 127.0f;
+    const size_t xb = (hi ? 96 : 64) * (size_t)nt;
+    const __m512 fmax = _mm512_set1_ps(3.4028235e38f);
+    for (int64_t b = 0; b < n_in / 32; b++, x += 32) {
+        uint8_t *q1 = tile + (size_t)b * xb + 32 * slot;
+        uint8_t *q2 = q1 + 32 * nt;
+        uint8_t *side = tile + (size_t)b * xb + (hi ? 64 : 32) * nt + TS_RP_SIDE * slot;
+        const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+        const __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
+        /* finite: every |x| <= FLT_MAX (false for inf, and NaN compares false) */
+        const __mmask16 ok = _mm512_cmp_ps_mask(a0, fmax, _CMP_LE_OQ) & _mm512_cmp_ps_mask(a1, fmax, _CMP_LE_OQ);
+        const int finite = ok == 0xffff;
+        const float amax = finite ? _mm512_reduce_max_ps(_mm512_max_ps(a0, a1)) : 0.0f;
+        const int zero = !finite || amax < 0x1p-100f;
+        const float s = !finite ? NAN : zero ? 0.0f : amax / C;
+        const __m512 id = _mm512_set1_ps(zero ? 0.0f : C / amax);
+        const __m512i X0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id)), X1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+        /* zero blocks: x * 0 is 0 for finite x; non-finite blocks: force 0 */
+        const __m512i Z0 = zero ? _mm512_setzero_si512() : X0, Z1 = zero ? _mm512_setzero_si512() : X1;
+        if (hi) {
+            const __m512i k128 = _mm512_set1_epi32(128);
+            const __m512i h0 = _mm512_srai_epi32(_mm512_add_epi32(Z0, k128), 8);
+            const __m512i h1 = _mm512_srai_epi32(_mm512_add_epi32(Z1, k128), 8);
+            _mm_storeu_si128((__m128i_u *)q1, _mm512_cvtepi32_epi8(h0));
+            _mm_storeu_si128((__m128i_u *)(q1 + 16), _mm512_cvtepi32_epi8(h1));
+            _mm_storeu_si128((__m128i_u *)q2, _mm512_cvtepi32_epi8(_mm512_sub_epi32(Z0, _mm512_slli_epi32(h0, 8))));
+            _mm_storeu_si128((__m128i_u *)(q2 + 16),
+                             _mm512_cvtepi32_epi8(_mm512_sub_epi32(Z1, _mm512_slli_epi32(h1, 8))));
+        } else {
+            _mm_storeu_si128((__m128i_u *)q1, _mm512_cvtepi32_epi8(Z0));
+            _mm_storeu_si128((__m128i_u *)(q1 + 16), _mm512_cvtepi32_epi8(Z1));
+        }
+        const int32_t sum_lo = _mm512_reduce_add_epi32(Z0), sum_hi = _mm512_reduce_add_epi32(Z1);
+        const int32_t sum = sum_lo + sum_hi;
+        const float ds = s * (float)sum;
+        const int32_t fields[6] = {-8 * sum, -128 * sum, -16 * sum, -32 * sum_lo, -32 * sum_hi, 0};
+        memcpy(side, &s, 4);
+        memcpy(side + 4, &ds, 4);
+        memcpy(side + 8, fields, sizeof fields);
+    }
+}

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "core/threadpool.h"
 #include "kernels/cpu.h"
 #include "kernels/fastops.h"
@@ -29,25 +30,6 @@
 #include "kernels/qdot.h"
 #include "kernels/repack.h"
 #include "quant/quant.h"
-
-static int n_fail;
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (!(cond)) {                                  \
-            n_fail++;                                   \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
-
-static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-static float frand(void) { /* uniform in [-1, 1) */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
 
 /* ---- pool ---- */
 
@@ -506,8 +488,8 @@ int main(void) {
     test_linear(1);
     test_linear(0);
     unsetenv("TS_ACT");
-    if (n_fail) {
-        printf("test_perf_kernels: %d failures\n", n_fail);
+    if (failures) {
+        printf("test_perf_kernels: %d failures\n", failures);
         return 1;
     }
     printf("test_perf_kernels: all checks passed (active level %s)\n", ts_cpu_level_name(ts_cpu_level_active()));

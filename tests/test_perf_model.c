@@ -23,18 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "model/model_impl.h"
-
-static int n_fail;
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (!(cond)) {                                  \
-            n_fail++;                                   \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
 
 static long rss_kb(void) {
     FILE *f = fopen("/proc/self/status", "r");
@@ -180,8 +170,8 @@ int main(int argc, char **argv) {
     free(dec);
     free(ref);
     free(lo);
-    if (n_fail) {
-        printf("test_perf_model: %d failures\n", n_fail);
+    if (failures) {
+        printf("test_perf_model: %d failures\n", failures);
         return 1;
     }
     printf("test_perf_model: all checks passed\n");

@@ -222,9 +222,9 @@ L.append("The fast path rounds differently from the reference in three places: (
 L.append("Why 16 and not 8 bits: with 8-bit activations (`TS_ACT=q8`, ggml's precision) the logits move by up "
          "to ~7% of their range (several tenths of a logit; the blocks holding the models' few huge activation "
          "channels quantize everything else in them coarsely), which flips greedy tokens where the oracle's "
-         "margin is 0.2-0.3, far from a near-tie (see the `q8` columns). 16-bit activations cost twice the "
-         "integer work in prefill (docs/PERFORMANCE.md) and nothing measurable in decode, which is bound by "
-         "memory bandwidth.\n")
+         "margin is up to 0.22, far from a near-tie (see the `q8` columns). 16-bit activations cost twice the "
+         "integer work: prefill runs at 0.6-0.7x the speed of 8-bit activations and decode, mostly bound by "
+         "memory bandwidth, at 0.83-0.92x (docs/PERFORMANCE.md).\n")
 L.append("\n## Pinned facts\n")
 L.append("`tests/real_pinned.json` holds, per prompt, the ids, tessera's top-1 at every prompt position and its 32 "
          "greedy tokens, from this run. `tests/test_real_pinned.py` (CTest) re-runs only tessera and requires "

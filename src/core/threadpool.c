@@ -20,12 +20,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #define CACHE_LINE 64
 #define YIELD_AFTER_NS 20000
+
+/* preemption watch of one waiter (see waiter_budget) */
+typedef struct {
+    unsigned n_waits;
+    int nospin;
+    int64_t t_check;
+    long nivcsw;
+} waiter;
 
 struct ts_threadpool {
     /* set at creation */
@@ -36,7 +45,8 @@ struct ts_threadpool {
     int caller_pinned;
     int n_cpus;                  /* CPUs of the affinity mask, for pinning */
     int *cpus;
-    int64_t spin_ns;             /* spin budget before sleeping */
+    int64_t spin_ns;             /* spin budget before sleeping (TS_SPIN_US) */
+    waiter caller;               /* the calling thread's preemption watch */
 
     /* the current job: written by the caller before `gen` is bumped */
     ts_range_fn fn;
@@ -80,10 +90,36 @@ static void futex_wake(_Atomic uint32_t *addr, int n) {
     syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
 }
 
-/* Spins until *addr != val or the budget is spent; returns the last value. */
-static uint32_t spin_while_eq(const ts_threadpool *p, _Atomic uint32_t *addr, uint32_t val) {
+/* Spinning pays when the thread we wait for is running: its change comes
+ * within microseconds. When threads outnumber cores (another busy process),
+ * it is not: the scheduler charges our spinning as work and preempts our
+ * threads at bad moments. Measured on 2 cores with one busy-loop process,
+ * decode ran ~2x faster sleeping at once (TS_SPIN_US=0) than spinning,
+ * while on an idle machine spinning is ~2.3x faster (docs/PERFORMANCE.md).
+ * So each waiter (the caller, each worker) watches how often it is
+ * preempted (involuntary context switches, getrusage every 256 waits): above
+ * 200 per second it stops spinning, below 50 per second it spins again. */
+static int64_t waiter_budget(const ts_threadpool *p, waiter *w) {
+    if ((++w->n_waits & 255) == 0) {
+        struct rusage ru;
+        if (getrusage(RUSAGE_THREAD, &ru) == 0) {
+            const int64_t t = now_ns();
+            if (w->t_check && t > w->t_check) {
+                const double rate = (double)(ru.ru_nivcsw - w->nivcsw) * 1e9 / (double)(t - w->t_check);
+                if (rate > 200.0) w->nospin = 1;
+                else if (rate < 50.0) w->nospin = 0;
+            }
+            w->t_check = t;
+            w->nivcsw = ru.ru_nivcsw;
+        }
+    }
+    return w->nospin ? 0 : p->spin_ns;
+}
+
+/* Spins until *addr != val or `budget` ns are spent; returns the last value. */
+static uint32_t spin_while_eq(int64_t budget, _Atomic uint32_t *addr, uint32_t val) {
     uint32_t v = atomic_load_explicit(addr, memory_order_acquire);
-    if (v != val || p->spin_ns <= 0) return v;
+    if (v != val || budget <= 0) return v;
     const int64_t t0 = now_ns();
     for (unsigned it = 1;; it++) {
         cpu_relax();
@@ -91,7 +127,7 @@ static uint32_t spin_while_eq(const ts_threadpool *p, _Atomic uint32_t *addr, ui
         if (v != val) return v;
         if ((it & 63) == 0) {
             const int64_t dt = now_ns() - t0;
-            if (dt > p->spin_ns) return v;
+            if (dt > budget) return v;
             /* Past a short pure spin, give the core away between checks: if
              * the thread we wait for shares this core (more runnable threads
              * than cores), it runs now instead of after our time slice. */
@@ -132,8 +168,9 @@ static void *worker_main(void *arg) {
     free(wa);
     pin_self(p, tid);
     uint32_t seen = 0;
+    waiter me = {0, 0, 0, 0};
     for (;;) {
-        uint32_t g = spin_while_eq(p, &p->gen, seen);
+        uint32_t g = spin_while_eq(waiter_budget(p, &me), &p->gen, seen);
         if (g == seen) {
             atomic_fetch_add(&p->n_sleepers, 1);
             while ((g = atomic_load(&p->gen)) == seen) futex_wait(&p->gen, seen);
@@ -220,6 +257,7 @@ ts_threadpool *ts_threadpool_new(int n_threads, ts_err *err) {
         long v = strtol(sp, &end, 10);
         if (*end == '\0' && v >= 0 && v <= 10 * 1000 * 1000) p->spin_ns = (int64_t)v * 1000;
     }
+
     const char *pin = getenv("TS_PIN");
     p->pin = pin && strcmp(pin, "1") == 0;
     if (p->pin) list_cpus(p);
@@ -286,10 +324,11 @@ static void run_job(ts_threadpool *p, int64_t n, int64_t grain, ts_range_fn fn, 
     run_part(p, 0);
 
     _Atomic uint32_t *pend = (_Atomic uint32_t *)&p->pending;
+    const int64_t budget = waiter_budget(p, &p->caller);
     for (;;) {
         uint32_t v = atomic_load(pend);
         if (v == 0) break;
-        const uint32_t w = spin_while_eq(p, pend, v);
+        const uint32_t w = spin_while_eq(budget, pend, v);
         if (w == 0) break;
         if (w != v) continue; /* progress: spin on */
         /* the spin budget is spent with no progress: sleep */

@@ -3,14 +3,16 @@
  *
  * Workers are created once (ts_threadpool_new). Between jobs they spin on a
  * job counter for a short while (TS_SPIN_US microseconds, default 2000;
- * after the first 20 us each check also yields the core, so a spinner never
- * starves the thread it waits for when threads outnumber cores) and then
- * sleep on a futex, so a pool left idle does not burn a core. Posting a job
- * is one atomic store (plus a futex wake only when a worker sleeps);
- * finishing is one atomic decrement per worker; the caller spins on it (and
- * sleeps the same way after the spin budget). Decoding SmolLM2-135M, this is
- * ~2.5x the tokens/s of sleeping at every job (TS_SPIN_US=0;
- * docs/PERFORMANCE.md).
+ * after the first 20 us each check also yields the core) and then sleep on
+ * a futex, so a pool left idle does not burn a core. Posting a job is one
+ * atomic store (plus a futex wake only when a worker sleeps); finishing is
+ * one atomic decrement per worker; the caller spins on it (and sleeps the
+ * same way after the spin budget). A waiter that finds itself preempted
+ * often (more threads than cores: another busy process) stops spinning
+ * until that passes. Decoding SmolLM2-135M on an idle machine, spinning is
+ * ~2.5x the tokens/s of sleeping at every job (TS_SPIN_US=0); with a busy
+ * process beside it, the watch keeps it as fast as sleeping
+ * (docs/PERFORMANCE.md).
  *
  * Two ways to cut a range [0, n):
  *   ts_parallel_for        one contiguous chunk per thread (chunk t is

@@ -76,7 +76,7 @@ static int load_tile_avx512(const ts_attn_job *j, int kvh, int64_t k0, int nk, f
 #define FASTOPS_LOAD_TILE(j, kvh, k0, nk, kt, vt, tmp) load_tile_avx512(j, kvh, k0, nk, kt, vt)
 
 /* the 16-wide hooks of fastops_impl.h on one zmm */
-static inline void scores16_avx512(float *dst, const float *q, const float *kcol, int hd, float scale) {
+__attribute__((unused)) static inline void scores16_avx512(float *dst, const float *q, const float *kcol, int hd, float scale) {
     __m512 a = _mm512_setzero_ps();
     for (int d = 0; d < hd; d++) a = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_loadu_ps(kcol + d * TS_ATTN_KT), a);
     _mm512_storeu_ps(dst, _mm512_mul_ps(a, _mm512_set1_ps(scale)));

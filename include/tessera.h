@@ -499,6 +499,19 @@ typedef struct ts_stats {
 /* Same thread as ctx. */
 TS_API ts_status ts_context_get_stats(const ts_context *ctx, ts_stats *out);
 
+/* ---- compute devices ------------------------------------------------------ */
+
+/* Lists the compute engines this machine has (cpu, loop, loop:npu and each
+ * OpenCL device, or one "opencl" line saying why there is none), one line
+ * each ending in '\n': the name, "ok" with the kind and the device's
+ * self-description, or "unavailable: <why>". Opens and closes each device.
+ * Writes at most cap bytes, NUL-terminated when the text fits (length <
+ * cap), and returns the length the full text needs (call with cap 0 to size
+ * a buffer; buf may then be NULL), -1 when out of memory. The text of two
+ * calls may differ (measured crossing costs), so a caller that sizes first
+ * should check the second call's length too. Thread-safe. */
+TS_API int64_t ts_devices_list(char *buf, size_t cap);
+
 /* ---- quantization --------------------------------------------------------- */
 
 typedef struct ts_quantize_params {

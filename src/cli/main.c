@@ -18,6 +18,8 @@ static const command commands[] = {
     {"tokenize", cli_tokenize, "show the tokens of a text"},
     {"inspect", cli_inspect, "print a GGUF file's metadata and tensor table"},
     {"quantize", cli_quantize, "rewrite a model's 2-D weights in another type"},
+    {"bench", cli_bench, "llama-bench-style prefill/generation throughput"},
+    {"devices", cli_devices, "list the compute devices and why any did not open"},
 };
 
 static void usage(FILE *f) {

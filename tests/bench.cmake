@@ -1,0 +1,9 @@
+# bench.cmake - `tessera bench` (llama-bench-style throughput through the
+# public API) and `tessera devices` (ts_devices_list): output shape, JSON
+# fields, argument errors. Tiny tests (-p 16 -n 4 -r 1): not measurements.
+foreach(case json table devices errors)
+  add_test(NAME bench_cli_${case}
+           COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_bench_cli.py ${case}
+                   $<TARGET_FILE:tessera> ${TS_MODELS_DIR})
+  set_tests_properties(bench_cli_${case} PROPERTIES TIMEOUT 240)
+endforeach()

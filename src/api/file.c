@@ -16,6 +16,7 @@
 
 #include "api/api_internal.h"
 #include "quant/quant.h"
+#include "text/utf8.h"
 
 #define ARR_HEAD 8       /* array elements shown */
 #define TEXT_STR_MAX 160 /* string bytes shown in text form before "..." */
@@ -185,25 +186,12 @@ static void putf(sink *s, const char *fmt, ...) {
     if (n > 0) put(s, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 if it is not valid
- * (overlong forms, surrogates and code points above U+10FFFF are invalid). */
+/* Length of the valid UTF-8 sequence at s[0..n), or 0 if it is not valid. */
 static size_t utf8_len(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    size_t len;
     uint32_t cp;
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f;
-    else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f;
-    else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07;
-    else return 0;
-    if (n < len) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-        return 0;
-    return len;
+    int bad;
+    int l = ts_utf8_next(s, n, &cp, &bad);
+    return l > 0 ? (size_t)l : 0;
 }
 
 static void json_str(sink *o, const char *p, uint64_t n) {

@@ -23,6 +23,9 @@ Micro-batch invariance: b7, b1_t1 and decode must equal b64 to within
 and the attention read the same cached values whatever the batch).
 
 usage: test_tiny_oracle.py TS_MODEL_TOOL MODELS_DIR WORK_DIR
+Env TS_RUNNER (e.g. "qemu-aarch64 -L /usr/aarch64-linux-gnu"): a command
+prefix that runs a cross-built ts_model_tool; all runs then use -t 1
+(multi-threaded runs hang under qemu-user, see tools/test_aarch64.sh).
 """
 import json
 import os
@@ -33,6 +36,7 @@ import time
 import numpy as np
 
 TOOL, MODELS, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
+RUNNER = os.environ.get("TS_RUNNER", "").split()
 HERE = os.path.dirname(os.path.abspath(__file__))
 GEN = os.path.join(HERE, "..", "tools", "gen_tiny_models.py")
 REL_TOL = 1e-3
@@ -70,7 +74,9 @@ failures = []
 
 def ours(path, tokens, n_vocab, args):
     out = os.path.join(WORK, "logits.f32")
-    r = subprocess.run([TOOL, "logits", path, out, "--tokens", ",".join(map(str, tokens))] + args,
+    if RUNNER and "-t" not in args:
+        args = args + ["-t", "1"]
+    r = subprocess.run(RUNNER + [TOOL, "logits", path, out, "--tokens", ",".join(map(str, tokens))] + args,
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"ts_model_tool {' '.join(args)} failed: {r.stderr.strip()}")

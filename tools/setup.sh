@@ -23,6 +23,17 @@ if [ ${#missing[@]} -gt 0 ]; then
     || { echo "setup: ERROR: apt-get install ${missing[*]} failed" >&2; exit 1; }
 fi
 
+# arm64 PCRE2 (Debian multiarch) so tools/test_aarch64.sh can cross-build the
+# whole library, not only the kernels.
+if ! dpkg-query -W -f='${Status}' libpcre2-dev:arm64 2>/dev/null | grep -q "install ok installed"; then
+  echo "setup: installing libpcre2-dev:arm64 (multiarch)" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  dpkg --print-foreign-architectures | grep -qx arm64 || $SUDO dpkg --add-architecture arm64
+  $SUDO apt-get update -qq || { echo "setup: ERROR: apt-get update (arm64) failed" >&2; exit 1; }
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libpcre2-dev:arm64 >/dev/null \
+    || { echo "setup: ERROR: apt-get install libpcre2-dev:arm64 failed" >&2; exit 1; }
+fi
+
 # Python venv for the oracles: the checkout's .venv if there is one, else one
 # shared by all clones in ~/.cache/tessera/venv (torch alone is several GB).
 if [ -x .venv/bin/python ]; then VENV=.venv; else VENV=${TESSERA_VENV:-$HOME/.cache/tessera/venv}; fi

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/heap.h"
 #include "text/tok_internal.h"
 #include "text/utf8.h"
 
@@ -345,35 +346,11 @@ typedef struct cand {
     int32_t pos; /* left symbol */
 } cand;
 
-static inline bool cand_less(cand a, cand b) { return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos); }
-
-static void heap_push(cand *h, size_t *n, cand c) {
-    size_t i = (*n)++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!cand_less(c, h[p])) break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = c;
+static inline bool cand_before(const cand *a, const cand *b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
 }
+TS_HEAP_DEFINE(heap, cand, cand_before)
 
-static cand heap_pop(cand *h, size_t *n) {
-    cand top = h[0];
-    if (--(*n) == 0) return top;
-    cand last = h[*n];
-    size_t i = 0;
-    for (;;) {
-        size_t m = 2 * i + 1;
-        if (m >= *n) break;
-        if (m + 1 < *n && cand_less(h[m + 1], h[m])) m++;
-        if (!cand_less(h[m], last)) break;
-        h[i] = h[m];
-        i = m;
-    }
-    h[i] = last;
-    return top;
-}
 
 static int32_t pair_rank(const ts_tokenizer *t, int32_t a, int32_t b) {
     return ts_u64map_get(&t->merges, ((uint64_t)(uint32_t)a << 32) | (uint32_t)b);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/heap.h"
 #include "text/tok_internal.h"
 #include "text/utf8.h"
 
@@ -163,33 +164,7 @@ static inline bool cand_before(const cand *a, const cand *b) {
     return a->pos < b->pos;
 }
 
-static void heap_push(cand *h, size_t *n, cand c) {
-    size_t i = (*n)++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!cand_before(&c, &h[p])) break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = c;
-}
-
-static cand heap_pop(cand *h, size_t *n) {
-    cand top = h[0];
-    if (--(*n) == 0) return top;
-    cand last = h[*n];
-    size_t i = 0;
-    for (;;) {
-        size_t m = 2 * i + 1;
-        if (m >= *n) break;
-        if (m + 1 < *n && cand_before(&h[m + 1], &h[m])) m++;
-        if (!cand_before(&h[m], &last)) break;
-        h[i] = h[m];
-        i = m;
-    }
-    h[i] = last;
-    return top;
-}
+TS_HEAP_DEFINE(heap, cand, cand_before)
 
 /* Queues the pair (pos, its next) if their concatenation is a token. */
 static void try_pair(const ts_tokenizer *t, const sym *y, int32_t pos, char *cat, cand *h, size_t *nh) {

@@ -38,3 +38,36 @@ if(NOT TS_SANITIZE)
                      --expect-level scalar)
   endif()
 endif()
+
+# The panel GEMM and activation-tile kernels of every level this machine runs
+# (x86/gemm_avx2.c, x86/gemm_avx512.c, arm/gemm_neon.c) against the scalar definitions
+# of kernels/repack.h, bit for bit (tests/test_rp_gemm.c). The name starts
+# with test_kernels so that tools/test_aarch64.sh runs it under qemu too.
+ts_add_c_test(test_kernels_rp_gemm ${CMAKE_CURRENT_LIST_DIR}/test_rp_gemm.c)
+# ... and on an emulated AVX2-only CPU (Haswell: no AVX-512 anywhere, so an
+# AVX-512 instruction in the AVX2 path would fault there).
+if(NOT TS_SANITIZE AND TS_QEMU_X86_64 AND NOT CMAKE_CROSSCOMPILING)
+  add_test(NAME test_kernels_rp_gemm_qemu_Haswell
+           COMMAND ${TS_QEMU_X86_64} -cpu Haswell $<TARGET_FILE:test_kernels_rp_gemm> --level avx2)
+endif()
+
+# An AVX2-only x86 machine, by forcing the dispatch level: whole models with
+# the AVX2 kernels (panel GEMM of gemm_avx2.c, qdot, attention, SwiGLU).
+#   test_perf_model_avx2: SmolLM2-135M Q4_1 repacked at avx2 (Q4_1 + Q8_0
+#     panels), one resident copy, decode = prefill, close to TS_KERNELS=ref;
+#   test_real_pinned_avx2: both real models' pinned top-1 ids and greedy
+#     continuations (panels: Q4_1, Q8_0; gemma 3: Q5_0, Q4_K, Q6_K, Q8_0);
+#   test_tiny_oracle_avx2: the transformers oracle on the tiny models (f32
+#     weights: the AVX2 f32 dots and attention, no panels).
+# Only in the main build (the kernel-only cross build has no models).
+if(TARGET tessera_core AND NOT CMAKE_CROSSCOMPILING AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
+  add_test(NAME test_perf_model_avx2 COMMAND test_perf_model ${TS_MODELS_DIR})
+  add_test(NAME test_real_pinned_avx2
+           COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_real_pinned.py
+                   $<TARGET_FILE:ts_model_tool> ${TS_MODELS_DIR})
+  add_test(NAME test_tiny_oracle_avx2
+           COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_tiny_oracle.py
+                   $<TARGET_FILE:ts_model_tool> ${TS_MODELS_DIR} ${CMAKE_CURRENT_BINARY_DIR}/tiny_models_avx2)
+  set_tests_properties(test_perf_model_avx2 test_real_pinned_avx2 test_tiny_oracle_avx2
+                       PROPERTIES ENVIRONMENT "TS_CPU_LEVEL=avx2")
+endif()

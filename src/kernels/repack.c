@@ -1,7 +1,7 @@
 /* repack.c - the panel layout of repack.h: packing GGUF rows into panels,
  * reading a row back, the activation-tile quantizer, and the scalar
- * reference kernel that defines (and on machines without VNNI runs) the
- * panel GEMM.
+ * reference kernel that defines the panel GEMM (every level's fast kernel
+ * gives its bits: x86/gemm_avx512.c, x86/gemm_avx2.c, arm/gemm_neon.c).
  *
  * Packing goes through integers: each GGUF block is decoded into its quants
  * (unsigned: the stored nibble / 5- or 6-bit value, or the Q8_0 byte + 128)

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/arm/gemm_arm.h"
 #include "kernels/qdot_impl.h"
 #include "quant/quant.h"
 
@@ -517,4 +518,12 @@ const ts_kern ts_kern_tab_neon = {
     ENTRY(TS_TYPE_Q6_K, q6_k),
     ENTRY(TS_TYPE_F32, f32),
     ENTRY(TS_TYPE_F16, f16),
+    /* panel GEMM (gemm_neon.c): bit-identical to the scalar definition */
+    .rp_gemm[TS_TYPE_Q4_0] = ts_rp_q4_0_neon,
+    .rp_gemm[TS_TYPE_Q4_1] = ts_rp_q4_1_neon,
+    .rp_gemm[TS_TYPE_Q8_0] = ts_rp_q8_0_neon,
+    .rp_gemm[TS_TYPE_Q5_0] = ts_rp_q5_0_neon,
+    .rp_gemm[TS_TYPE_Q4_K] = ts_rp_q4_k_neon,
+    .rp_gemm[TS_TYPE_Q6_K] = ts_rp_q6_k_neon,
+    .rp_quant = ts_rp_quant_neon,
 };

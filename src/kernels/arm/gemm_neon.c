@@ -1,0 +1,279 @@
+/* gemm_neon.c - the panel GEMM and activation-tile quantizer of repack.h
+ * for aarch64 AdvSIMD + dotprod (this file gets -march=armv8.2-a+dotprod+
+ * fp16 with the other arm/ files; it only runs after cpu.c found them).
+ *
+ * A 64-byte weight vector of a panel is four 16-byte quarters (rows 4k ..
+ * 4k+3, 4 bytes each), which is exactly sdot's shape: one vdotq_laneq_s32
+ * adds, per int32 lane (row), the 4 weight bytes times the token's 4
+ * activation bytes of one lane of a 16-byte activation register. The panel
+ * is walked one quarter (4 rows) at a time, so a block's decoded weights (8
+ * registers), a tile's f32 accumulators (up to 8) and a token's activation
+ * planes fit in the 32 vector registers.
+ *
+ * sdot is signed x signed; the definition's u is unsigned (repack.h):
+ *   4/5/6-bit types: u <= 63 is its own int8, and the offset term (-o sumX)
+ *     from the tile is added as in the definition;
+ *   Q8_0 (u = q + 128 up to 255): the stored signed byte q = u ^ 0x80 is
+ *     used instead, and sum q X = sum u X - 128 sumX is the definition's
+ *     integer with its offset term already in (so the tile's is not added;
+ *     at the hi precision 256 sum q q1 + sum q q2 likewise).
+ * Every sum is exact in int32, so the block integers are the definition's;
+ * the f32 work is its operations in its order (vfmaq = fmaf, vfmsq =
+ * fmaf(-a, b, c): both round the exact value once), so the results are
+ * bit-identical to ts_rp_gemm_ref (tests/test_rp_gemm.c under qemu-aarch64,
+ * tools/test_aarch64.sh).
+ */
+#include <arm_neon.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/arm/gemm_arm.h"
+#include "kernels/repack.h"
+
+#define AI static inline __attribute__((always_inline))
+
+AI float32x4_t ld_f16x4(const uint8_t *p) {
+    float16x4_t h;
+    memcpy(&h, p, 8);
+    return vcvt_f32_f16(h);
+}
+AI float32x4_t bcastf(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return vdupq_n_f32(v);
+}
+AI int32x4_t bcast32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return vdupq_n_s32(v);
+}
+/* 4 bytes -> f32, unsigned / signed */
+AI float32x4_t cvt4_u(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    const uint16x4_t h = vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(v))));
+    return vcvtq_f32_u32(vmovl_u16(h));
+}
+AI float32x4_t cvt4_s(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    const int16x4_t h = vget_low_s16(vmovl_s8(vreinterpret_s8_u32(vdup_n_u32(v))));
+    return vcvtq_f32_s32(vmovl_s16(h));
+}
+
+enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K };
+
+/* The weights of one 32-block, rows 4k .. 4k+3 (k = quarter): u[v] = byte
+ * vector v (elements 4v .. 4v+3 of each row) as int8 (u, or Q8_0's q). q:
+ * the block's quants, w: its panel block; layouts in repack.c. */
+AI void decode_quarter(const int kind, const uint8_t *w, const uint8_t *q, const int k, int8x16_t u[8]) {
+    if (kind == K_Q8_0) {
+        for (int v = 0; v < 8; v++) /* the panel holds u; q = u - 128 = u ^ 0x80 */
+            u[v] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(q + 64 * v + 16 * k), vdupq_n_u8(0x80)));
+        return;
+    }
+    const uint8x16_t m4 = vdupq_n_u8(0x0f);
+    uint8x16_t b[8];
+    for (int j = 0; j < 4; j++) { /* nibble vector j: v = 2j low, 2j + 1 high */
+        const uint8x16_t raw = vld1q_u8(q + 64 * j + 16 * k);
+        b[2 * j] = vandq_u8(raw, m4);
+        b[2 * j + 1] = vshrq_n_u8(raw, 4);
+    }
+    if (kind == K_Q5_0) { /* bit v of the hbit vector -> bit 4 of vector v */
+        const uint8x16_t hb = vld1q_u8(w + 256 + 16 * k), k10 = vdupq_n_u8(0x10);
+        for (int v = 0; v < 8; v++)
+            b[v] = vorrq_u8(b[v], vandq_u8(vtstq_u8(hb, vdupq_n_u8((uint8_t)(1u << v))), k10));
+    } else if (kind == K_Q6_K) { /* bits 2(v%4), +1 of hbit vector v/4 -> bits 4, 5 */
+        const uint8x16_t k30 = vdupq_n_u8(0x30);
+        for (int g = 0; g < 2; g++) {
+            const uint8x16_t hb = vld1q_u8(q + 256 + 64 * g + 16 * k);
+            for (int i = 0; i < 4; i++) /* a negative count shifts right */
+                b[4 * g + i] = vorrq_u8(b[4 * g + i], vandq_u8(vshlq_u8(hb, vdupq_n_s8((int8_t)(4 - 2 * i))), k30));
+        }
+    }
+    for (int v = 0; v < 8; v++) u[v] = vreinterpretq_s8_u8(b[v]);
+}
+
+/* sum over vectors v in [vb, ve) of u[v] . (elements 4v .. 4v+3 of the
+ * activation plane at xq), per row: exact int32 */
+AI int32x4_t dot_plane(const int8x16_t u[8], const uint8_t *xq, const int vb, const int ve, int32x4_t acc) {
+    const int8x16_t x0 = vld1q_s8((const int8_t *)xq), x1 = vld1q_s8((const int8_t *)(xq + 16));
+    if (vb == 0) {
+        acc = vdotq_laneq_s32(acc, u[0], x0, 0);
+        acc = vdotq_laneq_s32(acc, u[1], x0, 1);
+        acc = vdotq_laneq_s32(acc, u[2], x0, 2);
+        acc = vdotq_laneq_s32(acc, u[3], x0, 3);
+    }
+    if (ve == 8) {
+        acc = vdotq_laneq_s32(acc, u[4], x1, 0);
+        acc = vdotq_laneq_s32(acc, u[5], x1, 1);
+        acc = vdotq_laneq_s32(acc, u[6], x1, 2);
+        acc = vdotq_laneq_s32(acc, u[7], x1, 3);
+    }
+    return acc;
+}
+
+/* One 32-block (Q6_K: the half v in [vb, ve), vb 0 or 4, ve 4 or 8) for nt
+ * tokens: f[t] = fma((float)i, S * s_t, f[t]). x: the block's tile bytes;
+ * off_at: side offset of the tile's i32 offset term (0: none) */
+AI void block_part(const int hi, const int8x16_t u[8], const uint8_t *x, const int nt, const int vb, const int ve,
+                   const int off_at, const float32x4_t S, float32x4_t *f) {
+    const uint8_t *x2 = x + 32 * nt, *side = x + (hi ? 64 : 32) * nt;
+    for (int t = 0; t < nt; t++) {
+        const uint8_t *st = side + TS_RP_SIDE * t;
+        const int32x4_t off = off_at ? bcast32(st + off_at) : vdupq_n_s32(0);
+        int32x4_t i;
+        if (hi) {
+            const int32x4_t a1 = dot_plane(u, x + 32 * t, vb, ve, vdupq_n_s32(0));
+            const int32x4_t a2 = dot_plane(u, x2 + 32 * t, vb, ve, off);
+            i = vaddq_s32(vshlq_n_s32(a1, 8), a2);
+        } else {
+            i = dot_plane(u, x + 32 * t, vb, ve, off);
+        }
+        f[t] = vfmaq_f32(f[t], vcvtq_f32_s32(i), vmulq_f32(S, bcastf(st)));
+    }
+}
+
+/* rows 4k .. 4k+3 of the panel against nt tokens */
+AI void quarter_tile(const int kind, const int hi, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
+                     const int k, float32x4_t *f) {
+    const int kq = kind == K_Q4_K || kind == K_Q6_K;
+    const size_t wb = kind == K_Q4_0 ? 288 : kind == K_Q4_1 ? 320 : kind == K_Q5_0 ? 352 : kind == K_Q8_0 ? 544
+                    : kind == K_Q4_K ? 2368 : 3360;
+    const size_t xb = (hi ? 96 : 64) * (size_t)nt;
+    int8x16_t u[8];
+    for (int t = 0; t < nt; t++) f[t] = vdupq_n_f32(0.0f);
+    for (int64_t pb = 0; pb < n / (kq ? 256 : 32); pb++, w += wb) {
+        for (int sub = 0; sub < (kq ? 8 : 1); sub++, x += xb) {
+            const uint8_t *side = x + (hi ? 64 : 32) * nt;
+            if (kind == K_Q6_K) {
+                const uint8_t *q = w + 416 * sub;
+                decode_quarter(kind, w, q, k, u);
+                const float32x4_t d = ld_f16x4(w + 3328 + 8 * k);
+                block_part(hi, u, x, nt, 0, 4, 20, vmulq_f32(d, cvt4_s(q + 384 + 4 * k)), f);
+                block_part(hi, u, x, nt, 4, 8, 24, vmulq_f32(d, cvt4_s(q + 400 + 4 * k)), f);
+            } else if (kind == K_Q4_K) {
+                decode_quarter(kind, w, w + 256 * sub, k, u);
+                const float32x4_t dl = vmulq_f32(ld_f16x4(w + 2048 + 8 * k), cvt4_u(w + 2112 + 16 * sub + 4 * k));
+                const float32x4_t ml = vmulq_f32(ld_f16x4(w + 2080 + 8 * k), cvt4_u(w + 2240 + 16 * sub + 4 * k));
+                block_part(hi, u, x, nt, 0, 8, 0, dl, f);
+                for (int t = 0; t < nt; t++) f[t] = vfmsq_f32(f[t], ml, bcastf(side + TS_RP_SIDE * t + 4));
+            } else {
+                const int doff = kind == K_Q8_0 ? 512 : kind == K_Q5_0 ? 320 : 256;
+                /* Q8_0: none, the signed weights carry it (top of file) */
+                const int off_at = kind == K_Q4_0 ? 8 : kind == K_Q5_0 ? 16 : 0;
+                decode_quarter(kind, w, w, k, u);
+                block_part(hi, u, x, nt, 0, 8, off_at, ld_f16x4(w + doff + 8 * k), f);
+                if (kind == K_Q4_1) {
+                    const float32x4_t m = ld_f16x4(w + 288 + 8 * k);
+                    for (int t = 0; t < nt; t++) f[t] = vfmaq_f32(f[t], m, bcastf(side + TS_RP_SIDE * t + 4));
+                }
+            }
+        }
+    }
+}
+
+AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
+                   float *y, int64_t ys, int n_rows) {
+    for (int k = 0; 4 * k < n_rows; k++) { /* quarters holding rows to write */
+        float32x4_t f[TS_RP_TT];
+        quarter_tile(kind, hi, n, w, x, nt, k, f);
+        const int nr = n_rows - 4 * k < 4 ? n_rows - 4 * k : 4;
+        for (int t = 0; t < nt; t++) {
+            float *yt = y + (int64_t)t * ys + 4 * k;
+            if (nr == 4) {
+                vst1q_f32(yt, f[t]);
+            } else {
+                float tmp[4];
+                vst1q_f32(tmp, f[t]);
+                memcpy(yt, tmp, (size_t)nr * sizeof(float));
+            }
+        }
+    }
+}
+
+#define RP_CASES(kind, hi)                                             \
+    switch (nt) {                                                      \
+    case 1: panel_tile(kind, hi, n, w, x, 1, y, ys, n_rows); break;    \
+    case 2: panel_tile(kind, hi, n, w, x, 2, y, ys, n_rows); break;    \
+    case 3: panel_tile(kind, hi, n, w, x, 3, y, ys, n_rows); break;    \
+    case 4: panel_tile(kind, hi, n, w, x, 4, y, ys, n_rows); break;    \
+    case 5: panel_tile(kind, hi, n, w, x, 5, y, ys, n_rows); break;    \
+    case 6: panel_tile(kind, hi, n, w, x, 6, y, ys, n_rows); break;    \
+    case 7: panel_tile(kind, hi, n, w, x, 7, y, ys, n_rows); break;    \
+    default: panel_tile(kind, hi, n, w, x, 8, y, ys, n_rows); break;   \
+    }
+
+#define RP_ENTRY(name, kind)                                                                                  \
+    void name(int64_t n, const uint8_t *w, const uint8_t *x, int nt, int hi, float *y, int64_t ys, int n_rows) { \
+        if (hi) {                                                                                             \
+            RP_CASES(kind, 1)                                                                                 \
+        } else {                                                                                              \
+            RP_CASES(kind, 0)                                                                                 \
+        }                                                                                                     \
+    }
+
+RP_ENTRY(ts_rp_q4_0_neon, K_Q4_0)
+RP_ENTRY(ts_rp_q4_1_neon, K_Q4_1)
+RP_ENTRY(ts_rp_q5_0_neon, K_Q5_0)
+RP_ENTRY(ts_rp_q8_0_neon, K_Q8_0)
+RP_ENTRY(ts_rp_q4_k_neon, K_Q4_K)
+RP_ENTRY(ts_rp_q6_k_neon, K_Q6_K)
+
+/* ---- activation quantizer: the arithmetic of ts_rp_quant_ref ---- */
+
+/* 16 int32 (each in [-128, 127]) -> 16 bytes in order (exact narrowing) */
+AI void store16(uint8_t *dst, int32x4_t a, int32x4_t b, int32x4_t c, int32x4_t d) {
+    const int16x8_t ab = vcombine_s16(vmovn_s32(a), vmovn_s32(b)), cd = vcombine_s16(vmovn_s32(c), vmovn_s32(d));
+    vst1q_s8((int8_t *)dst, vcombine_s8(vmovn_s16(ab), vmovn_s16(cd)));
+}
+
+void ts_rp_quant_neon(const float *x, int64_t n_in, int hi, uint8_t *tile, int nt, int slot) {
+    const float C = hi ? 32512.0f : 127.0f;
+    const size_t xb = (hi ? 96 : 64) * (size_t)nt;
+    const float32x4_t fmax = vdupq_n_f32(3.4028235e38f);
+    for (int64_t b = 0; b < n_in / 32; b++, x += 32) {
+        uint8_t *q1 = tile + (size_t)b * xb + 32 * slot;
+        uint8_t *q2 = q1 + 32 * nt;
+        uint8_t *side = tile + (size_t)b * xb + (hi ? 64 : 32) * nt + TS_RP_SIDE * slot;
+        float32x4_t v[8];
+        float32x4_t m = vdupq_n_f32(0.0f);
+        uint32x4_t ok = vdupq_n_u32(~0u);
+        for (int k = 0; k < 8; k++) {
+            v[k] = vld1q_f32(x + 4 * k);
+            const float32x4_t a = vabsq_f32(v[k]);
+            ok = vandq_u32(ok, vcleq_f32(a, fmax)); /* false for inf and NaN */
+            m = vmaxq_f32(m, a);
+        }
+        const int finite = vminvq_u32(ok) == ~0u;
+        const float amax = finite ? vmaxvq_f32(m) : 0.0f; /* max is exact in any order */
+        const int zero = !finite || amax < 0x1p-100f;
+        const float s = !finite ? NAN : zero ? 0.0f : amax / C;
+        const float32x4_t id = vdupq_n_f32(zero ? 0.0f : C / amax);
+        int32x4_t X[8];
+        for (int k = 0; k < 8; k++) /* vcvtn: nearest even, as lrintf */
+            X[k] = zero ? vdupq_n_s32(0) : vcvtnq_s32_f32(vmulq_f32(v[k], id));
+        if (hi) {
+            int32x4_t H[8], L[8];
+            for (int k = 0; k < 8; k++) {
+                H[k] = vshrq_n_s32(vaddq_s32(X[k], vdupq_n_s32(128)), 8); /* floor((X + 128) / 256) */
+                L[k] = vsubq_s32(X[k], vshlq_n_s32(H[k], 8));
+            }
+            store16(q1, H[0], H[1], H[2], H[3]);
+            store16(q1 + 16, H[4], H[5], H[6], H[7]);
+            store16(q2, L[0], L[1], L[2], L[3]);
+            store16(q2 + 16, L[4], L[5], L[6], L[7]);
+        } else {
+            store16(q1, X[0], X[1], X[2], X[3]);
+            store16(q1 + 16, X[4], X[5], X[6], X[7]);
+        }
+        const int32_t sum_lo = vaddvq_s32(vaddq_s32(vaddq_s32(X[0], X[1]), vaddq_s32(X[2], X[3])));
+        const int32_t sum_hi = vaddvq_s32(vaddq_s32(vaddq_s32(X[4], X[5]), vaddq_s32(X[6], X[7])));
+        const int32_t sum = sum_lo + sum_hi;
+        const float ds = s * (float)sum;
+        const int32_t fields[6] = {-8 * sum, -128 * sum, -16 * sum, -32 * sum_lo, -32 * sum_hi, 0};
+        memcpy(side, &s, 4);
+        memcpy(side + 4, &ds, 4);
+        memcpy(side + 8, fields, sizeof fields);
+    }
+}

@@ -283,7 +283,7 @@ static void test_attention(void) {
     ts_threadpool *p = ts_threadpool_new(3, &err);
     const struct { int swa; float cap; } cases[] = {{0, 0}, {5, 0}, {0, 2.0f}, {3, 1.5f}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        ts_attn_params ap = {NH, NKV, HD, 0.35f, cases[c].cap, cases[c].swa, false, NKV * HD};
+        ts_attn_params ap = {NH, NKV, HD, 0.35f, cases[c].cap, cases[c].swa, false, NKV * HD, 0};
         const int64_t pos0 = NCTX - NT;
         ts_attention(p, &ap, q, kc, vc, pos0, NT, out, scratch, 64);
         attn_ref(&ap, q, kc, vc, pos0, NT, ref);

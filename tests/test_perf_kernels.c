@@ -433,7 +433,7 @@ static void test_attention(void) {
         }
         for (int f16 = 0; f16 < 2; f16++) {
             ts_attn_params ap = {nh, nkv, hd, 1.0f / sqrtf((float)hd), cases[c].cap, cases[c].swa, f16 != 0,
-                                 (int64_t)nkv * hd};
+                                 (int64_t)nkv * hd, 0};
             const void *K = f16 ? (const void *)kh : kc, *V = f16 ? (const void *)vh : vc;
             const int64_t stride = ts_attention_fast_scratch(&ap);
             float *scr = calloc((size_t)stride * 3, sizeof(float));

@@ -10,6 +10,10 @@
  * row; each row keeps an online softmax (running max m, sum l, and an f32
  * accumulator rescaled by exp(m_old - m_new) when the max grows).
  *
+ * Non-causal mode (ap->n_kv > 0, diffusion LLMs): every row visits the
+ * tiles of positions 0 .. n_kv-1 and uses all their keys, so a row's result
+ * depends on n_kv but not on its position or its block.
+ *
  * A row's arithmetic depends only on its own position: the tiles it visits,
  * the keys it uses in each (its causal / sliding-window range, skipping
  * masked keys entirely) and the order of every sum are the same whether it

@@ -168,19 +168,22 @@ void FASTOPS_NAME(attn_block)(const ts_attn_job *j, int kvh, int t0, int t1, flo
     memset(acc, 0, sizeof(float) * (size_t)n_rows * (size_t)hd);
     for (int r = 0; r < n_rows; r++) ml[2 * r] = -INFINITY, ml[2 * r + 1] = 0.0f;
 
-    /* keys any row needs: from the first row's window start to the last position */
-    const int64_t p_first = j->pos0 + t0, p_last = j->pos0 + t1 - 1;
-    int64_t lo = ap->n_swa > 0 ? p_first - ap->n_swa + 1 : 0;
+    /* keys any row needs, [lo, k_end): causal, from the first row's window
+     * start to the last row's position; non-causal (n_kv > 0), all n_kv */
+    const int full = ap->n_kv > 0;
+    const int64_t p_first = j->pos0 + t0, k_end = full ? ap->n_kv : j->pos0 + t1;
+    int64_t lo = !full && ap->n_swa > 0 ? p_first - ap->n_swa + 1 : 0;
     if (lo < 0) lo = 0;
-    for (int64_t k0 = lo / TS_ATTN_KT * TS_ATTN_KT; k0 <= p_last; k0 += TS_ATTN_KT) {
-        const int nk = (int)(p_last + 1 - k0 < TS_ATTN_KT ? p_last + 1 - k0 : TS_ATTN_KT);
+    for (int64_t k0 = lo / TS_ATTN_KT * TS_ATTN_KT; k0 < k_end; k0 += TS_ATTN_KT) {
+        const int nk = (int)(k_end - k0 < TS_ATTN_KT ? k_end - k0 : TS_ATTN_KT);
         FASTOPS_NAME(load_tile)(j, kvh, k0, nk, kt, vt, tmp);
         for (int r = 0; r < n_rows; r++) {
             const int t = t0 + r / group, h = kvh * group + r % group;
             const int64_t p = j->pos0 + t;
-            int64_t rlo = ap->n_swa > 0 ? p - ap->n_swa + 1 : 0;
+            int64_t rlo = !full && ap->n_swa > 0 ? p - ap->n_swa + 1 : 0;
             if (rlo < k0) rlo = k0;
-            const int64_t rhi = p + 1 < k0 + nk ? p + 1 : k0 + nk;
+            const int64_t rend = full ? k0 + nk : p + 1; /* the row's keys end here */
+            const int64_t rhi = rend < k0 + nk ? rend : k0 + nk;
             if (rlo >= rhi) continue; /* no key of this tile is visible to the row */
             const int j0 = (int)(rlo - k0), j1 = (int)(rhi - k0);
             const float *qr = j->q + ((int64_t)t * ap->n_head + h) * hd;

@@ -106,13 +106,20 @@ typedef struct ts_attn_params {
     int32_t n_swa;        /* 0 = full causal; else attend to the last n_swa positions */
     bool kv_f16;          /* cache elements are f16 (uint16) instead of f32 */
     int64_t kv_stride;    /* elements per cache row (n_head_kv * head_dim) */
+    /* 0: causal (as above). > 0: non-causal (bidirectional, diffusion LLMs):
+     * every query sees cache positions 0 .. n_kv-1 whatever its own
+     * position, n_swa is ignored, and the cache must hold those n_kv rows. */
+    int64_t n_kv;
 } ts_attn_params;
 
-/* Causal attention for n_tok queries at positions pos0 .. pos0+n_tok-1.
+/* Attention for n_tok queries at positions pos0 .. pos0+n_tok-1.
  * q: [n_tok][n_head*head_dim]; k_cache, v_cache: [n_ctx][kv_stride] holding
- * every position up to pos0+n_tok-1; out: [n_tok][n_head*head_dim].
- * Query at position p sees cache positions max(0, p-n_swa+1) .. p.
- * scratch: per thread scratch_stride floats, at least (pos0+n_tok) + 2*head_dim. */
+ * every position up to pos0+n_tok-1 (n_kv > 0: up to n_kv-1);
+ * out: [n_tok][n_head*head_dim].
+ * Causal (n_kv = 0): query at position p sees cache positions
+ * max(0, p-n_swa+1) .. p. Non-causal (n_kv > 0): every query sees 0 .. n_kv-1.
+ * scratch: per thread scratch_stride floats, at least
+ * max(pos0+n_tok, n_kv) + 2*head_dim. */
 void ts_attention(ts_threadpool *pool, const ts_attn_params *ap, const float *q, const void *k_cache,
                   const void *v_cache, int64_t pos0, int n_tok, float *out, float *scratch,
                   int64_t scratch_stride);

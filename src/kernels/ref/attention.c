@@ -1,5 +1,6 @@
-/* attention.c - reference causal attention over the KV cache, with optional
- * sliding window and soft-capping. One work item is one (token, head) pair;
+/* attention.c - reference attention over the KV cache: causal with optional
+ * sliding window, or non-causal over the first n_kv cache rows (diffusion
+ * LLMs); optional soft-capping. One work item is one (token, head) pair;
  * items are split across the pool. Keys and values are read from the cache
  * (f16 or f32), so a batched prefill and a token-by-token decode see exactly
  * the same values. */
@@ -44,8 +45,9 @@ static void attn_items(void *ctx, int64_t i0, int64_t i1, int tid) {
         const int h = (int)(it % ap->n_head);
         const int kvh = h / group;
         const int64_t p = j->pos0 + t;
-        const int64_t lo = ap->n_swa > 0 && p - ap->n_swa + 1 > 0 ? p - ap->n_swa + 1 : 0;
-        const int64_t n_kv = p - lo + 1;
+        /* keys [lo, lo + n_kv): causal (window) range, or all n_kv keys */
+        const int64_t lo = ap->n_kv == 0 && ap->n_swa > 0 && p - ap->n_swa + 1 > 0 ? p - ap->n_swa + 1 : 0;
+        const int64_t n_kv = ap->n_kv > 0 ? ap->n_kv : p - lo + 1;
         const float *qh = j->q + t * (int64_t)ap->n_head * hd + (int64_t)h * hd;
 
         for (int64_t i = 0; i < n_kv; i++) {

@@ -30,3 +30,49 @@ if(TS_OPENCL)
 else()
   add_test(NAME test_engine_opencl_off COMMAND test_engine --expect-opencl-off)
 endif()
+
+# Prefill on a device, decode on the CPU, through the public API on the two
+# real models (tests/test_prefill_device.c): Gate 1 (loop, resident and
+# streamed weights, bit-identical to the CPU), Gate 2 (loop:npu in a 16 MiB
+# window against the CPU computing with the same converted weights), and
+# the two broken-on-purpose orderings that must be noticed.
+# (built like ts_add_c_test's programs, but it needs a mode: the entries below)
+add_executable(test_prefill_device ${CMAKE_CURRENT_LIST_DIR}/test_prefill_device.c)
+target_include_directories(test_prefill_device PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests)
+target_compile_definitions(test_prefill_device PRIVATE _GNU_SOURCE)
+target_link_libraries(test_prefill_device PRIVATE tessera_core)
+foreach(pf_model SmolLM2-135M-Instruct.Q4_1 gemma-3-270m-q4_k_m)
+  string(REGEX REPLACE "[-.].*" "" pf_short ${pf_model})
+  foreach(pf_mode gate1 gate2)
+    add_test(NAME prefill_${pf_mode}_${pf_short} COMMAND test_prefill_device ${pf_mode} ${TS_MODELS_DIR}/${pf_model}.gguf)
+    set_tests_properties(prefill_${pf_mode}_${pf_short} PROPERTIES TIMEOUT 300)
+  endforeach()
+endforeach()
+foreach(pf_mode break-upload break-drain)
+  add_test(NAME prefill_${pf_mode}_SmolLM2 COMMAND test_prefill_device ${pf_mode}
+           ${TS_MODELS_DIR}/SmolLM2-135M-Instruct.Q4_1.gguf)
+endforeach()
+# The CLI side (tests/test_prefill_cli.py): flags and --stats json keys on
+# run/chat/perplexity/bench, the one fallback line (unknown device; OpenCL
+# without an ICD), and OpenCL on PoCL against the CPU (perplexity, greedy).
+foreach(pf_case fallback_nosuch fallback_no_icd commands_loop)
+  add_test(NAME prefill_cli_${pf_case}
+           COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_prefill_cli.py ${pf_case} $<TARGET_FILE:tessera>
+                   ${TS_MODELS_DIR})
+endforeach()
+if(TS_OPENCL)
+  foreach(pf_case opencl_smollm opencl_gemma)
+    add_test(NAME prefill_cli_${pf_case}
+             COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_prefill_cli.py ${pf_case} $<TARGET_FILE:tessera>
+                     ${TS_MODELS_DIR})
+    # PoCL runs on this machine's CPU with the untiled f32 kernels: slow
+    set_tests_properties(prefill_cli_${pf_case} PROPERTIES TIMEOUT 400)
+  endforeach()
+endif()
+# Gate 1 under the CPU's other kernel paths: the device must follow them.
+add_test(NAME prefill_gate1_SmolLM2_act_q8 COMMAND test_prefill_device gate1
+         ${TS_MODELS_DIR}/SmolLM2-135M-Instruct.Q4_1.gguf)
+set_tests_properties(prefill_gate1_SmolLM2_act_q8 PROPERTIES ENVIRONMENT "TS_ACT=q8")
+add_test(NAME prefill_gate1_SmolLM2_scalar COMMAND test_prefill_device gate1
+         ${TS_MODELS_DIR}/SmolLM2-135M-Instruct.Q4_1.gguf)
+set_tests_properties(prefill_gate1_SmolLM2_scalar PROPERTIES ENVIRONMENT "TS_CPU_LEVEL=scalar")

@@ -7,15 +7,24 @@ benchmarks only (the weights are noise; the outputs mean nothing).
   vocab 49152, tied output):          Q4_0, Q4_1, Q8_0
   Llama-3.2-1B shape (llama, 16 layers, n_embd 2048, 32/8 heads, n_ff 8192,
   vocab 128256, tied output, llama3 rope factors): Q4_0, Q4_1
+  LLaDA-8B shape (llada diffusion LLM, 32 layers, n_embd 4096, 32 heads, no
+  GQA, n_ff 12288, vocab 126464, untied output, theta 500000, non-causal,
+  mask 126336, EOS 126081, EoT 126348): Q4_0, about 4.6 GB, only on request
+  (--only llada-8b-Q4_0.gguf), for the diffusion decoders' speed figures
 
 Tensor types follow llama-quantize for those file types: every layer matrix
 in the file type; the tied token embedding (which is also the output
 projection) in Q8_0 when n_embd is not a multiple of 256 (135M) or for the
-Q8_0 file type, else Q6_K (1B). Norm weights are F32 ones. Blocks are written
+Q8_0 file type, else Q6_K (1B); an untied model (LLaDA) has its token
+embedding in the file type and its output projection in Q6_K. Norm weights
+are F32 ones. Blocks are written
 directly as random bytes with sane f16 scales (no quantization step), so the
 1B files take a few seconds each. The tokenizer metadata is the real SmolLM2
 one copied from models/SmolLM2-135M-Instruct.Q4_1.gguf (for the 1B shape too:
-its ids stay below 49152, which is all a benchmark needs).
+its ids stay below 49152, which is all a benchmark needs); for LLaDA it is
+padded to the full vocabulary with [PAD<id>] tokens (as llama.cpp's converter
+pads ids missing from a tokenizer) and the mask / EOS / EoT tokens put at
+LLaDA's ids, so that every id a decoder may produce detokenizes.
 
 usage: gen_bench_models.py [OUT_DIR (default models/bench)] [--models-dir models] [--only NAME ...]
 """
@@ -39,9 +48,15 @@ SHAPES = {
     "llama3.2-1b": dict(n_embd=2048, n_layer=16, n_head=32, n_head_kv=8, head_dim=64, n_ff=8192, n_vocab=128256,
                         rope_base=500000.0, ctx=131072,
                         llama3=dict(factor=32.0, low=1.0, high=4.0, orig=8192)),
+    "llada-8b": dict(arch="llada", n_embd=4096, n_layer=32, n_head=32, n_head_kv=32, head_dim=128, n_ff=12288,
+                     n_vocab=126464, rope_base=500000.0, ctx=4096, llama3=None, tied=False,
+                     diffusion=dict(mask=(126336, "<|mdm_mask|>"), eos=(126081, "<|endoftext|>"),
+                                    eot=(126348, "<|eot_id|>"))),
 }
 FILES = [("smollm2-135m", "Q4_0"), ("smollm2-135m", "Q4_1"), ("smollm2-135m", "Q8_0"),
          ("llama3.2-1b", "Q4_0"), ("llama3.2-1b", "Q4_1")]
+# ~4.6 GB: written only when --only names it
+ON_REQUEST = [("llada-8b", "Q4_0")]
 FILE_TYPE = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 7}  # llama_ftype
 
 # (bytes per block, elements per block)
@@ -82,29 +97,61 @@ def llama3_factors(base, n_rot, l3):
     return np.array(out, dtype=np.float32)
 
 
+def diffusion_tok_fields(tok_fields, n_vocab, dif):
+    """The tokenizer padded to n_vocab with [PAD<id>] (UNUSED) tokens and
+    the diffusion specials (CONTROL) at their ids; EOS / EoT / mask ids set."""
+    out = []
+    for key, val, vt, sub in tok_fields:
+        if key == "tokenizer.ggml.tokens":
+            val = val + [f"[PAD{i}]" for i in range(len(val), n_vocab)]
+            for tid, text in dif.values():
+                val[tid] = text
+        elif key == "tokenizer.ggml.token_type":
+            val = val + [5] * (n_vocab - len(val))  # UNUSED
+            for tid, _ in dif.values():
+                val[tid] = 3  # CONTROL
+        elif key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id", "tokenizer.ggml.eot_token_id",
+                     "tokenizer.ggml.add_bos_token"):
+            continue
+        out.append((key, val, vt, sub))
+    out += [("tokenizer.ggml.eos_token_id", dif["eos"][0], GGUFValueType.UINT32, None),
+            ("tokenizer.ggml.padding_token_id", dif["eos"][0], GGUFValueType.UINT32, None),
+            ("tokenizer.ggml.eot_token_id", dif["eot"][0], GGUFValueType.UINT32, None),
+            ("tokenizer.ggml.mask_token_id", dif["mask"][0], GGUFValueType.UINT32, None),
+            ("tokenizer.ggml.add_bos_token", True, GGUFValueType.BOOL, None)]
+    return out
+
+
 def write(path, shape_name, ftype, tok_fields, seed):
     sp = SHAPES[shape_name]
     rng = np.random.default_rng(seed)
     qt = getattr(QT, ftype)
     E, F, L, V = sp["n_embd"], sp["n_ff"], sp["n_layer"], sp["n_vocab"]
     H, HKV, D = sp["n_head"], sp["n_head_kv"], sp["head_dim"]
-    emb_qt = QT.Q8_0 if (E % 256 or qt == QT.Q8_0) else QT.Q6_K
+    arch, tied = sp.get("arch", "llama"), sp.get("tied", True)
+    # the tied embedding is also the output projection: typed as an output
+    out_qt = QT.Q8_0 if (E % 256 or qt == QT.Q8_0) else QT.Q6_K
+    emb_qt = out_qt if tied else qt
 
-    w = GGUFWriter(path, "llama")
+    w = GGUFWriter(path, arch)
     w.add_string("general.name", f"bench {shape_name} {ftype} (random weights)")
     w.add_uint32("general.file_type", FILE_TYPE[ftype])
-    w.add_uint32("llama.context_length", sp["ctx"])
-    w.add_uint32("llama.embedding_length", E)
-    w.add_uint32("llama.feed_forward_length", F)
-    w.add_uint32("llama.block_count", L)
-    w.add_uint32("llama.attention.head_count", H)
-    w.add_uint32("llama.attention.head_count_kv", HKV)
-    w.add_uint32("llama.attention.key_length", D)
-    w.add_uint32("llama.attention.value_length", D)
-    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
-    w.add_float32("llama.rope.freq_base", sp["rope_base"])
-    w.add_uint32("llama.rope.dimension_count", D)
-    w.add_uint32("llama.vocab_size", V)
+    w.add_uint32(f"{arch}.context_length", sp["ctx"])
+    w.add_uint32(f"{arch}.embedding_length", E)
+    w.add_uint32(f"{arch}.feed_forward_length", F)
+    w.add_uint32(f"{arch}.block_count", L)
+    w.add_uint32(f"{arch}.attention.head_count", H)
+    w.add_uint32(f"{arch}.attention.head_count_kv", HKV)
+    w.add_uint32(f"{arch}.attention.key_length", D)
+    w.add_uint32(f"{arch}.attention.value_length", D)
+    w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)
+    w.add_float32(f"{arch}.rope.freq_base", sp["rope_base"])
+    w.add_uint32(f"{arch}.rope.dimension_count", D)
+    w.add_uint32(f"{arch}.vocab_size", V)
+    if "diffusion" in sp:  # as llama.cpp's LLaDA converter writes them
+        w.add_bool(f"{arch}.attention.causal", False)
+        w.add_bool("diffusion.shift_logits", False)
+        tok_fields = diffusion_tok_fields(tok_fields, V, sp["diffusion"])
     for key, val, vt, sub in tok_fields:
         w.add_key_value(key, val, vt, sub_type=sub)
 
@@ -114,6 +161,8 @@ def write(path, shape_name, ftype, tok_fields, seed):
     ones = np.ones(E, dtype=np.float32)
     qmat("token_embd.weight", V, E, emb_qt)
     w.add_tensor("output_norm.weight", ones)
+    if not tied:
+        qmat("output.weight", V, E, out_qt)
     if sp["llama3"]:
         w.add_tensor("rope_freqs.weight", llama3_factors(sp["rope_base"], D, sp["llama3"]))
     for il in range(L):
@@ -144,9 +193,9 @@ def main():
         sys.exit(f"missing {src} (its tokenizer is copied): run tools/fetch_models.sh")
     tok = read_tokenizer_fields(src, 1 << 30)
     os.makedirs(a.out_dir, exist_ok=True)
-    for i, (shape, ft) in enumerate(FILES):
+    for i, (shape, ft) in enumerate(FILES + ON_REQUEST):
         name = f"{shape}-{ft}.gguf"
-        if a.only and name not in a.only:
+        if (a.only and name not in a.only) or (not a.only and (shape, ft) in ON_REQUEST):
             continue
         t0 = time.time()
         path = os.path.join(a.out_dir, name)

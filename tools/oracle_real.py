@@ -225,6 +225,8 @@ L.append("Why 16 and not 8 bits: with 8-bit activations (`TS_ACT=q8`, ggml's pre
          "margin is up to 0.22, far from a near-tie (see the `q8` columns). 16-bit activations cost twice the "
          "integer work: prefill runs at 0.6-0.7x the speed of 8-bit activations and decode, mostly bound by "
          "memory bandwidth, at 0.83-0.92x (docs/PERFORMANCE.md).\n")
+# diffusion LLMs: a fixed paragraph (their oracle is the tiny-model CTest test_dllm_oracle)
+L.append('\n## Diffusion LLMs (tiny oracle)\n\n`test_dllm_oracle` (CTest, docs/DIFFUSION.md) compares `ts_forward_window` on tiny random-weight `llada` and `dream` files with HF transformers (LlamaForCausalLM / Qwen2ForCausalLM, float32, eager attention, an explicit 4-D mask making it bidirectional), for a whole window, prefix + block windows and the dual cache: max |ours - ref| / max |ref| per row < 1e-3 with the f16 KV cache (observed 2-3e-4), < 1e-5 with an f32 cache (observed < 1e-6). No real LLaDA / Dream file has been compared yet.\n')
 L.append("\n## Pinned facts\n")
 L.append("`tests/real_pinned.json` holds, per prompt, the ids, tessera's top-1 at every prompt position and its 32 "
          "greedy tokens, from this run. `tests/test_real_pinned.py` (CTest) re-runs only tessera and requires "

@@ -49,6 +49,9 @@ typedef struct ts_run {
     int64_t n_prompt, n_gen;
     double prefill_ms, decode_ms;
     ts_stop_reason stop;
+    /* prefill on a device: this run's share (deltas of ts_state_dev_stats) */
+    int64_t dev_tokens, dev_nodes, crossings;
+    uint64_t stall_ns;
 } ts_run;
 
 struct ts_context {

@@ -33,6 +33,8 @@ ts_context_params ts_context_default_params(void) {
     memset(&p, 0, sizeof p);
     p.struct_size = sizeof p;
     p.decoder = TS_DECODER_AUTOREGRESSIVE;
+    p.chunk = 256;
+    p.prefill_min_tokens = 32;
     return p;
 }
 
@@ -93,8 +95,13 @@ ts_status ts_context_create(const ts_model *model, const ts_context_params *para
     if (p.n_threads < 0 || p.n_threads > TS_THREADS_MAX)
         return ts_api_fail(err, &lg, TS_ERR_INVALID_ARG, "n_threads %d is out of range [0, %d]", (int)p.n_threads,
                            TS_THREADS_MAX);
-    if (p.decoder != TS_DECODER_AUTOREGRESSIVE)
-        return ts_api_fail(err, &lg, TS_ERR_UNSUPPORTED, "decoder %d is not supported (only autoregressive)",
+    if (p.chunk < 0 || p.chunk > (1 << 16))
+        return ts_api_fail(err, &lg, TS_ERR_INVALID_ARG, "chunk %d is out of range [0, %d]", (int)p.chunk, 1 << 16);
+    if (p.prefill_min_tokens < 0)
+        return ts_api_fail(err, &lg, TS_ERR_INVALID_ARG, "prefill_min_tokens %d is negative",
+                           (int)p.prefill_min_tokens);
+    if (p.decoder != TS_DECODER_AUTOREGRESSIVE && p.decoder != TS_DECODER_DIFFUSION) /* diffusion: api/diffusion.c */
+        return ts_api_fail(err, &lg, TS_ERR_UNSUPPORTED, "decoder %d is not supported (autoregressive 0, diffusion 1)",
                            (int)p.decoder);
     ts_sampling_params sp = ts_sampling_default_params();
     if (p.sampling) {
@@ -125,6 +132,9 @@ ts_status ts_context_create(const ts_model *model, const ts_context_params *para
     if (p.n_batch > 0) stp.n_batch = p.n_batch;
     stp.n_threads = ts_api_threads(p.n_threads);
     stp.kv_f32 = p.kv_f32;
+    stp.prefill_device = p.prefill_device;
+    stp.chunk = p.chunk;
+    stp.prefill_min_tokens = p.prefill_min_tokens;
     if (!(c->st = ts_state_new(model->mdl, &stp, &e))) {
         st = strstr(e.msg, "out of memory") ? TS_ERR_NO_MEMORY : TS_ERR_INTERNAL;
         ts_context_free(c);
@@ -133,6 +143,10 @@ ts_status ts_context_create(const ts_model *model, const ts_context_params *para
     if (!(c->smpl = make_sampler(&sp, ts_state_n_ctx(c->st), c->n_vocab))) goto oom;
     c->piece_cap = 3 * ((size_t)ts_tok_max_piece(model->tok) + 3); /* enough for ts_detok_push (tokenizer.h) */
     if (!(c->piece = malloc(c->piece_cap))) goto oom;
+    /* prefill device: a fallback is not an error (the CLI shows the line
+     * from ts_stats.device_fallback; a log callback hears it too) */
+    if (ts_state_dev_fallback(c->st)) ts_api_log(&lg, TS_LOG_INFO, "%s", ts_state_dev_fallback(c->st));
+    if (ts_state_dev_info(c->st)) ts_api_log(&lg, TS_LOG_INFO, "%s", ts_state_dev_info(c->st));
     ts_api_log(&lg, TS_LOG_INFO, "context: n_ctx %d, n_batch %d, %d threads, %s KV cache, engine cpu",
                (int)ts_state_n_ctx(c->st), (int)ts_context_n_batch(c), (int)stp.n_threads,
                p.kv_f32 ? "f32" : "f16");
@@ -243,7 +257,15 @@ static ts_status prefill(ts_context *c, const int32_t *tokens, int32_t n, float 
         }
         int32_t k = n - i < nb ? n - i : nb;
         ts_err e = {{0}};
-        if (ts_forward(c->st, tokens + i, k, logits ? logits + (size_t)i * (size_t)c->n_vocab : NULL, &e) < 0) {
+        ts_state_dev_stats d0, d1; /* the device path's share of this run */
+        ts_state_dev_stats_get(c->st, &d0);
+        const int frc = ts_forward(c->st, tokens + i, k, logits ? logits + (size_t)i * (size_t)c->n_vocab : NULL, &e);
+        ts_state_dev_stats_get(c->st, &d1);
+        c->run.dev_tokens += (int64_t)(d1.dev_tokens - d0.dev_tokens);
+        c->run.dev_nodes += (int64_t)(d1.dev_nodes - d0.dev_nodes);
+        c->run.crossings += (int64_t)(d1.crossings - d0.crossings);
+        c->run.stall_ns += d1.stall_ns - d0.stall_ns;
+        if (frc < 0) {
             c->run.prefill_ms += ts_api_now_ms() - t0;
             return ts_ctx_fail(c, TS_ERR_INTERNAL, "eval: %s", e.msg);
         }
@@ -486,5 +508,18 @@ ts_status ts_context_get_stats(const ts_context *c, ts_stats *out) {
     struct rusage ru;
     s.peak_rss_mib = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : 0.0; /* Linux: KiB */
     s.engine = "cpu";
+    ts_state_dev_stats ds;
+    ts_state_dev_stats_get(c->st, &ds);
+    s.device = ds.device;
+    s.device_fallback = ts_state_dev_fallback(c->st);
+    s.prefill_dev_tokens = c->run.dev_tokens;
+    s.prefill_cpu_tokens = c->run.n_prompt - c->run.dev_tokens;
+    s.prefill_dev_nodes = c->run.dev_nodes;
+    s.dev_upload_mib = (double)ds.upload_bytes / 1048576.0;
+    s.dev_stall_ms = (double)c->run.stall_ns / 1e6;
+    s.graph_builds = (int64_t)ds.graph_builds;
+    s.crossings = c->run.crossings;
+    s.dev_window_bytes = ds.window_bytes;
+    s.dev_window_peak = ds.window_peak;
     return ts_struct_out(out, &s, sizeof s);
 }

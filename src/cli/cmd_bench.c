@@ -69,8 +69,20 @@ static int32_t rand_token(uint64_t *rng, int32_t n) {
     return (int32_t)(*rng % (uint64_t)n);
 }
 
+static double run_test_inner(ts_context *ctx, int n_prompt, int n_gen, int32_t n_vocab, int32_t *buf,
+                             uint64_t *rng);
+
 /* One timed run from an empty cache; seconds, or < 0 (message printed). */
-static double run_test(ts_context *ctx, int n_prompt, int n_gen, int32_t n_vocab, int32_t *buf, uint64_t *rng) {
+static double run_test(ts_context *ctx, int n_prompt, int n_gen, int32_t n_vocab, int32_t *buf, uint64_t *rng,
+                       ts_stats *st) {
+    const double dt = run_test_inner(ctx, n_prompt, n_gen, n_vocab, buf, rng);
+    st->struct_size = sizeof *st;
+    ts_context_get_stats(ctx, st); /* the run's device counters */
+    return dt;
+}
+
+static double run_test_inner(ts_context *ctx, int n_prompt, int n_gen, int32_t n_vocab, int32_t *buf,
+                             uint64_t *rng) {
     if (ts_context_reset(ctx) != TS_OK) goto fail;
     double t0;
     if (n_prompt > 0) {
@@ -145,7 +157,12 @@ static void usage(FILE *f) {
                "  -t LIST     thread counts\n"
                "  -r N        timed repetitions after one warm-up (1..%d)\n"
                "  -b N        prompt micro-batch in tokens (default 512, llama-bench's n_ubatch)\n"
-               "  --json      JSON array with llama-bench's field names instead of the table\n",
+               "  --json      JSON array with llama-bench's field names instead of the table\n"
+               "  --prefill-device DEV   prompt chunks on a device (loop, loop:npu, opencl, ...): the\n"
+               "              backend column says so and the JSON adds prefill_device, dev_stall_ms\n"
+               "              (mean per run) and prefill_dev_tokens (per run)\n"
+               "  --chunk N   tokens per device chunk (default 256)\n"
+               "  --prefill-min-tokens N  narrower chunks stay on the CPU (default 32)\n",
             BENCH_MAX_REPS);
 }
 
@@ -159,6 +176,8 @@ typedef struct {
     int n_models, reps, n_batch;
     bool json;
     int_list pp, tg, th;
+    const char *prefill_device; /* --prefill-device, or NULL */
+    int chunk, prefill_min;     /* 0: library defaults */
 } bench_opts;
 
 /* 0 ok, 1 help printed, 2 usage error (printed). */
@@ -180,7 +199,9 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             continue;
         }
         const bool known = !strcmp(a, "-m") || !strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "-t") ||
-                           !strcmp(a, "-r") || !strcmp(a, "-b") || !strcmp(a, "-o");
+                           !strcmp(a, "-r") || !strcmp(a, "-b") || !strcmp(a, "-o") ||
+                           !strcmp(a, "--prefill-device") || !strcmp(a, "--chunk") ||
+                           !strcmp(a, "--prefill-min-tokens");
         if (!known) {
             fprintf(stderr, "tessera bench: unknown option '%s'\n", a);
             usage(stderr);
@@ -195,6 +216,12 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         if (!strcmp(a, "-m")) {
             if (o->n_models == BENCH_MAX_LIST) return bad_arg(a, v, "too many models");
             o->models[o->n_models++] = v;
+        } else if (!strcmp(a, "--prefill-device")) {
+            o->prefill_device = v;
+        } else if (!strcmp(a, "--chunk") || !strcmp(a, "--prefill-min-tokens")) {
+            long x = strtol(v, &end, 10);
+            if (end == v || *end || x < 1 || x > 65536) return bad_arg(a, v, "expected a token count 1..65536");
+            *(!strcmp(a, "--chunk") ? &o->chunk : &o->prefill_min) = (int)x;
         } else if (!strcmp(a, "-o")) {
             if (strcmp(v, "json") && strcmp(v, "md")) return bad_arg(a, v, "expected json or md");
             o->json = !strcmp(v, "json");
@@ -278,20 +305,32 @@ int cli_bench(int argc, char **argv) {
             cp.n_batch = o.n_batch < cp.n_ctx ? o.n_batch : cp.n_ctx;
             cp.n_threads = o.th.v[ti];
             cp.log = cli_log;
+            cp.prefill_device = o.prefill_device;
+            if (o.chunk) cp.chunk = o.chunk;
+            if (o.prefill_min) cp.prefill_min_tokens = o.prefill_min;
             if (ts_context_create(m, &cp, &ctx, &err) != TS_OK) {
                 fprintf(stderr, "tessera bench: %s\n", err.message);
                 goto done;
             }
+            ts_stats st0 = TS_STRUCT_INIT(ts_stats);
+            ts_context_get_stats(ctx, &st0);
+            if (st0.device_fallback) fprintf(stderr, "%s\n", st0.device_fallback);
+            char backend[64];
+            snprintf(backend, sizeof backend, st0.device ? "CPU+%s" : "CPU", st0.device);
             uint64_t rng = 0x9E3779B97F4A7C15ull;
             for (int k = 0; k < o.pp.n + o.tg.n; k++) {
                 const int n_prompt = k < o.pp.n ? o.pp.v[k] : 0;
                 const int n_gen = k < o.pp.n ? 0 : o.tg.v[k - o.pp.n];
                 /* warm-up (as llama-bench: the same prompt, one generated token) */
-                if (run_test(ctx, n_prompt, n_gen ? 1 : 0, info.n_vocab, buf, &rng) < 0) goto done;
-                double ts[BENCH_MAX_REPS], ns[BENCH_MAX_REPS];
+                ts_stats rst;
+                if (run_test(ctx, n_prompt, n_gen ? 1 : 0, info.n_vocab, buf, &rng, &rst) < 0) goto done;
+                double ts[BENCH_MAX_REPS], ns[BENCH_MAX_REPS], stall_ms = 0.0;
+                int64_t dev_tokens = 0;
                 for (int rep = 0; rep < o.reps; rep++) {
-                    const double dt = run_test(ctx, n_prompt, n_gen, info.n_vocab, buf, &rng);
+                    const double dt = run_test(ctx, n_prompt, n_gen, info.n_vocab, buf, &rng, &rst);
                     if (dt < 0) goto done;
+                    stall_ms += rst.dev_stall_ms / o.reps;
+                    dev_tokens = rst.prefill_dev_tokens;
                     /* a clock too coarse for a tiny test must not divide by 0 */
                     const double d = dt > 1e-9 ? dt : 1e-9;
                     ts[rep] = (n_prompt + n_gen) / d;
@@ -320,7 +359,13 @@ int cli_bench(int argc, char **argv) {
                     for (int i = 0; i < o.reps; i++) printf("%s%.0f", i ? ", " : "", ns[i]);
                     printf("], \"samples_ts\": [");
                     for (int i = 0; i < o.reps; i++) printf("%s%.6f", i ? ", " : "", ts[i]);
-                    printf("]}");
+                    printf("], \"prefill_device\": ");
+                    if (st0.device)
+                        json_str(st0.device);
+                    else
+                        printf("null");
+                    printf(", \"prefill_dev_tokens\": %lld, \"dev_stall_ms\": %.3f}", (long long)dev_tokens,
+                           stall_ms);
                     first = false;
                 } else {
                     char size[32], params[32], tps[48], test[32];
@@ -333,7 +378,7 @@ int cli_bench(int argc, char **argv) {
                     snprintf(tps, sizeof tps, "%.2f ± %.2f", avg, sd);
                     snprintf(test, sizeof test, "%s%d", n_prompt ? "pp" : "tg", n_prompt ? n_prompt : n_gen);
                     /* "±" is 2 bytes but 1 column: pad one more */
-                    printf("| %-30s | %10s | %10s | %-10s | %7d | %15s | %21s |\n", mtype, size, params, "CPU",
+                    printf("| %-30s | %10s | %10s | %-10s | %7d | %15s | %21s |\n", mtype, size, params, backend,
                            o.th.v[ti], test, tps);
                 }
                 fflush(stdout);

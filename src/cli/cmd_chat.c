@@ -256,10 +256,14 @@ int cli_chat(int argc, char **argv) {
             fprintf(stderr,
                     "{\"n_prompt_tokens\":%lld,\"n_gen_tokens\":%lld,\"prefill_ms\":%.3f,\"decode_ms\":%.3f,"
                     "\"prefill_tps\":%.3f,\"decode_tps\":%.3f,\"peak_rss_mib\":%.1f,\"stop_reason\":\"%s\","
-                    "\"n_past\":%d,\"n_ctx\":%d,\"seed\":%llu}\n",
+                    "\"n_past\":%d,\"n_ctx\":%d,\"seed\":%llu",
                     (long long)st.n_prompt_tokens, (long long)st.n_gen_tokens, st.prefill_ms, st.decode_ms,
                     st.prefill_tps, st.decode_tps, st.peak_rss_mib, ts_stop_reason_name(st.stop_reason),
                     (int)st.n_past, (int)st.n_ctx, (unsigned long long)st.seed);
+        if (o.stats_json) { /* prefill on a device */
+            gen_print_dev_json(stderr, &st);
+            fputs("}\n", stderr);
+        }
         if (st.stop_reason == TS_STOP_CONTEXT_FULL)
             fprintf(stderr, "context full (%d tokens): type /reset to start a new conversation\n", (int)n_ctx);
     }

@@ -130,6 +130,12 @@ int cli_perplexity(int argc, char **argv) {
     ts_context_get_stats(ctx, &st);
     fprintf(stderr, "perplexity: %lld scored tokens in %.2f s, peak RSS %.1f MiB\n", (long long)count,
             (now_ms() - t0) / 1000.0, st.peak_rss_mib);
+    if (o.stats_json) { /* the evaluations of every window form one run */
+        fprintf(stderr, "{\"ppl\":%.6f,\"scored_tokens\":%lld,\"n_ctx\":%d,\"n_batch\":%d", ppl, (long long)count,
+                (int)n_ctx, (int)n_batch);
+        gen_print_dev_json(stderr, &st);
+        fputs("}\n", stderr);
+    }
     status = 0;
 done:
     free(rows);

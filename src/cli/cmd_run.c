@@ -156,10 +156,12 @@ int cli_run(int argc, char **argv) {
         fprintf(stderr,
                 "{\"n_prompt_tokens\":%lld,\"n_gen_tokens\":%lld,\"prefill_ms\":%.3f,\"decode_ms\":%.3f,"
                 "\"prefill_tps\":%.3f,\"decode_tps\":%.3f,\"peak_rss_mib\":%.1f,\"stop_reason\":\"%s\","
-                "\"n_threads\":%d,\"n_ctx\":%d,\"n_batch\":%d,\"seed\":%llu}\n",
+                "\"n_threads\":%d,\"n_ctx\":%d,\"n_batch\":%d,\"seed\":%llu",
                 (long long)st.n_prompt_tokens, (long long)st.n_gen_tokens, st.prefill_ms, st.decode_ms,
                 st.prefill_tps, st.decode_tps, st.peak_rss_mib, ts_stop_reason_name(st.stop_reason),
                 (int)st.n_threads, (int)st.n_ctx, (int)st.n_batch, (unsigned long long)st.seed);
+        gen_print_dev_json(stderr, &st); /* prefill on a device */
+        fputs("}\n", stderr);
     } else {
         fprintf(stderr,
                 "prompt: %lld tokens, %.1f tok/s | generated: %lld tokens, %.1f tok/s | stop: %s | "

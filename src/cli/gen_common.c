@@ -65,7 +65,15 @@ static void print_help(enum gen_cmd cmd, FILE *f) {
                    "  -c, --ctx-size N         window length (default 512)\n"
                    "      --chunks N           score at most N windows (default: all)\n");
     }
-    fprintf(f, "  -t, --threads N          worker threads (default: physical cores)\n");
+    fprintf(f, "  -t, --threads N          worker threads (default: physical cores)\n"
+               "      --prefill-device DEV prompt chunks on a device, decode on the CPU: loop, loop:npu,\n"
+               "                           opencl, opencl:N, with ,key=value options (window=64M, ...);\n"
+               "                           a device that will not open: one line on stderr, CPU run\n"
+               "      --chunk N            tokens per device chunk (default 256; a device requiring\n"
+               "                           widths gets the largest of them <= N)\n"
+               "      --prefill-min-tokens N  narrower chunks (the tail) stay on the CPU (default 32)\n");
+    if (cmd == GEN_PPL)
+        fprintf(f, "      --stats json         print the counters (and the device's) as one JSON object on stderr\n");
     if (cmd != GEN_PPL)
         fprintf(f, "  -c, --ctx-size N         context length in tokens (default min(trained, 4096))\n");
     fprintf(f, "  -b, --batch-size N       prompt micro-batch (default 64)\n");
@@ -179,7 +187,9 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
 #define FLAG(s, l) (!strcmp(name, s) || !strcmp(name, l))
         bool known = FLAG("-m", "--model") || FLAG("-t", "--threads") || FLAG("-c", "--ctx-size") ||
                      FLAG("-b", "--batch-size") || FLAG("-f", "--file") ||
-                     (cmd == GEN_PPL && !strcmp(name, "--chunks")) ||
+                     (cmd == GEN_PPL && (!strcmp(name, "--chunks") || !strcmp(name, "--stats"))) ||
+                     !strcmp(name, "--prefill-device") || !strcmp(name, "--chunk") ||
+                     !strcmp(name, "--prefill-min-tokens") ||
                      (cmd != GEN_PPL &&
                       (FLAG("-n", "--n-predict") || !strcmp(name, "--temp") || !strcmp(name, "--top-k") ||
                        !strcmp(name, "--top-p") || !strcmp(name, "--min-p") || !strcmp(name, "--repeat-penalty") ||
@@ -217,6 +227,14 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
         else if (FLAG("-c", "--ctx-size")) rc = parse_i32(name, val, cmd == GEN_PPL ? 4 : 1, &o->n_ctx);
         else if (FLAG("-b", "--batch-size")) rc = parse_i32(name, val, 1, &o->n_batch);
         else if (!strcmp(name, "--chunks")) rc = parse_i32(name, val, 1, &o->chunks);
+        else if (!strcmp(name, "--prefill-device")) o->prefill_device = val;
+        else if (!strcmp(name, "--chunk")) {
+            rc = parse_i32(name, val, 1, &o->chunk);
+            if (!rc && o->chunk > 65536) {
+                fprintf(stderr, "error: --chunk: '%s' is above 65536\n", val);
+                rc = -1;
+            }
+        } else if (!strcmp(name, "--prefill-min-tokens")) rc = parse_i32(name, val, 1, &o->prefill_min_tokens);
         else if (!strcmp(name, "--temp")) rc = parse_f32(name, val, -INFINITY, 1e6f, &o->sp.temp);
         else if (!strcmp(name, "--top-k")) rc = parse_i32(name, val, INT32_MIN, &o->sp.top_k);
         else if (!strcmp(name, "--top-p")) rc = parse_f32(name, val, 0.0f, 1.0f, &o->sp.top_p);
@@ -281,11 +299,36 @@ int gen_load(const gen_opts *o, ts_model **m, ts_context **ctx) {
     cp.n_threads = o->n_threads;
     cp.sampling = &o->sp;
     cp.chat_template = o->chat_template;
+    cp.prefill_device = o->prefill_device;
+    if (o->chunk > 0) cp.chunk = o->chunk;
+    if (o->prefill_min_tokens > 0) cp.prefill_min_tokens = o->prefill_min_tokens;
     if (ts_context_create(*m, &cp, ctx, &err) != TS_OK) {
         fprintf(stderr, "error: %s\n", err.message);
         ts_model_free(*m);
         *m = NULL;
         return -1;
     }
+    /* a device that did not open: the one line, and the run goes on on the CPU */
+    ts_stats st = TS_STRUCT_INIT(ts_stats);
+    if (ts_context_get_stats(*ctx, &st) == TS_OK && st.device_fallback) fprintf(stderr, "%s\n", st.device_fallback);
     return 0;
+}
+
+void gen_print_dev_json(FILE *f, const ts_stats *st) {
+    fprintf(f,
+            ",\"prefill_dev_tokens\":%lld,\"prefill_dev_nodes\":%lld,\"prefill_cpu_tokens\":%lld,"
+            "\"dev_upload_mib\":%.3f,\"dev_stall_ms\":%.3f,\"graph_builds\":%lld,\"crossings\":%lld,\"device\":",
+            (long long)st->prefill_dev_tokens, (long long)st->prefill_dev_nodes, (long long)st->prefill_cpu_tokens,
+            st->dev_upload_mib, st->dev_stall_ms, (long long)st->graph_builds, (long long)st->crossings);
+    if (!st->device) {
+        fputs("null", f);
+        return;
+    }
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)st->device; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
 }

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "tessera.h"
 
@@ -26,6 +27,9 @@ typedef struct gen_opts {
     int32_t chunks;           /* perplexity --chunks; -1 = all */
     bool seed_set;
     ts_sampling_params sp;
+    const char *prefill_device; /* --prefill-device, or NULL */
+    int32_t chunk;              /* --chunk; 0 = library default (256) */
+    int32_t prefill_min_tokens; /* --prefill-min-tokens; 0 = library default (32) */
 } gen_opts;
 
 /* Parses argv (argv[0] = subcommand). Returns 0 to go on, 1 when --help was
@@ -35,5 +39,9 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o);
 /* Loads the model and creates a context from the options; prints the error
  * and returns -1 on failure (nothing to free then). */
 int gen_load(const gen_opts *o, ts_model **m, ts_context **ctx);
+
+/* The prefill-device counters of --stats json as a JSON fragment that
+ * continues an object: ,"prefill_dev_tokens":N,...,"device":"loop"|null */
+void gen_print_dev_json(FILE *f, const ts_stats *st);
 
 #endif

@@ -242,8 +242,29 @@ static int parse_spec(const char *spec, ts_eng_opts *o, ts_err *err) {
             if (parse_int_opt(key, val, 0, 1, &v, err))
                 return -1;
             o->nowait = v != 0;
+        } else if (!strcmp(key, "nodrain")) {
+            if (parse_int_opt(key, val, 0, 1, &v, err))
+                return -1;
+            o->nodrain = v != 0;
+        } else if (!strcmp(key, "wtypes")) {
+            /* "f16+q8_0+q4_0": the types this engine may take (cut to what it takes anyway) */
+            char tb[128];
+            if (!*val || strlen(val) >= sizeof tb)
+                return ts_err_set(err, "option wtypes=%s: expected type names joined by '+', e.g. f16+q8_0", val);
+            strcpy(tb, val);
+            char *ts = NULL;
+            for (char *t = strtok_r(tb, "+", &ts); t; t = strtok_r(NULL, "+", &ts)) {
+                const int ty = ts_type_from_name(t);
+                if (ty < 0 || ty >= TS_TYPE_COUNT || ty >= 64)
+                    return ts_err_set(err, "option wtypes=%s: '%s' is not a weight type", val, t);
+                o->wtypes |= 1ull << ty;
+            }
+            if (!o->wtypes)
+                return ts_err_set(err, "option wtypes=%s: no type named", val);
         } else {
-            return ts_err_set(err, "device '%s': unknown option '%s' (known: window, threads, delay_us, nowait)",
+            return ts_err_set(err,
+                              "device '%s': unknown option '%s' (known: window, threads, delay_us, nowait, nodrain, "
+                              "wtypes)",
                               o->base, key);
         }
     }
@@ -268,6 +289,8 @@ ts_engine *ts_eng_open(const char *spec, ts_err *err) {
         e->desc.window_bytes = o.window;
     if (e->desc.max_buf_bytes > e->desc.window_bytes)
         e->desc.max_buf_bytes = e->desc.window_bytes;
+    if (o.wtypes)
+        e->desc.weight_types &= o.wtypes;
     return e;
 }
 

@@ -38,6 +38,14 @@
  *   delay_us=N        loop: cost charged per crossing (sleep on the device)
  *   nowait=1          loop: BROKEN ON PURPOSE - the queue ignores waits on
  *                     events; exists so a gate can prove it notices
+ *   nodrain=1         any engine, prefill only: BROKEN ON PURPOSE - a prefill
+ *                     run returns without waiting for the device, so the
+ *                     CPU reads the residual stream and KV rows before the
+ *                     device wrote them (the second ordering gate)
+ *   wtypes=A+B+...    restricts the matmul weight types the engine takes
+ *                     (type names, e.g. f16+q8_0+q4_0): a `cpu` engine with
+ *                     the NPU's types computes with the weights converted
+ *                     exactly as they are for that NPU (the Gate 2 reference)
  * An unknown name or option, or a device that will not open, is an error
  * (NULL + message) that the caller turns into one stderr line and a CPU run
  * (ts_eng_fallback_line).
@@ -292,10 +300,13 @@ typedef struct ts_eng_node {
             int32_t n_ctx; /* cache capacity (rows) */
             float scale, softcap;
             bool kv_f16;
+            bool fast; /* cpu/loop: ts_attention_fast (the forward's fast path) instead of
+                          ts_attention; other engines ignore it */
         } attention;
         struct {                      /* TS_OP_SWIGLU, TS_OP_GEGLU */
             ts_eng_ref gate, up, out; /* [n_tok][n]; out may equal gate */
             int64_t n;
+            bool fast; /* cpu/loop SWIGLU: ts_swiglu_fast instead of ts_swiglu_f32 */
         } glu;
         struct { /* TS_OP_ADD: y[t] += x[t]; TS_OP_ADD_ROW: y[t] += x[0] */
             ts_eng_ref y, x;

@@ -19,6 +19,8 @@ typedef struct ts_eng_opts {
     int threads;      /* 0 = default */
     int64_t delay_us; /* -1 = default */
     bool nowait;
+    bool nodrain;          /* prefill.c reads it: skip the wait at the end of a run */
+    uint64_t wtypes;       /* 0 = the engine's own; else a mask applied at open */
 } ts_eng_opts;
 
 typedef struct ts_eng_vt {

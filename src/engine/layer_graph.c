@@ -74,7 +74,8 @@ int ts_eng_layer_nodes(const ts_eng_layer_shape *s, ts_eng_node *out) {
                                            .n_ctx = s->n_ctx,
                                            .scale = s->attn_scale,
                                            .softcap = s->attn_softcap,
-                                           .kv_f16 = s->kv_f16}};
+                                           .kv_f16 = s->kv_f16,
+                                           .fast = s->fast_kernels}};
     MM(TS_LS_WO, TS_LS_ATTN, TS_LS_O, QD, E);
     if (s->post_norms)
         NORM(TS_LS_O, TS_LS_O, TS_LS_ATTN_POST_NORM, E, 1);
@@ -84,7 +85,11 @@ int ts_eng_layer_nodes(const ts_eng_layer_shape *s, ts_eng_node *out) {
     MM(TS_LS_W_GATE, TS_LS_XN, TS_LS_GATE, E, F);
     MM(TS_LS_W_UP, TS_LS_XN, TS_LS_UP, E, F);
     out[k++] = (ts_eng_node){.op = s->gelu ? TS_OP_GEGLU : TS_OP_SWIGLU,
-                             .glu = {.gate = R(TS_LS_GATE), .up = R(TS_LS_UP), .out = R(TS_LS_GATE), .n = F}};
+                             .glu = {.gate = R(TS_LS_GATE),
+                                     .up = R(TS_LS_UP),
+                                     .out = R(TS_LS_GATE),
+                                     .n = F,
+                                     .fast = s->fast_kernels && !s->gelu}};
     MM(TS_LS_W_DOWN, TS_LS_GATE, TS_LS_O, F, E);
     if (s->post_norms)
         NORM(TS_LS_O, TS_LS_O, TS_LS_FFN_POST_NORM, E, 1);

@@ -68,6 +68,8 @@ typedef struct ts_eng_layer_shape {
     bool post_norms; /* gemma3 attn/ffn post norms */
     bool gelu;       /* GeGLU (gemma) instead of SwiGLU */
     bool kv_f16;
+    bool fast_kernels; /* attention and SwiGLU on the forward's fast kernels (fastops.h), as
+                          the CPU forward runs them when it is not on TS_KERNELS=ref */
     float eps, attn_scale, attn_softcap;
 } ts_eng_layer_shape;
 

@@ -8,10 +8,12 @@
 #include <string.h>
 
 #include "engine/engine_impl.h"
+#include "kernels/linear.h"
 #include "kernels/repack.h"
 #include "quant/quant.h"
 
 #define N_ACT TS_LS_KC /* activation slots are 0 .. TS_LS_UP */
+#define MIB(b) ((double)(b) / 1048576.0)
 
 typedef struct variant {
     ts_eng_layer_shape shape;
@@ -30,9 +32,19 @@ typedef struct probe_cache {
     int result;
 } probe_cache;
 
+/* What goes to the device for one layer: each slot's source bytes and its
+ * offset in the layer's block (resident buffer, or a streaming slot). */
+typedef struct layer_plan {
+    const void *src[TS_LS_COUNT];
+    uint64_t bytes[TS_LS_COUNT], off[TS_LS_COUNT];
+    uint64_t total;
+    uint8_t *conv[TS_LS_COUNT]; /* owned converted copies (kept while streaming: every run re-uploads them) */
+} layer_plan;
+
 struct ts_eng_prefill {
     ts_engine *dev, *cpu;
     ts_eng_queue *dq, *cq;
+    ts_eng_queue *uq; /* streaming: the upload queue, beside dq */
     int width, n_layer;
     variant *vars;
     int n_vars;
@@ -41,14 +53,22 @@ struct ts_eng_prefill {
     uint64_t act_row[N_ACT]; /* bytes per token */
     ts_eng_buf *dev_act[N_ACT], *cpu_act[N_ACT];
     ts_eng_buf *dev_kc, *dev_vc, *cpu_kc, *cpu_vc;
+    bool kv_mapped_dev; /* some variant reads or writes the cache on the device */
     uint64_t kv_layer_bytes, kv_row_bytes;
-    ts_eng_buf **dev_layer; /* [n_layer] */
+    layer_plan *plans;      /* [n_layer] */
+    ts_eng_buf **dev_layer; /* [n_layer]: resident weights */
     ts_eng_buf **cpu_maps;  /* [n_layer * TS_LS_COUNT] */
     ts_eng_bind *dev_binds; /* [n_layer * TS_LS_COUNT] */
     ts_eng_bind *cpu_binds;
     bool need_cpu;
-    int64_t kv_valid; /* cache rows [0, kv_valid) coherent on the device */
-    bool dq_pending;  /* commands on dq since the last drain */
+    /* streaming through two slots: layer l computes from slot l % 2 while
+     * layer l + 1 is uploaded into the other one */
+    bool streaming;
+    ts_eng_buf *slot[2];
+    ts_eng_event *slot_free[2]; /* dq marker after the last graph that read the slot */
+    bool nodrain;               /* the broken-on-purpose hook (engine option nodrain=1) */
+    int64_t kv_valid;           /* cache rows [0, kv_valid) coherent on the device */
+    bool dq_pending;            /* commands on dq since the last drain */
     ts_eng_prefill_stats st;
 };
 
@@ -59,11 +79,24 @@ static bool is_matrix(int s) {
 
 static uint64_t align64(uint64_t v) { return (v + 63) & ~(uint64_t)63; }
 
+static void free_plan_copies(layer_plan *lp) {
+    for (int s = 0; s < TS_LS_COUNT; s++) {
+        free(lp->conv[s]);
+        lp->conv[s] = NULL;
+    }
+}
+
 void ts_eng_prefill_free(ts_eng_prefill *pf) {
     if (!pf)
         return;
     if (pf->dq)
         (void)ts_eng_queue_finish(pf->dq, NULL);
+    if (pf->uq)
+        (void)ts_eng_queue_finish(pf->uq, NULL);
+    for (int j = 0; j < 2; j++) {
+        ts_eng_event_free(pf->slot_free[j]);
+        ts_eng_buf_free(pf->slot[j]);
+    }
     for (int v = 0; v < pf->n_vars; v++)
         for (int i = 0; i < pf->vars[v].n_segs; i++)
             ts_eng_graph_free(pf->vars[v].graphs[i]);
@@ -83,11 +116,16 @@ void ts_eng_prefill_free(ts_eng_prefill *pf) {
     if (pf->cpu_maps)
         for (int i = 0; i < pf->n_layer * TS_LS_COUNT; i++)
             ts_eng_buf_free(pf->cpu_maps[i]);
+    if (pf->plans)
+        for (int l = 0; l < pf->n_layer; l++)
+            free_plan_copies(&pf->plans[l]);
+    free(pf->plans);
     free(pf->dev_layer);
     free(pf->cpu_maps);
     free(pf->dev_binds);
     free(pf->cpu_binds);
     ts_eng_queue_free(pf->dq);
+    ts_eng_queue_free(pf->uq);
     ts_eng_queue_free(pf->cq);
     free(pf);
 }
@@ -105,7 +143,7 @@ static int slot_row(const ts_eng_host_slot *s, int64_t r, float *dst, ts_err *er
 }
 
 /* The device form of one matrix: type, layout, bytes; *conv is a converted
- * copy to free after the upload (NULL when the host bytes go as they are). */
+ * copy owned by the caller (NULL when the host bytes go as they are). */
 static int plan_matrix(ts_eng_prefill *pf, const ts_eng_host_slot *s, probe_cache *pc, int *n_pc, char *note,
                        size_t note_size, uint32_t *type, ts_eng_wlayout *layout, const void **src, uint64_t *bytes,
                        uint8_t **conv, ts_err *err) {
@@ -157,63 +195,71 @@ static int plan_matrix(ts_eng_prefill *pf, const ts_eng_host_slot *s, probe_cach
     *conv = dst;
     *type = (uint32_t)chosen, *layout = TS_WL_ROWS, *src = dst, *bytes = (uint64_t)s->n_out * drb;
     pf->st.converted++;
+    /* an engine running the CPU's kernels gets the converted matrix in
+     * their panel layout where they have one (as the loader repacks the
+     * file's matrices): the same arithmetic on every such engine */
+    const ts_wmat w = {.type = (uint32_t)chosen, .data = dst, .n_in = s->n_in, .n_out = s->n_out, .row_bytes = drb};
+    if (dev->desc.cpu_layouts && ts_linear_wants_pack(&w)) {
+        const size_t pb = ts_rp_matrix_bytes(w.type, w.n_in, w.n_out);
+        uint8_t *panels = pb ? malloc(pb) : NULL;
+        if (panels && ts_linear_pack(&w, panels, NULL) == 0) {
+            free(dst);
+            *conv = panels;
+            *layout = TS_WL_PANELS, *src = panels, *bytes = pb;
+        } else {
+            free(panels);
+        }
+    }
     return 0;
 }
 
-/* Uploads layer l's weights into one DEVICE buffer and fills its binds. */
-static int upload_layer(ts_eng_prefill *pf, const ts_eng_prefill_params *p, int l, probe_cache *pc, int *n_pc,
-                        char *note, size_t note_size, ts_err *err) {
+/* Plans layer l's device copy (probe, convert) and fills the matrix part of
+ * its device binds (type, layout, row size; buffer and offset come later). */
+static int plan_layer(ts_eng_prefill *pf, const ts_eng_prefill_params *p, int l, probe_cache *pc, int *n_pc,
+                      char *note, size_t note_size, ts_err *err) {
     const ts_eng_host_slot *slots = p->slots + (size_t)l * TS_LS_COUNT;
     ts_eng_bind *b = pf->dev_binds + (size_t)l * TS_LS_COUNT;
-    const void *src[TS_LS_COUNT] = {0};
-    uint64_t bytes[TS_LS_COUNT] = {0}, off[TS_LS_COUNT] = {0}, total = 0;
-    uint8_t *conv[TS_LS_COUNT] = {0};
-    int rc = -1;
+    layer_plan *lp = &pf->plans[l];
     for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++) {
         if (!slots[s].data)
             continue;
         if (is_matrix(s)) {
             uint32_t type = 0;
             ts_eng_wlayout layout = TS_WL_ROWS;
-            if (plan_matrix(pf, &slots[s], pc, n_pc, note, note_size, &type, &layout, &src[s], &bytes[s], &conv[s],
-                            err))
-                goto done;
+            if (plan_matrix(pf, &slots[s], pc, n_pc, note, note_size, &type, &layout, &lp->src[s], &lp->bytes[s],
+                            &lp->conv[s], err))
+                return -1;
             b[s].wtype = type;
             b[s].layout = layout;
             b[s].row_bytes = ts_row_size(type, slots[s].n_in);
         } else {
-            src[s] = slots[s].data;
-            bytes[s] = slots[s].bytes;
+            lp->src[s] = slots[s].data;
+            lp->bytes[s] = slots[s].bytes;
         }
-        off[s] = total;
-        total += align64(bytes[s]);
+        lp->off[s] = lp->total;
+        lp->total += align64(lp->bytes[s]);
     }
-    if (!total)
-        return 0;
-    char what[32];
-    snprintf(what, sizeof what, "layer %d", l);
-    pf->dev_layer[l] = ts_eng_buf_alloc(pf->dev, TS_MEM_DEVICE, (size_t)total, err);
-    if (!pf->dev_layer[l]) {
-        ts_err_prefix(err, "uploading the weights of %s", what);
-        goto done;
-    }
-    for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++) {
-        if (!src[s])
-            continue;
-        b[s].buf = pf->dev_layer[l];
-        b[s].off = off[s];
-        if (ts_eng_enqueue_write(pf->dq, pf->dev_layer[l], (size_t)off[s], src[s], (size_t)bytes[s], err))
-            goto done;
-    }
-    /* the converted copies must outlive their uploads */
-    if (ts_eng_queue_finish(pf->dq, err))
-        goto done;
-    pf->st.weight_bytes += total;
-    rc = 0;
-done:
-    for (int s = 0; s < TS_LS_COUNT; s++)
-        free(conv[s]);
-    return rc;
+    return 0;
+}
+
+/* Points layer l's weight binds at buf (its block starts at offset 0). */
+static void bind_layer(ts_eng_prefill *pf, int l, ts_eng_buf *buf) {
+    ts_eng_bind *b = pf->dev_binds + (size_t)l * TS_LS_COUNT;
+    const layer_plan *lp = &pf->plans[l];
+    for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++)
+        if (lp->src[s]) {
+            b[s].buf = buf;
+            b[s].off = lp->off[s];
+        }
+}
+
+/* Enqueues the upload of layer l's block into buf on queue q. */
+static int enqueue_layer_upload(ts_eng_prefill *pf, ts_eng_queue *q, int l, ts_eng_buf *buf, ts_err *err) {
+    const layer_plan *lp = &pf->plans[l];
+    for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++)
+        if (lp->src[s] && ts_eng_enqueue_write(q, buf, (size_t)lp->off[s], lp->src[s], (size_t)lp->bytes[s], err))
+            return -1;
+    return 0;
 }
 
 /* Maps the host weights of layer l into the cpu engine (no copy). */
@@ -235,6 +281,57 @@ static int map_layer_cpu(ts_eng_prefill *pf, const ts_eng_prefill_params *p, int
             b[s].row_bytes = ts_row_size(slots[s].wtype, slots[s].n_in);
         }
     }
+    return 0;
+}
+
+/* Weights into the window: every layer resident when they fit beside what
+ * is already there (activations, KV cache, graph scratch), else two slots
+ * that every run streams the layers through. */
+static int place_weights(ts_eng_prefill *pf, ts_err *err) {
+    ts_eng_stats es;
+    ts_eng_get_stats(pf->dev, &es);
+    const uint64_t window = pf->dev->desc.window_bytes;
+    const uint64_t avail = window > es.window_used ? window - es.window_used : 0;
+    uint64_t total = 0, largest = 0;
+    for (int l = 0; l < pf->n_layer; l++) {
+        total += pf->plans[l].total;
+        if (pf->plans[l].total > largest)
+            largest = pf->plans[l].total;
+    }
+    if (total <= avail && largest <= pf->dev->desc.max_buf_bytes) {
+        for (int l = 0; l < pf->n_layer; l++) {
+            if (!pf->plans[l].total)
+                continue;
+            pf->dev_layer[l] = ts_eng_buf_alloc(pf->dev, TS_MEM_DEVICE, (size_t)pf->plans[l].total, err);
+            if (!pf->dev_layer[l])
+                return ts_err_prefix(err, "uploading the weights of layer %d", l);
+            bind_layer(pf, l, pf->dev_layer[l]);
+            if (enqueue_layer_upload(pf, pf->dq, l, pf->dev_layer[l], err))
+                return -1;
+            /* the converted copies must outlive their uploads */
+            if (ts_eng_queue_finish(pf->dq, err))
+                return -1;
+            free_plan_copies(&pf->plans[l]);
+        }
+        pf->st.weight_bytes = total;
+        return 0;
+    }
+    if (2 * largest > avail || largest > pf->dev->desc.max_buf_bytes)
+        return ts_err_set(err,
+                          "memory window full: the window of %.1f MiB (%.1f MiB free beside activations, KV cache "
+                          "and graph scratch) holds neither the weights' device copy (%.1f MiB) nor two layer slots "
+                          "(2 x %.1f MiB)",
+                          MIB(window), MIB(avail), MIB(total), MIB(largest));
+    pf->streaming = true;
+    pf->st.streaming = true;
+    pf->st.slot_bytes = largest;
+    for (int j = 0; j < 2; j++)
+        if (!(pf->slot[j] = ts_eng_buf_alloc(pf->dev, TS_MEM_DEVICE, (size_t)largest, err)))
+            return ts_err_prefix(err, "allocating weight slot %d", j);
+    if (!(pf->uq = ts_eng_queue_new(pf->dev, err)))
+        return -1;
+    for (int l = 0; l < pf->n_layer; l++)
+        bind_layer(pf, l, pf->slot[l & 1]);
     return 0;
 }
 
@@ -260,6 +357,7 @@ ts_eng_prefill *ts_eng_prefill_new(const ts_eng_prefill_params *p, char *note, s
     pf->width = p->width;
     pf->n_layer = p->n_layer;
     pf->kv_layer_bytes = p->kv_layer_bytes;
+    pf->nodrain = p->dev->opts.nodrain;
     const ts_eng_layer_shape *s0 = &p->shapes[0];
     const uint64_t E = (uint64_t)s0->n_embd * 4, QD = (uint64_t)s0->n_head * (uint64_t)s0->head_dim * 4,
                    KD = (uint64_t)s0->n_head_kv * (uint64_t)s0->head_dim * 4, F = (uint64_t)s0->n_ff * 4;
@@ -270,11 +368,13 @@ ts_eng_prefill *ts_eng_prefill_new(const ts_eng_prefill_params *p, char *note, s
 
     pf->layer_var = calloc((size_t)p->n_layer, sizeof *pf->layer_var);
     pf->vars = calloc((size_t)p->n_layer, sizeof *pf->vars);
+    pf->plans = calloc((size_t)p->n_layer, sizeof *pf->plans);
     pf->dev_layer = calloc((size_t)p->n_layer, sizeof *pf->dev_layer);
     pf->cpu_maps = calloc((size_t)p->n_layer * TS_LS_COUNT, sizeof *pf->cpu_maps);
     pf->dev_binds = calloc((size_t)p->n_layer * TS_LS_COUNT, sizeof *pf->dev_binds);
     pf->cpu_binds = calloc((size_t)p->n_layer * TS_LS_COUNT, sizeof *pf->cpu_binds);
-    if (!pf->layer_var || !pf->vars || !pf->dev_layer || !pf->cpu_maps || !pf->dev_binds || !pf->cpu_binds) {
+    if (!pf->layer_var || !pf->vars || !pf->plans || !pf->dev_layer || !pf->cpu_maps || !pf->dev_binds ||
+        !pf->cpu_binds) {
         ts_err_set(err, "out of memory");
         goto fail;
     }
@@ -306,6 +406,8 @@ ts_eng_prefill *ts_eng_prefill_new(const ts_eng_prefill_params *p, char *note, s
                         V->kv_read_device = sg->on_device;
                 }
             }
+            if (V->kv_on_device || V->kv_read_device)
+                pf->kv_mapped_dev = true;
         }
         pf->layer_var[l] = v;
     }
@@ -317,7 +419,8 @@ ts_eng_prefill *ts_eng_prefill_new(const ts_eng_prefill_params *p, char *note, s
         goto fail;
     }
 
-    /* the forward's buffers, mapped (no copies) */
+    /* the forward's buffers, mapped (no copies); the KV cache only into
+     * engines that touch it (an NPU taking matmuls alone never does) */
     for (int i = 0; i < N_ACT; i++) {
         const size_t b = (size_t)(pf->act_row[i] * (uint64_t)p->width);
         pf->dev_act[i] = ts_eng_buf_map(pf->dev, p->act[i], b, err);
@@ -327,14 +430,14 @@ ts_eng_prefill *ts_eng_prefill_new(const ts_eng_prefill_params *p, char *note, s
             goto fail;
     }
     const size_t kvb = (size_t)(p->kv_layer_bytes * (uint64_t)p->n_layer);
-    if (!(pf->dev_kc = ts_eng_buf_map(pf->dev, p->k_cache, kvb, err)) ||
-        !(pf->dev_vc = ts_eng_buf_map(pf->dev, p->v_cache, kvb, err)))
+    if (pf->kv_mapped_dev && (!(pf->dev_kc = ts_eng_buf_map(pf->dev, p->k_cache, kvb, err)) ||
+                              !(pf->dev_vc = ts_eng_buf_map(pf->dev, p->v_cache, kvb, err))))
         goto fail;
     if (pf->need_cpu && (!(pf->cpu_kc = ts_eng_buf_map(pf->cpu, p->k_cache, kvb, err)) ||
                          !(pf->cpu_vc = ts_eng_buf_map(pf->cpu, p->v_cache, kvb, err))))
         goto fail;
 
-    /* weights: probe, convert, upload; the binds of every layer */
+    /* weights: probe (needs window room for a moment), convert; the binds of every layer */
     probe_cache pc[64];
     int n_pc = 0;
     for (int l = 0; l < p->n_layer; l++) {
@@ -343,17 +446,19 @@ ts_eng_prefill *ts_eng_prefill_new(const ts_eng_prefill_params *p, char *note, s
             db[i].buf = pf->dev_act[i];
             cb[i].buf = pf->cpu_act[i];
         }
-        db[TS_LS_KC] = (ts_eng_bind){.buf = pf->dev_kc, .off = (uint64_t)l * p->kv_layer_bytes};
-        db[TS_LS_VC] = (ts_eng_bind){.buf = pf->dev_vc, .off = (uint64_t)l * p->kv_layer_bytes};
+        if (pf->kv_mapped_dev) {
+            db[TS_LS_KC] = (ts_eng_bind){.buf = pf->dev_kc, .off = (uint64_t)l * p->kv_layer_bytes};
+            db[TS_LS_VC] = (ts_eng_bind){.buf = pf->dev_vc, .off = (uint64_t)l * p->kv_layer_bytes};
+        }
         cb[TS_LS_KC] = (ts_eng_bind){.buf = pf->cpu_kc, .off = (uint64_t)l * p->kv_layer_bytes};
         cb[TS_LS_VC] = (ts_eng_bind){.buf = pf->cpu_vc, .off = (uint64_t)l * p->kv_layer_bytes};
-        if (upload_layer(pf, p, l, pc, &n_pc, note, note_size, err))
+        if (plan_layer(pf, p, l, pc, &n_pc, note, note_size, err))
             goto fail;
         if (pf->need_cpu && map_layer_cpu(pf, p, l, err))
             goto fail;
     }
-
-    /* graphs: one per variant and segment, built once for this width */
+    /* graphs: one per variant and segment, built once for this width (before
+     * the weights are placed, so that their scratch is known) */
     for (int v = 0; v < pf->n_vars; v++) {
         variant *V = &pf->vars[v];
         for (int i = 0; i < V->n_segs; i++) {
@@ -362,8 +467,12 @@ ts_eng_prefill *ts_eng_prefill_new(const ts_eng_prefill_params *p, char *note, s
                                             TS_LS_COUNT, p->width, err);
             if (!V->graphs[i])
                 goto fail;
+            pf->st.graph_builds++;
         }
     }
+
+    if (place_weights(pf, err))
+        goto fail;
     return pf;
 fail:
     ts_err_prefix(err, "prefill on %s", p->dev->desc.name);
@@ -381,7 +490,7 @@ static int sync_acts(ts_eng_prefill *pf, int n_tok, ts_eng_sync_dir dir, ts_err 
 }
 
 static int sync_kv(ts_eng_prefill *pf, int l, int64_t r0, int64_t r1, ts_eng_sync_dir dir, ts_err *err) {
-    if (r1 <= r0)
+    if (r1 <= r0 || !pf->kv_mapped_dev)
         return 0;
     pf->dq_pending = true;
     const size_t off = (size_t)((uint64_t)l * pf->kv_layer_bytes + (uint64_t)r0 * pf->kv_row_bytes);
@@ -405,6 +514,39 @@ static int drain(ts_eng_prefill *pf, ts_err *err) {
     return rc;
 }
 
+/* Streaming: uploads layer l into its slot once the graphs that read the
+ * slot's previous layer are done, and makes dq wait for the upload (a
+ * weight wait: its time is the device's stall). */
+static int stream_layer_in(ts_eng_prefill *pf, int l, ts_err *err) {
+    const int j = l & 1;
+    if (pf->slot_free[j]) {
+        /* the marker completes only once dq's work before it is handed over */
+        if (ts_eng_queue_flush(pf->dq, err) || ts_eng_enqueue_wait(pf->uq, pf->slot_free[j], 0, err))
+            return -1;
+        ts_eng_event_free(pf->slot_free[j]);
+        pf->slot_free[j] = NULL;
+    }
+    if (enqueue_layer_upload(pf, pf->uq, l, pf->slot[j], err))
+        return -1;
+    ts_eng_event *up = ts_eng_enqueue_marker(pf->uq, err);
+    if (!up)
+        return -1;
+    int rc = ts_eng_queue_flush(pf->uq, err);
+    if (!rc)
+        rc = ts_eng_enqueue_wait(pf->dq, up, TS_WAIT_WEIGHTS, err);
+    ts_eng_event_free(up);
+    pf->dq_pending = true;
+    return rc;
+}
+
+/* Streaming: the slot of layer l is free again after what dq has so far. */
+static int stream_layer_done(ts_eng_prefill *pf, int l, ts_err *err) {
+    const int j = l & 1;
+    ts_eng_event_free(pf->slot_free[j]);
+    pf->slot_free[j] = ts_eng_enqueue_marker(pf->dq, err);
+    return pf->slot_free[j] ? 0 : -1;
+}
+
 int ts_eng_prefill_run(ts_eng_prefill *pf, int64_t pos0, int n_tok, ts_err *err) {
     if (!pf)
         return ts_err_set(err, "prefill: NULL");
@@ -415,6 +557,9 @@ int ts_eng_prefill_run(ts_eng_prefill *pf, int64_t pos0, int n_tok, ts_err *err)
                           pf->dev->desc.name, pf->width, n_tok);
     if (pos0 < 0)
         return ts_err_set(err, "prefill: pos0 %lld", (long long)pos0);
+    /* the broken hook left the previous run in flight: catch up first */
+    if (pf->nodrain && drain(pf, err))
+        goto fail;
     ts_eng_stats before, after;
     ts_eng_get_stats(pf->dev, &before);
     /* what the host wrote since the device last looked: the embeddings, and
@@ -426,10 +571,19 @@ int ts_eng_prefill_run(ts_eng_prefill *pf, int64_t pos0, int n_tok, ts_err *err)
     for (int l = 0; l < pf->n_layer; l++)
         if (pf->vars[pf->layer_var[l]].kv_read_device && sync_kv(pf, l, pf->kv_valid, pos0, TS_SYNC_TO_DEVICE, err))
             goto fail;
+    /* streaming: the first two layers' uploads go out before any compute */
+    if (pf->streaming)
+        for (int l = 0; l < 2 && l < pf->n_layer; l++)
+            if (stream_layer_in(pf, l, err))
+                goto fail;
     bool dev_dirty = false; /* the device wrote activations the host has not synced */
     for (int l = 0; l < pf->n_layer; l++) {
         variant *V = &pf->vars[pf->layer_var[l]];
         const ts_eng_bind *db = pf->dev_binds + (size_t)l * TS_LS_COUNT, *cb = pf->cpu_binds + (size_t)l * TS_LS_COUNT;
+        int last_dev = -1;
+        for (int i = 0; i < V->n_segs; i++)
+            if (V->segs[i].on_device)
+                last_dev = i;
         for (int i = 0; i < V->n_segs; i++) {
             if (V->segs[i].on_device) {
                 if (!dev_dirty && (l > 0 || i > 0) && sync_acts(pf, n_tok, TS_SYNC_TO_DEVICE, err))
@@ -441,6 +595,13 @@ int ts_eng_prefill_run(ts_eng_prefill *pf, int64_t pos0, int n_tok, ts_err *err)
                 if (ts_eng_enqueue_graph(pf->dq, V->graphs[i], db, TS_LS_COUNT, pos0, n_tok, err))
                     goto fail;
                 dev_dirty = pf->dq_pending = true;
+                if (pf->streaming && i == last_dev) {
+                    /* layer l is done with its slot: layer l + 2 may go in */
+                    if (stream_layer_done(pf, l, err))
+                        goto fail;
+                    if (l + 2 < pf->n_layer && stream_layer_in(pf, l + 2, err))
+                        goto fail;
+                }
             } else {
                 if (dev_dirty) {
                     /* the crossing back: the CPU needs what the device wrote */
@@ -462,7 +623,15 @@ int ts_eng_prefill_run(ts_eng_prefill *pf, int64_t pos0, int n_tok, ts_err *err)
     for (int l = 0; l < pf->n_layer; l++)
         if (pf->vars[pf->layer_var[l]].kv_on_device && sync_kv(pf, l, pos0, pos0 + n_tok, TS_SYNC_TO_HOST, err))
             goto fail;
-    if (drain(pf, err) || ts_eng_queue_finish(pf->cq, err))
+    if (pf->nodrain) {
+        /* BROKEN ON PURPOSE: hand the work over and return at once, so the
+         * caller reads x and the KV rows before the device wrote them */
+        if (ts_eng_queue_flush(pf->dq, err))
+            goto fail;
+    } else if (drain(pf, err)) {
+        goto fail;
+    }
+    if (ts_eng_queue_finish(pf->cq, err))
         goto fail;
     pf->kv_valid = pos0 + n_tok;
     ts_eng_get_stats(pf->dev, &after);
@@ -473,13 +642,24 @@ int ts_eng_prefill_run(ts_eng_prefill *pf, int64_t pos0, int n_tok, ts_err *err)
     return 0;
 fail:
     (void)ts_eng_queue_finish(pf->dq, NULL);
+    if (pf->uq)
+        (void)ts_eng_queue_finish(pf->uq, NULL);
+    for (int j = 0; j < 2; j++) {
+        ts_eng_event_free(pf->slot_free[j]);
+        pf->slot_free[j] = NULL;
+    }
     pf->dq_pending = false;
     pf->kv_valid = 0;
     return -1;
 }
 
 void ts_eng_prefill_kv_truncate(ts_eng_prefill *pf, int64_t n) {
-    if (pf && n < pf->kv_valid)
+    if (!pf)
+        return;
+    /* the broken hook may have left a run in flight over those rows */
+    if (pf->nodrain)
+        (void)drain(pf, NULL);
+    if (n < pf->kv_valid)
         pf->kv_valid = n < 0 ? 0 : n;
 }
 

@@ -2,14 +2,25 @@
  * (seed 001: prefill on the device, decode on the CPU), over the forward's
  * own buffers and KV cache.
  *
- * At setup (once per state): every matrix weight is probed and, where the
- * device refuses its type, converted once to the type the probe found
- * (ts_eng_probe_weight_type); each layer's weights are uploaded into one
- * DEVICE buffer per layer (refused, with the numbers, when the device's
- * window cannot hold them: the caller then runs on the CPU); the forward's
- * activation buffers and KV cache are mapped into the device (no copy) and
- * into the `cpu` engine; one graph per layer variant and segment is built
- * for the chunk width (ts_eng_layer_nodes, ts_eng_split_nodes).
+ * At setup (once per state): the forward's activation buffers and KV cache
+ * are mapped into the device (no copy; the cache only when the device runs
+ * kv_store or attention) and into the `cpu` engine; one graph per layer
+ * variant and segment is built for the chunk width (ts_eng_layer_nodes,
+ * ts_eng_split_nodes) and reused by every run; every matrix weight is probed
+ * and, where the device refuses its type, converted once to the type the
+ * probe found (ts_eng_probe_weight_type). Then the weights are placed:
+ *   resident   every layer in its own DEVICE buffer, uploaded once, when
+ *              they all fit the window beside the rest;
+ *   streaming  otherwise two DEVICE slots of the largest layer's size: a run
+ *              uploads layer l+1 (on its own queue) while layer l computes
+ *              from the other slot; the compute queue waits for each upload
+ *              on an event flagged TS_WAIT_WEIGHTS (the device's stall
+ *              time), and an upload into a slot waits for the graphs that
+ *              read the slot's previous layer. Converted copies stay in host
+ *              memory as the source of every run's uploads.
+ * A window that holds neither is refused with the numbers (the caller runs
+ * on the CPU). Peak window use never exceeds the window (engine.c refuses
+ * every allocation past it).
  *
  * A run takes the embeddings of n_tok tokens in x and leaves the residual
  * stream after the last layer in x, with every layer's K/V rows for the
@@ -72,8 +83,11 @@ typedef struct ts_eng_prefill_stats {
     uint64_t run_nodes;     /* nodes the device computed during runs */
     int segments_per_layer; /* device + cpu segments of the first layer variant */
     int device_segments;    /* of which on the device */
-    uint64_t weight_bytes;  /* uploaded at setup (after conversion) */
+    uint64_t weight_bytes;  /* uploaded at setup (after conversion; 0 when streaming) */
     int converted;          /* matrices converted at setup */
+    uint64_t graph_builds;  /* chunk graphs built (at setup; runs never rebuild) */
+    bool streaming;         /* weights stream through two slots */
+    uint64_t slot_bytes;    /* size of one slot when streaming */
 } ts_eng_prefill_stats;
 void ts_eng_prefill_get_stats(const ts_eng_prefill *pf, ts_eng_prefill_stats *out);
 

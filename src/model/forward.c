@@ -19,8 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdio.h>
+
+#include "engine/prefill.h"
 #include "kernels/fastops.h"
 #include "kernels/linear.h"
+#include "kernels/repack.h"
 #include "model/model_impl.h"
 #include "quant/quant.h"
 
@@ -40,6 +44,218 @@ static void *alloc3(int64_t a, int64_t b, int64_t c, size_t sz) {
         return NULL;
     return calloc(n ? (size_t)n : 1, 1);
 }
+
+/* ---- prefill on a device: setup -------------------------------------- */
+
+/* Opens p->prefill_device (and a `cpu` engine beside it) and picks the chunk
+ * width. On failure the state stays on the CPU and keeps the fallback line.
+ * cpu and loop engines get the state's thread count unless the name sets one. */
+static void pf_open(ts_state *s, const ts_state_params *p) {
+    s->pf_width = 0;
+    if (!p->prefill_device) return;
+    const char *spec = p->prefill_device;
+    ts_err e = {{0}};
+    char full[320];
+    const bool has_threads = strstr(spec, "threads=") != NULL;
+    const bool threaded = !strncmp(spec, "loop", 4) || !strncmp(spec, "cpu", 3);
+    if (strlen(spec) < 256 && threaded && !has_threads)
+        snprintf(full, sizeof full, "%s,threads=%d", spec, s->n_threads);
+    else
+        snprintf(full, sizeof full, "%s", strlen(spec) < 256 ? spec : "");
+    char cpu_spec[32];
+    snprintf(cpu_spec, sizeof cpu_spec, "cpu,threads=%d", s->n_threads);
+    if (!(s->pf_dev = ts_eng_open(full[0] ? full : spec, &e)) || !(s->pf_cpu = ts_eng_open(cpu_spec, &e))) {
+        ts_eng_fallback_line(spec, &e, s->pf_fallback, sizeof s->pf_fallback);
+        ts_eng_close(s->pf_dev);
+        s->pf_dev = NULL;
+        return;
+    }
+    const ts_eng_desc *d = ts_eng_describe(s->pf_dev);
+    int w = p->chunk > 0 ? p->chunk : 256;
+    if (d->widths_required && d->n_widths > 0) {
+        /* the largest width it names that is not above the chunk asked for */
+        int best = d->widths[0];
+        for (int i = 0; i < d->n_widths; i++) {
+            if (d->widths[i] < best) best = d->widths[i];
+        }
+        for (int i = 0; i < d->n_widths; i++)
+            if (d->widths[i] <= w && d->widths[i] > best) best = d->widths[i];
+        w = best;
+    } else if (d->max_width > 0 && w > d->max_width) {
+        w = d->max_width;
+    }
+    s->pf_width = w;
+    s->pf_min = p->prefill_min_tokens > 0 ? p->prefill_min_tokens : 32;
+    if (s->pf_min < 2) s->pf_min = 2; /* a one-token forward is decode: it stays on the CPU */
+    /* a chunk must fit one micro-batch of the state */
+    if (s->n_batch < w) s->n_batch = w < s->n_ctx ? w : s->n_ctx;
+}
+
+static void pf_close(ts_state *s) {
+    ts_eng_prefill_free(s->pf);
+    s->pf = NULL;
+    ts_eng_close(s->pf_dev);
+    ts_eng_close(s->pf_cpu);
+    s->pf_dev = s->pf_cpu = NULL;
+    free(s->pf_freq);
+    s->pf_freq = NULL;
+}
+
+/* A layer matrix as the prefill sees it on the host. */
+static ts_eng_host_slot pf_matrix(const ts_wmat *w) {
+    const bool packed = w->packed != NULL;
+    return (ts_eng_host_slot){
+        .data = packed ? (const void *)w->packed : w->data,
+        .bytes = packed ? ts_rp_matrix_bytes(w->type, w->n_in, w->n_out) : (uint64_t)w->row_bytes * (uint64_t)w->n_out,
+        .wtype = w->type,
+        .layout = packed ? TS_WL_PANELS : TS_WL_ROWS,
+        /* panels written over the rows (a model read into memory): rows lost */
+        .rows = packed && (const void *)w->packed == w->data ? NULL : w->data,
+        .n_in = w->n_in,
+        .n_out = w->n_out,
+    };
+}
+
+/* Describes the model's layers to engine/prefill.c and sets it up over the
+ * state's buffers. -1 with err when the device cannot take the model. */
+static int pf_attach_layers(ts_state *s, ts_err *err) {
+    const ts_mdl *m = s->m;
+    const ts_hparams *hp = &m->hp;
+    const int nl = hp->n_layer;
+    const size_t fb = (ts_eng_rope_freq_bytes(m->n_rot) + 63) & ~(size_t)63;
+    ts_eng_layer_shape *shapes = calloc((size_t)nl, sizeof *shapes);
+    ts_eng_host_slot *slots = calloc((size_t)nl * TS_LS_COUNT, sizeof *slots);
+    s->pf_freq = aligned_alloc(64, fb * (size_t)nl);
+    int rc = -1;
+    if (!shapes || !slots || !s->pf_freq) {
+        ts_err_set(err, "out of memory describing the layers");
+        goto done;
+    }
+    for (int l = 0; l < nl; l++) {
+        const ts_layer *L = &m->layers[l];
+        if (!L->q_norm != !L->k_norm || !L->attn_post_norm != !L->ffn_post_norm || !L->bq != !L->bk ||
+            !L->bq != !L->bv) {
+            ts_err_set(err, "layer %d mixes present and absent optional parts (q/k norms, post norms, biases)", l);
+            goto done;
+        }
+        shapes[l] = (ts_eng_layer_shape){
+            .n_embd = hp->n_embd,
+            .n_head = hp->n_head,
+            .n_head_kv = hp->n_head_kv,
+            .head_dim = hp->head_dim,
+            .n_ff = hp->n_ff,
+            .n_rot = m->n_rot,
+            .n_ctx = s->n_ctx,
+            .n_swa = L->swa ? hp->n_swa : 0,
+            .neox = hp->rope_type == TS_ROPE_NEOX,
+            .qkv_bias = L->bq != NULL,
+            .qk_norm = L->q_norm != NULL,
+            .post_norms = L->attn_post_norm != NULL,
+            .gelu = m->ffn_gelu,
+            .kv_f16 = !s->kv_f32,
+            .fast_kernels = s->lin != NULL, /* the kernels the CPU forward runs */
+            .eps = hp->norm_eps,
+            .attn_scale = m->attn_scale,
+            .attn_softcap = hp->attn_logit_softcap,
+        };
+        ts_eng_host_slot *S = slots + (size_t)l * TS_LS_COUNT;
+#define VEC(slot, ptr, n) \
+    if (ptr) S[slot] = (ts_eng_host_slot){.data = (ptr), .bytes = (uint64_t)(n) * sizeof(float)}
+        VEC(TS_LS_ATTN_NORM, L->attn_norm, hp->n_embd);
+        VEC(TS_LS_FFN_NORM, L->ffn_norm, hp->n_embd);
+        VEC(TS_LS_BQ, L->bq, s->n_q_dim);
+        VEC(TS_LS_BK, L->bk, s->n_kv_dim);
+        VEC(TS_LS_BV, L->bv, s->n_kv_dim);
+        VEC(TS_LS_Q_NORM, L->q_norm, hp->head_dim);
+        VEC(TS_LS_K_NORM, L->k_norm, hp->head_dim);
+        VEC(TS_LS_ATTN_POST_NORM, L->attn_post_norm, hp->n_embd);
+        VEC(TS_LS_FFN_POST_NORM, L->ffn_post_norm, hp->n_embd);
+#undef VEC
+        uint8_t *freq = (uint8_t *)s->pf_freq + fb * (size_t)l;
+        ts_eng_rope_freq_pack(L->inv_freq, m->n_rot, freq);
+        S[TS_LS_ROPE_FREQ] = (ts_eng_host_slot){.data = freq, .bytes = ts_eng_rope_freq_bytes(m->n_rot)};
+        S[TS_LS_WQ] = pf_matrix(&L->wq);
+        S[TS_LS_WK] = pf_matrix(&L->wk);
+        S[TS_LS_WV] = pf_matrix(&L->wv);
+        S[TS_LS_WO] = pf_matrix(&L->wo);
+        S[TS_LS_W_GATE] = pf_matrix(&L->w_gate);
+        S[TS_LS_W_UP] = pf_matrix(&L->w_up);
+        S[TS_LS_W_DOWN] = pf_matrix(&L->w_down);
+    }
+    ts_eng_prefill_params pp = {
+        .dev = s->pf_dev,
+        .cpu = s->pf_cpu,
+        .width = s->pf_width,
+        .n_layer = nl,
+        .shapes = shapes,
+        .slots = slots,
+        .act = {s->x, s->xn, s->q, s->k, s->v, s->attn, s->o, s->gate, s->up},
+        .k_cache = s->k_cache,
+        .v_cache = s->v_cache,
+        .kv_layer_bytes = (uint64_t)s->n_ctx * (uint64_t)s->n_kv_dim * (s->kv_f32 ? 4u : 2u),
+    };
+    s->pf = ts_eng_prefill_new(&pp, NULL, 0, err);
+    rc = s->pf ? 0 : -1;
+done:
+    free(shapes);
+    free(slots);
+    return rc;
+}
+
+/* After the buffers exist: the device path, or the fallback line. */
+static void pf_attach(ts_state *s) {
+    if (!s->pf_dev) return;
+    ts_err e = {{0}};
+    if (pf_attach_layers(s, &e) < 0) {
+        const char *spec = ts_eng_describe(s->pf_dev)->name;
+        ts_eng_fallback_line(spec, &e, s->pf_fallback, sizeof s->pf_fallback);
+        pf_close(s);
+        s->pf_width = 0;
+        return;
+    }
+    ts_eng_prefill_stats ps;
+    ts_eng_prefill_get_stats(s->pf, &ps);
+    const ts_eng_desc *d = ts_eng_describe(s->pf_dev);
+    if (ps.streaming)
+        snprintf(s->pf_info, sizeof s->pf_info,
+                 "prefill on %s: chunks of %d tokens (>= %d on the device), %d matrices converted, weights streamed "
+                 "through two slots of %.1f MiB (window %.0f MiB)",
+                 d->name, s->pf_width, s->pf_min, ps.converted, (double)ps.slot_bytes / 1048576.0,
+                 (double)d->window_bytes / 1048576.0);
+    else
+        snprintf(s->pf_info, sizeof s->pf_info,
+                 "prefill on %s: chunks of %d tokens (>= %d on the device), %d matrices converted, %.1f MiB of "
+                 "weights resident (window %.0f MiB)",
+                 d->name, s->pf_width, s->pf_min, ps.converted, (double)ps.weight_bytes / 1048576.0,
+                 (double)d->window_bytes / 1048576.0);
+}
+
+void ts_state_dev_stats_get(const ts_state *s, ts_state_dev_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!s || !s->pf) return;
+    ts_eng_prefill_stats ps;
+    ts_eng_stats es;
+    ts_eng_prefill_get_stats(s->pf, &ps);
+    ts_eng_get_stats(s->pf_dev, &es);
+    const ts_eng_desc *d = ts_eng_describe(s->pf_dev);
+    out->device = d->name;
+    out->width = s->pf_width;
+    out->min_tokens = s->pf_min;
+    out->streaming = ps.streaming;
+    out->dev_tokens = ps.tokens;
+    out->dev_runs = ps.runs;
+    out->dev_nodes = ps.run_nodes;
+    out->crossings = ps.run_crossings;
+    out->upload_bytes = es.upload_bytes;
+    out->stall_ns = es.stall_ns;
+    out->graph_builds = ps.graph_builds;
+    out->window_bytes = d->window_bytes;
+    out->window_peak = es.window_peak;
+    out->converted = ps.converted;
+}
+
+const char *ts_state_dev_fallback(const ts_state *s) { return s && s->pf_fallback[0] ? s->pf_fallback : NULL; }
+const char *ts_state_dev_info(const ts_state *s) { return s && s->pf && s->pf_info[0] ? s->pf_info : NULL; }
 
 ts_state *ts_state_new(const ts_mdl *m, const ts_state_params *p, ts_err *err) {
     ts_state_params dp = ts_state_default_params();
@@ -69,13 +285,14 @@ ts_state *ts_state_new(const ts_mdl *m, const ts_state_params *p, ts_err *err) {
     s->pool = ts_threadpool_new(p->n_threads, err);
     if (!s->pool) goto fail;
     s->n_threads = ts_threadpool_n_threads(s->pool);
+    pf_open(s, p); /* prefill device: may raise n_batch to hold a chunk */
     s->n_kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
     s->n_q_dim = (int64_t)hp->n_head * hp->head_dim;
 
     const size_t kv_sz = s->kv_f32 ? sizeof(float) : sizeof(uint16_t);
     s->k_cache = alloc3(hp->n_layer, s->n_ctx, s->n_kv_dim, kv_sz);
     s->v_cache = alloc3(hp->n_layer, s->n_ctx, s->n_kv_dim, kv_sz);
-    const int64_t B = s->n_batch;
+    const int64_t B = s->n_batch > s->pf_width ? s->n_batch : s->pf_width; /* a device chunk fits too */
     s->x = alloc3(B, hp->n_embd, 1, sizeof(float));
     s->xn = alloc3(B, hp->n_embd, 1, sizeof(float));
     s->o = alloc3(B, hp->n_embd, 1, sizeof(float));
@@ -113,6 +330,7 @@ ts_state *ts_state_new(const ts_mdl *m, const ts_state_params *p, ts_err *err) {
         ts_err_set(err, "out of memory allocating the state (n_ctx %d, n_batch %d)", s->n_ctx, s->n_batch);
         goto fail;
     }
+    pf_attach(s); /* the device path over these buffers, or the fallback line */
     return s;
 fail:
     ts_state_free(s);
@@ -121,6 +339,7 @@ fail:
 
 void ts_state_free(ts_state *s) {
     if (!s) return;
+    pf_close(s); /* finishes the device's queues before the buffers go */
     ts_threadpool_free(s->pool);
     ts_linear_ws_free(s->lin);
     free(s->k_cache);
@@ -149,6 +368,7 @@ const float *ts_state_logits(const ts_state *s) { return s->logits; }
 void ts_state_kv_truncate(ts_state *s, int32_t n) {
     if (n < 0) n = 0;
     if (n < s->n_past) s->n_past = n;
+    if (s->pf) ts_eng_prefill_kv_truncate(s->pf, n); /* rows >= n are no longer the device's */
 }
 
 /* ---- stages ------------------------------------------------------------ */
@@ -247,7 +467,9 @@ static void stage_kv_store(ts_state *s, int il, int64_t pos0, int nb) {
     }
 }
 
-static void stage_attention(ts_state *s, const ts_layer *L, int il, int64_t pos0, int nb) {
+/* n_kv = 0: causal; n_kv > 0: every query attends to cache rows [0, n_kv)
+ * (ts_forward_window). */
+static void stage_attention_mode(ts_state *s, const ts_layer *L, int il, int64_t pos0, int nb, int64_t n_kv) {
     const ts_mdl *m = s->m;
     const ts_hparams *hp = &m->hp;
     ts_attn_params ap = {
@@ -259,6 +481,7 @@ static void stage_attention(ts_state *s, const ts_layer *L, int il, int64_t pos0
         .n_swa = L->swa ? hp->n_swa : 0,
         .kv_f16 = !s->kv_f32,
         .kv_stride = s->n_kv_dim,
+        .n_kv = n_kv,
     };
     if (s->lin)
         ts_attention_fast(s->pool, &ap, s->q, kv_layer(s, s->k_cache, il), kv_layer(s, s->v_cache, il), pos0, nb,
@@ -266,6 +489,10 @@ static void stage_attention(ts_state *s, const ts_layer *L, int il, int64_t pos0
     else
         ts_attention(s->pool, &ap, s->q, kv_layer(s, s->k_cache, il), kv_layer(s, s->v_cache, il), pos0, nb,
                      s->attn, s->scratch, s->scratch_stride);
+}
+
+static void stage_attention(ts_state *s, const ts_layer *L, int il, int64_t pos0, int nb) {
+    stage_attention_mode(s, L, il, pos0, nb, 0);
 }
 
 /* x += post_norm(attn Wo) */
@@ -332,6 +559,28 @@ static void eval_batch(ts_state *s, const int32_t *tokens, int nb, float *logits
     }
 }
 
+/* One device chunk of nb tokens at positions s->n_past ...: the embedding
+ * and the logits on the CPU, every layer through engine/prefill.c over the
+ * same buffers and KV cache (what eval_batch does, placed elsewhere). */
+static int eval_device(ts_state *s, const int32_t *tokens, int nb, float *logits_out, bool last, ts_err *err) {
+    stage_embed(s, tokens, nb);
+    if (ts_eng_prefill_run(s->pf, s->n_past, nb, err) < 0) return -1;
+    const int64_t V = s->m->hp.n_vocab;
+    if (logits_out) {
+        stage_logits(s, 0, nb, logits_out);
+        if (last) memcpy(s->logits, logits_out + (int64_t)(nb - 1) * V, (size_t)V * sizeof(float));
+    } else if (last) {
+        stage_logits(s, nb - 1, nb, s->logits);
+    }
+    return 0;
+}
+
+/* Whether a chunk of w tokens goes to the device: at least the minimum, and
+ * exactly the width where the device requires widths. */
+static bool pf_takes(const ts_state *s, int w) {
+    return s->pf && w >= s->pf_min && (w == s->pf_width || !ts_eng_describe(s->pf_dev)->widths_required);
+}
+
 int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all, ts_err *err) {
     if (!s) return ts_err_set(err, "state is NULL");
     if (n < 0) return ts_err_set(err, "token count %d is negative", n);
@@ -345,11 +594,89 @@ int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all,
             return ts_err_set(err, "token id %d at index %d out of range [0, %d)", tokens[i], i, n_vocab);
 
     for (int32_t done = 0; done < n;) {
-        const int nb = n - done < s->n_batch ? n - done : s->n_batch;
+        int nb = n - done < s->n_batch ? n - done : s->n_batch;
         float *out = logits_all ? logits_all + (int64_t)done * n_vocab : NULL;
+        if (s->pf) {
+            /* the prompt in chunks of the device's width: full ones (and, where
+             * widths are free, a tail of at least the minimum) on the device,
+             * the rest on the CPU in micro-batches */
+            const int w = n - done < s->pf_width ? n - done : s->pf_width;
+            if (pf_takes(s, w)) {
+                if (eval_device(s, tokens + done, w, out, done + w == n, err) < 0) return -1;
+                s->n_past += w;
+                done += w;
+                continue;
+            }
+            if (nb > w) nb = w;
+        }
         eval_batch(s, tokens + done, nb, out, done + nb == n);
         s->n_past += nb;
         done += nb;
     }
+    return 0;
+}
+
+/* ---- bidirectional window (diffusion LLMs) ----------------------------- */
+
+/* The layer loop of eval_batch with non-causal attention over cache rows
+ * [0, n_kv), for nb tokens at positions pos0 ...; always on the CPU stages
+ * (a device path may take over eval_batch; this one stays local). */
+static void eval_window(ts_state *s, const int32_t *tokens, int nb, int64_t pos0, int64_t n_kv, float *logits_out) {
+    const ts_mdl *m = s->m;
+    const ts_hparams *hp = &m->hp;
+    stage_embed(s, tokens, nb);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const ts_layer *L = &m->layers[il];
+        stage_norm_rows(s, s->xn, s->x, L->attn_norm, hp->n_embd, nb);
+        stage_qkv(s, L, nb);
+        stage_qk_norm(s, L, nb);
+        stage_rope(s, L, pos0, nb);
+        stage_kv_store(s, il, pos0, nb);
+        stage_attention_mode(s, L, il, pos0, nb, n_kv);
+        stage_o_proj(s, L, nb);
+        stage_ffn(s, L, nb);
+    }
+    const int64_t V = hp->n_vocab;
+    if (logits_out) {
+        stage_logits(s, 0, nb, logits_out);
+        memcpy(s->logits, logits_out + (int64_t)(nb - 1) * V, (size_t)V * sizeof(float));
+    } else {
+        stage_logits(s, nb - 1, nb, s->logits);
+    }
+}
+
+int ts_forward_window(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, float *logits_all,
+                      ts_err *err) {
+    if (!s) return ts_err_set(err, "state is NULL");
+    if (n < 0) return ts_err_set(err, "window token count %d is negative", n);
+    if (pos0 < 0) return ts_err_set(err, "window start pos0 %d is negative", pos0);
+    if (n == 0) return 0;
+    if (!tokens) return ts_err_set(err, "tokens is NULL");
+    if (n > s->n_batch)
+        return ts_err_set(err,
+                          "window of %d tokens exceeds n_batch %d (a window is evaluated in one batch: every query "
+                          "must see every key; raise n_batch)",
+                          n, s->n_batch);
+    if ((int64_t)pos0 + n > n_kv)
+        return ts_err_set(err, "n_kv %d is less than the window end pos0 + n = %lld", n_kv, (long long)pos0 + n);
+    if (n_kv > s->n_ctx) return ts_err_set(err, "n_kv %d exceeds n_ctx %d", n_kv, s->n_ctx);
+    const ts_hparams *hp = &s->m->hp;
+    if (hp->n_swa > 0)
+        return ts_err_set(err, "window evaluation does not support sliding-window layers (%s, n_swa %d)",
+                          hp->arch_name, hp->n_swa);
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
+            return ts_err_set(err, "token id %d at index %d out of range [0, %d)", tokens[i], i, hp->n_vocab);
+    /* the CPU rewrites rows pos0.. of the cache: a prefill device that keeps
+     * its own copy must not trust its rows from there on */
+    if (s->pf) ts_eng_prefill_kv_truncate(s->pf, pos0);
+    eval_window(s, tokens, n, pos0, n_kv, logits_all);
+    return 0;
+}
+
+int ts_state_set_n_past(ts_state *s, int32_t n, ts_err *err) {
+    if (!s) return ts_err_set(err, "state is NULL");
+    if (n < 0 || n > s->n_ctx) return ts_err_set(err, "n_past %d out of range [0, %d]", n, s->n_ctx);
+    s->n_past = n;
     return 0;
 }

@@ -14,7 +14,18 @@
  *           (tanh GELU), embeddings scaled by sqrt(n_embd), interleaved
  *           sliding-window layers with their own rope base (10000). Gemma's
  *           (1 + w) norm weights are stored already incremented by the
- *           converter, so they are used as stored.
+ *           converter, so they are used as stored;
+ *   llada   diffusion LLM (LLaDA): the llama forward (Q/K permuted by the
+ *           converter as for llama, adjacent-pair RoPE, optional Q/K/V
+ *           biases), bidirectional attention;
+ *   dream   diffusion LLM (Dream): the qwen2 forward (NeoX RoPE, Q/K/V
+ *           biases), bidirectional attention.
+ * Diffusion keys: `{arch}.attention.causal` (default false for llada/dream,
+ * true otherwise), `tokenizer.ggml.mask_token_id`, `diffusion.shift_logits`
+ * (default true for dream, false otherwise). A causal llada/dream file and a
+ * non-causal file of another family are refused (nothing here computes
+ * them). The forward pass does not read these keys: ts_forward is always
+ * causal and ts_forward_window always bidirectional; decoders use the latter.
  */
 #include <errno.h>
 #include <math.h>
@@ -35,6 +46,8 @@ static const struct {
     {"qwen2", TS_ARCH_QWEN2},
     {"qwen3", TS_ARCH_QWEN3},
     {"gemma3", TS_ARCH_GEMMA3},
+    {"llada", TS_ARCH_LLADA},
+    {"dream", TS_ARCH_DREAM},
 };
 
 /* Formats "{arch}.{suffix}" into buf (keys are short; truncation impossible
@@ -172,7 +185,8 @@ static int load_hparams(ts_mdl *m, ts_err *err) {
         }
     }
     if (!hp->arch_name)
-        return ts_err_set(err, "general.architecture '%.*s' is not supported (llama, qwen2, qwen3, gemma3)",
+        return ts_err_set(err,
+                          "general.architecture '%.*s' is not supported (llama, qwen2, qwen3, gemma3, llada, dream)",
                           (int)(s.len > 64 ? 64 : s.len), s.ptr);
 
     if (req_i32(m, "block_count", 1, 4096, &hp->n_layer, err)) return -1;
@@ -213,7 +227,7 @@ static int load_hparams(ts_mdl *m, ts_err *err) {
         hp->norm_eps = eps;
     }
 
-    hp->rope_type = hp->arch == TS_ARCH_LLAMA ? TS_ROPE_NORM : TS_ROPE_NEOX;
+    hp->rope_type = hp->arch == TS_ARCH_LLAMA || hp->arch == TS_ARCH_LLADA ? TS_ROPE_NORM : TS_ROPE_NEOX;
     hp->rope_freq_base = 10000.0f;
     if (opt_f32(m, "rope.freq_base", 1e-3, 1e30, &hp->rope_freq_base, err) < 0) return -1;
     hp->rope_freq_base_swa = hp->arch == TS_ARCH_GEMMA3 ? 10000.0f : hp->rope_freq_base;
@@ -322,7 +336,7 @@ static int bind_tensors(ts_mdl *m, ts_err *err) {
         if (bind_mat(m, N("attn_k.weight"), E, KD, "n_embd, n_head_kv*head_dim", true, &L->wk, err)) return -1;
         if (bind_mat(m, N("attn_v.weight"), E, KD, "n_embd, n_head_kv*head_dim", true, &L->wv, err)) return -1;
         if (bind_mat(m, N("attn_output.weight"), QD, E, "n_head*head_dim, n_embd", true, &L->wo, err)) return -1;
-        const bool need_bias = hp->arch == TS_ARCH_QWEN2;
+        const bool need_bias = hp->arch == TS_ARCH_QWEN2 || hp->arch == TS_ARCH_DREAM;
         if (bind_vec(m, N("attn_q.bias"), QD, need_bias, &L->bq, err)) return -1;
         if (bind_vec(m, N("attn_k.bias"), KD, need_bias, &L->bk, err)) return -1;
         if (bind_vec(m, N("attn_v.bias"), KD, need_bias, &L->bv, err)) return -1;
@@ -364,6 +378,36 @@ static int build_rope(ts_mdl *m, ts_err *err) {
     ts_rope_inv_freq(m->inv_freq_swa, m->n_rot, hp->rope_freq_base_swa, 1.0, NULL, NULL);
     for (int il = 0; il < hp->n_layer; il++)
         m->layers[il].inv_freq = m->layers[il].swa ? m->inv_freq_swa : m->inv_freq_global;
+    return 0;
+}
+
+/* ---- diffusion LLMs --------------------------------------------------- */
+
+/* Attention mode, mask token and logit shift (after bind_tensors: the mask
+ * id is checked against n_vocab). */
+static int load_diffusion_keys(ts_mdl *m, ts_err *err) {
+    ts_hparams *hp = &m->hp;
+    const bool diffusion = hp->arch == TS_ARCH_LLADA || hp->arch == TS_ARCH_DREAM;
+    char key[128];
+    hp->causal = !diffusion;
+    if (ts_gguf_opt_bool(m->gguf, akey(key, sizeof key, m, "attention.causal"), &hp->causal, err) < 0) return -1;
+    if (hp->causal && diffusion)
+        return ts_err_set(err, "%s = true: a causal %s model is not supported", key, hp->arch_name);
+    if (!hp->causal && !diffusion)
+        return ts_err_set(err, "%s = false: non-causal attention is only supported for llada and dream (arch %s)",
+                          key, hp->arch_name);
+    hp->mask_token_id = -1;
+    int64_t id;
+    if (ts_gguf_find(m->gguf, "tokenizer.ggml.mask_token_id")) {
+        if (ts_gguf_get_i64(m->gguf, "tokenizer.ggml.mask_token_id", &id, err)) return -1;
+        if (id < 0 || id >= hp->n_vocab)
+            return ts_err_set(err, "tokenizer.ggml.mask_token_id = %lld out of range [0, %d)", (long long)id,
+                              hp->n_vocab);
+        hp->mask_token_id = (int32_t)id;
+    }
+    bool shift = hp->arch == TS_ARCH_DREAM;
+    if (ts_gguf_opt_bool(m->gguf, "diffusion.shift_logits", &shift, err) < 0) return -1;
+    hp->shift_logits = shift ? 1 : 0;
     return 0;
 }
 
@@ -417,7 +461,7 @@ ts_mdl *ts_mdl_load(const char *path, const ts_mdl_params *p, ts_err *err) {
         if (m->file_copy) m->gguf = ts_gguf_open_mem(m->file_copy, size, err);
     }
     if (!m->gguf) goto fail;
-    if (load_hparams(m, err) || bind_tensors(m, err) || build_rope(m, err)) goto fail;
+    if (load_hparams(m, err) || bind_tensors(m, err) || build_rope(m, err) || load_diffusion_keys(m, err)) goto fail;
 
     for (int64_t i = 0; i < ts_gguf_n_tensors(m->gguf); i++) {
         const ts_gguf_tensor *t = ts_gguf_tensor_at(m->gguf, i);

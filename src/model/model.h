@@ -3,8 +3,9 @@
  * batch of tokens with a KV cache.
  *
  * Architectures are data: `general.architecture` selects a family (llama,
- * qwen2, qwen3, gemma3), whose hyper-parameters and tensor names are read from
- * the file; a missing or inconsistent one is a load error naming it.
+ * qwen2, qwen3, gemma3, and the diffusion LLMs llada and dream), whose
+ * hyper-parameters and tensor names are read from the file; a missing or
+ * inconsistent one is a load error naming it.
  *
  * (Internal: the public handle is ts_model in include/tessera.h, which wraps a
  * ts_mdl; see src/api.)
@@ -23,7 +24,14 @@
 #include "gguf/gguf.h"
 #include "text/tokenizer.h"
 
-enum ts_arch { TS_ARCH_LLAMA, TS_ARCH_QWEN2, TS_ARCH_QWEN3, TS_ARCH_GEMMA3 };
+enum ts_arch {
+    TS_ARCH_LLAMA,
+    TS_ARCH_QWEN2,
+    TS_ARCH_QWEN3,
+    TS_ARCH_GEMMA3,
+    TS_ARCH_LLADA, /* diffusion LLM: the llama forward, bidirectional attention */
+    TS_ARCH_DREAM, /* diffusion LLM: the qwen2 forward, bidirectional attention */
+};
 enum ts_rope_type { TS_ROPE_NORM /* adjacent pairs */, TS_ROPE_NEOX /* split halves */ };
 
 typedef struct ts_hparams {
@@ -51,6 +59,11 @@ typedef struct ts_hparams {
     float attn_logit_softcap;  /* 0 = none */
     float embd_scale;       /* gemma: sqrt(n_embd); 1 otherwise */
     bool tied_output;       /* output projection shares token_embd */
+    /* diffusion LLMs (llada, dream) */
+    bool causal;            /* {arch}.attention.causal; false for llada/dream */
+    int32_t mask_token_id;  /* tokenizer.ggml.mask_token_id, -1 if none */
+    int shift_logits;       /* diffusion.shift_logits: position p reads row p-1's
+                             * logits (absent: 1 for dream, 0 otherwise) */
 } ts_hparams;
 
 typedef struct ts_mdl ts_mdl;
@@ -81,6 +94,12 @@ typedef struct ts_state_params {
     int32_t n_batch;    /* micro-batch for prompt processing (-b), default 64 */
     int32_t n_threads;  /* default: physical cores */
     bool kv_f32;        /* KV cache in f32 instead of f16 (tests) */
+    /* prefill on a device (engine/prefill.h; docs/ENGINE.md). NULL: CPU only.
+     * A device that does not open, or cannot take the model, leaves the
+     * state on the CPU with the reason in ts_state_dev_fallback. */
+    const char *prefill_device; /* ts_eng_open name: "loop", "loop:npu,window=16M", "opencl:0", ... */
+    int32_t chunk;              /* tokens per device chunk; 0: 256 (a device requiring widths gets one of them) */
+    int32_t prefill_min_tokens; /* chunks narrower than this stay on the CPU; 0: 32 (at least 2: decode stays) */
 } ts_state_params;
 ts_state_params ts_state_default_params(void);
 
@@ -94,11 +113,59 @@ int32_t ts_state_n_threads(const ts_state *s);
 /* Drops cached positions >= n (n <= n_past). ts_state_kv_truncate(s, 0) resets. */
 void ts_state_kv_truncate(ts_state *s, int32_t n);
 
+/* ---- prefill on a device ------------------------------------------------ */
+
+/* What the device path of a state did (cumulative since ts_state_new). */
+typedef struct ts_state_dev_stats {
+    const char *device;      /* name of the device that runs chunks, NULL when none */
+    int32_t width;           /* chunk width W */
+    int32_t min_tokens;      /* narrower chunks stay on the CPU */
+    bool streaming;          /* weights stream through two slots */
+    uint64_t dev_tokens;     /* tokens whose layers ran through the device path */
+    uint64_t dev_runs;       /* chunks run there */
+    uint64_t dev_nodes;      /* graph nodes the device computed in those runs */
+    uint64_t crossings;      /* hand-offs to the device during those runs */
+    uint64_t upload_bytes;   /* host -> device, setup included */
+    uint64_t stall_ns;       /* device waiting on weight uploads */
+    uint64_t graph_builds;   /* chunk graphs built (at setup only) */
+    uint64_t window_bytes;   /* the device's memory window */
+    uint64_t window_peak;    /* most of it ever in use */
+    int32_t converted;       /* matrices converted to a type the device takes */
+} ts_state_dev_stats;
+void ts_state_dev_stats_get(const ts_state *s, ts_state_dev_stats *out);
+/* The one line a front end prints when the device asked for did not open
+ * or could not take the model ("tessera: prefill device 'X' unavailable
+ * (why); running on the CPU"), or NULL. */
+const char *ts_state_dev_fallback(const ts_state *s);
+/* One informational line about the device path ("loop:npu: chunks of 32
+ * ..."), or NULL when there is none. */
+const char *ts_state_dev_info(const ts_state *s);
+
 /* Evaluates n tokens at positions n_past .. n_past+n-1, appending their K/V,
  * in micro-batches of n_batch. If logits_all is non-NULL it receives n rows of
  * n_vocab f32 logits (one per token); the last row is always available through
  * ts_state_logits afterwards. Errors: n_past+n > n_ctx ("context full"), bad ids. */
 int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all, ts_err *err);
 const float *ts_state_logits(const ts_state *s); /* n_vocab floats: the last evaluated token */
+
+/* ---- diffusion LLMs --------------------------------------------------- */
+
+/* Bidirectional (non-causal) evaluation of a window, for diffusion LLMs.
+ * Evaluates n tokens at positions pos0 .. pos0+n-1 in ONE batch (n <= n_batch,
+ * else an error saying so: every query must see every key of the window),
+ * writing their K/V rows into the cache at those positions, and lets every
+ * query attend to all cache positions [0, n_kv) (n_kv >= pos0+n; rows in
+ * [pos0+n, n_kv) must have been written by an earlier call: the dual cache's
+ * suffix). Does not change n_past. logits_all: n rows of n_vocab (or NULL);
+ * the last row also goes to ts_state_logits.
+ * Works on any model (the attention is non-causal whatever hparams.causal
+ * says) except one with sliding-window layers (refused). Requires
+ * 0 <= pos0, 0 <= n, pos0 + n <= n_kv <= n_ctx; n == 0 does nothing. */
+int ts_forward_window(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, float *logits_all,
+                      ts_err *err);
+/* Declares rows [0, n) of the cache valid (n <= n_ctx): after a window
+ * evaluation, the caller makes a prefix permanent with this. A following
+ * ts_forward appends at position n. */
+int ts_state_set_n_past(ts_state *s, int32_t n, ts_err *err);
 
 #endif

@@ -100,6 +100,17 @@ struct ts_state {
     float *scratch;              /* [n_threads][scratch_stride] */
     int64_t scratch_stride;
     float *rope_cs;              /* [n_rot] cos/sin table */
+
+    /* prefill on a device (forward.c, engine/prefill.h): full chunks of
+     * pf_width tokens run their layers there, over the buffers above
+     * (allocated for max(n_batch, pf_width) rows) and the KV cache */
+    struct ts_engine *pf_dev;    /* NULL: CPU only */
+    struct ts_engine *pf_cpu;    /* `cpu` engine for the stages the device does not take */
+    struct ts_eng_prefill *pf;
+    int32_t pf_width, pf_min;
+    void *pf_freq;               /* [n_layer] packed rope angles (ts_eng_rope_freq_pack) */
+    char pf_fallback[640];       /* the fallback line, "" when none */
+    char pf_info[256];
 };
 
 #endif

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/fastops.h"
 #include "kernels/linear.h"
 #include "kernels/ops.h"
 #include "quant/quant.h"
@@ -26,8 +27,17 @@ static void needs(const ts_eng_node *nodes, int n_nodes, int64_t *max_in, int64_
         if (n->op == TS_OP_MATMUL && n->matmul.n_in > *max_in)
             *max_in = n->matmul.n_in;
         if (n->op == TS_OP_ATTENTION) {
-            /* ts_attention: (pos0 + n_tok) scores + 2 * head_dim per thread */
-            const int64_t r = (int64_t)n->attention.n_ctx + 2 * (int64_t)n->attention.head_dim;
+            /* ts_attention: (pos0 + n_tok) scores + 2 * head_dim per thread;
+             * ts_attention_fast: its tile buffers */
+            int64_t r = (int64_t)n->attention.n_ctx + 2 * (int64_t)n->attention.head_dim;
+            if (n->attention.fast) {
+                const ts_attn_params ap = {.n_head = n->attention.n_head,
+                                           .n_head_kv = n->attention.n_head_kv,
+                                           .head_dim = n->attention.head_dim};
+                const int64_t f = ts_attention_fast_scratch(&ap);
+                if (f > r)
+                    r = f;
+            }
             if (r > *attn_row)
                 *attn_row = r;
         }
@@ -160,12 +170,24 @@ void ts_cpu_exec_node(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *n,
             .kv_f16 = n->attention.kv_f16,
             .kv_stride = (int64_t)n->attention.n_head_kv * n->attention.head_dim,
         };
-        ts_attention(pool, &ap, at(base, n->attention.q), at(base, n->attention.kc), at(base, n->attention.vc), pos0,
-                     n_tok, at(base, n->attention.out), x->attn_scratch, x->attn_stride);
+        /* the forward's own choice of kernel, so that a position computes
+         * bit for bit what the CPU forward computes */
+        if (n->attention.fast)
+            ts_attention_fast(pool, &ap, at(base, n->attention.q), at(base, n->attention.kc),
+                              at(base, n->attention.vc), pos0, n_tok, at(base, n->attention.out), x->attn_scratch,
+                              x->attn_stride);
+        else
+            ts_attention(pool, &ap, at(base, n->attention.q), at(base, n->attention.kc), at(base, n->attention.vc),
+                         pos0, n_tok, at(base, n->attention.out), x->attn_scratch, x->attn_stride);
         break;
     }
     case TS_OP_SWIGLU:
-        ts_swiglu_f32(at(base, n->glu.out), at(base, n->glu.gate), at(base, n->glu.up), (int64_t)n_tok * n->glu.n);
+        if (n->glu.fast)
+            ts_swiglu_fast(pool, at(base, n->glu.out), at(base, n->glu.gate), at(base, n->glu.up),
+                           (int64_t)n_tok * n->glu.n);
+        else
+            ts_swiglu_f32(at(base, n->glu.out), at(base, n->glu.gate), at(base, n->glu.up),
+                          (int64_t)n_tok * n->glu.n);
         break;
     case TS_OP_GEGLU:
         ts_geglu_tanh_f32(at(base, n->glu.out), at(base, n->glu.gate), at(base, n->glu.up), (int64_t)n_tok * n->glu.n);

@@ -1,0 +1,324 @@
+/* cmd_diffuse.c - `tessera diffuse`: text generation with a diffusion LLM
+ * (llada, dream) by iterative unmasking (ts_context_diffuse): the vanilla
+ * LLaDA decoder or the block decoder with a prefix / dual / no KV cache.
+ * Streams each finished block's text to stdout, then the counters (a stats
+ * line, or one JSON object with --stats json) on stderr. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cli_util.h"
+
+static void help(FILE *f) {
+    const ts_diffusion_params d = ts_diffusion_default_params();
+    fprintf(f,
+            "usage: tessera diffuse -m MODEL.gguf (-p TEXT | -f FILE) [options]\n\n"
+            "Generates --gen tokens after the prompt with a diffusion LLM (llada, dream): a canvas of\n"
+            "[MASK] tokens is unmasked over several bidirectional forward passes. The text of each\n"
+            "finished block is streamed to stdout; generation ends after --gen tokens or after a block\n"
+            "holding EOS/EoT (early stop).\n\n"
+            "  -m, --model FILE         GGUF diffusion model (required)\n"
+            "  -p, --prompt TEXT        prompt text\n"
+            "  -f, --file FILE          read the prompt from FILE (instead of -p)\n"
+            "  -n, --gen N              tokens to generate (canvas length; default %d)\n"
+            "      --decoder NAME       block (default): the prompt's KV computed once, each block denoised by\n"
+            "                           forwards over the block only, committing every masked position whose\n"
+            "                           confidence >= --threshold (at least the most confident one);\n"
+            "                           vanilla: LLaDA's generate(): each step one forward over the whole\n"
+            "                           sequence, --steps spread evenly over the blocks, the scheduled number\n"
+            "                           of the block's most confident positions committed per step\n"
+            "      --block N            block length (default %d)\n"
+            "      --steps S            vanilla: total steps (default: --gen, one token per step)\n"
+            "      --threshold X        block: commit threshold (default %.2f)\n"
+            "      --dual-cache         block: also cache the masked suffix's KV at each block's first step\n"
+            "      --no-cache           block: recompute prompt + finished blocks + block every step (exact)\n"
+            "      --eps E              vanilla: Dream's timestep schedule linspace(1, E) (e.g. 1e-3)\n"
+            "                           instead of LLaDA's even split\n"
+            "      --alg NAME           confidence: low_confidence (default; LLaDA), maskgit_plus,\n"
+            "                           topk_margin, entropy (Dream's)\n"
+            "      --temp T             0 (default): argmax; > 0: Gumbel-max sampling at temperature T\n"
+            "      --seed S             noise seed (default %llu)\n"
+            "      --no-early-stop      decode every block even after EOS/EoT (the text still ends there)\n"
+            "      --chat               wrap the prompt in the model's chat template as one user turn\n"
+            "      --system TEXT        system message for --chat\n"
+            "      --chat-template NAME chatml|gemma|llama3: override the template family\n"
+            "      --no-display-prompt  do not echo the prompt before the generated text\n"
+            "      --stats json         print the counters as ONE JSON object on stderr: forwards,\n"
+            "                           denoise_forwards, tokens_evaluated, tokens_committed,\n"
+            "                           commit_per_forward_hist ([k] = forwards committing k tokens),\n"
+            "                           prefill_ms, denoise_ms, early_stop_at (generated index or null),\n"
+            "                           n_prompt_tokens, n_gen_tokens, stop_reason, decoder, cache, ...\n"
+            "  -t, --threads N          worker threads (default: physical cores)\n"
+            "  -c, --ctx-size N         KV capacity (default: prompt + --gen)\n"
+            "  -h, --help               this help\n\n"
+            "The context's batch is sized to the largest window the decoder evaluates (one window is\n"
+            "one batch). Window forwards run on the CPU (--prefill-device does not apply to them yet).\n",
+            (int)d.n_gen, (int)d.block, (double)d.threshold, (unsigned long long)d.seed);
+}
+
+static int parse_i32(const char *flag, const char *s, int32_t lo, int32_t *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > INT32_MAX) {
+        fprintf(stderr, "error: %s: '%s' is not an integer >= %d\n", flag, s, (int)lo);
+        return -1;
+    }
+    *out = (int32_t)v;
+    return 0;
+}
+
+static int parse_f32(const char *flag, const char *s, float lo, float hi, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "error: %s: '%s' is not a number in [%g, %g]\n", flag, s, (double)lo, (double)hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+typedef struct diff_opts {
+    const char *model, *prompt, *file, *system, *chat_template;
+    bool chat, stats_json, display_prompt;
+    int32_t n_threads, n_ctx;
+    ts_diffusion_params dp;
+} diff_opts;
+
+/* 0: go on; 1: --help printed; -1: usage error (printed). */
+static int parse(int argc, char **argv, diff_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->dp = ts_diffusion_default_params();
+    o->display_prompt = true;
+    bool dual = false, none = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            help(stdout);
+            return 1;
+        }
+        /* flags without a value */
+        if (!strcmp(a, "--dual-cache")) { dual = true; continue; }
+        if (!strcmp(a, "--no-cache")) { none = true; continue; }
+        if (!strcmp(a, "--chat")) { o->chat = true; continue; }
+        if (!strcmp(a, "--no-early-stop")) { o->dp.early_stop = false; continue; }
+        if (!strcmp(a, "--no-display-prompt")) { o->display_prompt = false; continue; }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "error: unknown option or missing value: '%s' (see tessera diffuse --help)\n", a);
+            return -1;
+        }
+        const char *v = argv[++i];
+        int rc = 0;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = v;
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->file = v;
+        else if (!strcmp(a, "--system")) o->system = v;
+        else if (!strcmp(a, "--chat-template")) o->chat_template = v;
+        else if (!strcmp(a, "-n") || !strcmp(a, "--gen")) rc = parse_i32(a, v, 1, &o->dp.n_gen);
+        else if (!strcmp(a, "--block")) rc = parse_i32(a, v, 1, &o->dp.block);
+        else if (!strcmp(a, "--steps")) rc = parse_i32(a, v, 1, &o->dp.steps);
+        else if (!strcmp(a, "--threshold")) rc = parse_f32(a, v, -1e30f, 1.0f, &o->dp.threshold);
+        else if (!strcmp(a, "--eps")) rc = parse_f32(a, v, 0.0f, 0.999999f, &o->dp.eps);
+        else if (!strcmp(a, "--temp")) rc = parse_f32(a, v, 0.0f, 1e6f, &o->dp.temp);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = parse_i32(a, v, 1, &o->n_threads);
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) rc = parse_i32(a, v, 1, &o->n_ctx);
+        else if (!strcmp(a, "--seed")) {
+            char *end;
+            errno = 0;
+            unsigned long long s = strtoull(v, &end, 0);
+            if (errno || end == v || *end || *v == '-') {
+                fprintf(stderr, "error: --seed: '%s' is not an unsigned integer\n", v);
+                rc = -1;
+            }
+            o->dp.seed = (uint64_t)s;
+        } else if (!strcmp(a, "--decoder")) {
+            if (!strcmp(v, "block")) o->dp.decoder = TS_DIFFUSION_BLOCK;
+            else if (!strcmp(v, "vanilla")) o->dp.decoder = TS_DIFFUSION_VANILLA;
+            else {
+                fprintf(stderr, "error: --decoder: '%s' is not block or vanilla\n", v);
+                rc = -1;
+            }
+        } else if (!strcmp(a, "--alg")) {
+            static const char *names[] = {"low_confidence", "maskgit_plus", "topk_margin", "entropy"};
+            rc = -1;
+            for (int k = 0; k < 4; k++)
+                if (!strcmp(v, names[k])) {
+                    o->dp.alg = (ts_diffusion_alg)k;
+                    rc = 0;
+                }
+            if (rc) fprintf(stderr, "error: --alg: '%s' is not low_confidence, maskgit_plus, topk_margin or entropy\n", v);
+        } else if (!strcmp(a, "--stats")) {
+            if (strcmp(v, "json")) {
+                fprintf(stderr, "error: --stats: only 'json' is supported (got '%s')\n", v);
+                rc = -1;
+            }
+            o->stats_json = true;
+        } else {
+            fprintf(stderr, "error: unknown option '%s' (see tessera diffuse --help)\n", a);
+            rc = -1;
+        }
+        if (rc) return -1;
+    }
+    if (!o->model) {
+        fprintf(stderr, "error: -m MODEL is required (see tessera diffuse --help)\n");
+        return -1;
+    }
+    if (!!o->prompt == !!o->file) {
+        fprintf(stderr, "error: give exactly one of -p TEXT or -f FILE\n");
+        return -1;
+    }
+    if (dual && none) {
+        fprintf(stderr, "error: --dual-cache and --no-cache exclude each other\n");
+        return -1;
+    }
+    o->dp.cache = dual ? TS_DIFFUSION_CACHE_DUAL : none ? TS_DIFFUSION_CACHE_NONE : TS_DIFFUSION_CACHE_PREFIX;
+    if (o->dp.decoder == TS_DIFFUSION_VANILLA && (dual || none))
+        fprintf(stderr, "warning: --dual-cache / --no-cache apply to the block decoder only\n");
+    if (o->dp.decoder == TS_DIFFUSION_BLOCK && o->dp.eps > 0.0f)
+        fprintf(stderr, "warning: --eps applies to the vanilla decoder only\n");
+    return 0;
+}
+
+static bool on_token(const char *piece, size_t len, int32_t token, void *ud) {
+    (void)token;
+    (void)ud;
+    fwrite(piece, 1, len, stdout);
+    fflush(stdout);
+    return true;
+}
+
+static ts_context *make_context(ts_model *m, const diff_opts *o, int32_t n_ctx, int32_t n_batch) {
+    ts_context_params cp = ts_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_batch = n_batch;
+    cp.n_threads = o->n_threads;
+    cp.decoder = TS_DECODER_DIFFUSION;
+    cp.chat_template = o->chat_template;
+    ts_context *ctx = NULL;
+    ts_error err;
+    if (ts_context_create(m, &cp, &ctx, &err) != TS_OK) fprintf(stderr, "error: %s\n", err.message);
+    return ctx;
+}
+
+static void print_stats(const diff_opts *o, const ts_diffusion_stats *s, const ts_stats *cs) {
+    static const char *dec[] = {"block", "vanilla"}, *cache[] = {"prefix", "dual", "none"},
+                      *alg[] = {"low_confidence", "maskgit_plus", "topk_margin", "entropy"};
+    const ts_diffusion_params *p = &o->dp;
+    if (!o->stats_json) {
+        fprintf(stderr,
+                "prompt: %d tokens | generated: %d tokens | forwards: %lld (%lld denoising), %lld positions "
+                "evaluated, %.2f committed per denoising forward | prefill %.1f ms, denoise %.1f ms | stop: %s%s\n",
+                (int)s->n_prompt_tokens, (int)s->n_gen_tokens, (long long)s->forwards, (long long)s->denoise_forwards,
+                (long long)s->tokens_evaluated,
+                s->denoise_forwards ? (double)s->tokens_committed / (double)s->denoise_forwards : 0.0, s->prefill_ms,
+                s->denoise_ms, ts_stop_reason_name(s->stop_reason), s->early_stop_at >= 0 ? " (early stop)" : "");
+        return;
+    }
+    int last = 0;
+    for (int k = 0; k < TS_DIFFUSION_HIST_LEN; k++)
+        if (s->commit_per_forward_hist[k]) last = k;
+    fprintf(stderr, "{\"forwards\":%lld,\"denoise_forwards\":%lld,\"tokens_evaluated\":%lld,\"tokens_committed\":%lld,"
+                    "\"commit_per_forward_hist\":[",
+            (long long)s->forwards, (long long)s->denoise_forwards, (long long)s->tokens_evaluated,
+            (long long)s->tokens_committed);
+    for (int k = 0; k <= last; k++) fprintf(stderr, "%s%lld", k ? "," : "", (long long)s->commit_per_forward_hist[k]);
+    fprintf(stderr, "],\"prefill_ms\":%.3f,\"denoise_ms\":%.3f,\"early_stop_at\":", s->prefill_ms, s->denoise_ms);
+    if (s->early_stop_at >= 0) fprintf(stderr, "%d", (int)s->early_stop_at);
+    else fprintf(stderr, "null");
+    fprintf(stderr,
+            ",\"n_prompt_tokens\":%d,\"n_gen_tokens\":%d,\"n_blocks\":%d,\"stop_reason\":\"%s\",\"decoder\":\"%s\","
+            "\"cache\":\"%s\",\"alg\":\"%s\",\"gen\":%d,\"block\":%d,\"steps\":%d,\"threshold\":%g,\"eps\":%g,"
+            "\"temp\":%g,\"seed\":%llu,\"n_threads\":%d,\"n_ctx\":%d,\"n_batch\":%d,\"peak_rss_mib\":%.1f}\n",
+            (int)s->n_prompt_tokens, (int)s->n_gen_tokens, (int)s->n_blocks, ts_stop_reason_name(s->stop_reason),
+            dec[p->decoder == TS_DIFFUSION_VANILLA], cache[p->cache % 3], alg[p->alg % 4], (int)p->n_gen,
+            (int)p->block, (int)(p->steps > 0 ? p->steps : p->n_gen), (double)p->threshold, (double)p->eps,
+            (double)p->temp, (unsigned long long)p->seed, (int)cs->n_threads, (int)cs->n_ctx, (int)cs->n_batch,
+            cs->peak_rss_mib);
+}
+
+int cli_diffuse(int argc, char **argv) {
+    diff_opts o;
+    int prc = parse(argc, argv, &o);
+    if (prc != 0) return prc > 0 ? 0 : 2;
+
+    int status = 1;
+    char *file_text = NULL, *rendered = NULL;
+    int32_t *ids = NULL;
+    ts_model *m = NULL;
+    ts_context *ctx = NULL;
+    size_t text_len = 0;
+    const char *text = o.prompt;
+    if (o.file) {
+        if (!(file_text = cli_read_file(o.file, &text_len))) goto done;
+        text = file_text;
+    } else {
+        text_len = strlen(text);
+    }
+    ts_error err;
+    ts_model_params mp = ts_model_default_params();
+    mp.log = cli_log;
+    if (ts_model_load(o.model, &mp, &m, &err) != TS_OK) {
+        fprintf(stderr, "error: cannot load model '%s': %s\n", o.model, err.message);
+        goto done;
+    }
+    if (o.chat) { /* a small context only to render the template */
+        ts_context *tc = make_context(m, &o, 8, 1);
+        if (!tc) goto done;
+        ts_chat_message msgs[2];
+        size_t nm = 0;
+        if (o.system) msgs[nm++] = (ts_chat_message){"system", o.system};
+        msgs[nm++] = (ts_chat_message){"user", text};
+        ts_status cst = ts_context_chat_format(tc, msgs, nm, true, &rendered, &text_len);
+        if (cst != TS_OK) fprintf(stderr, "error: %s\n", ts_last_error(tc));
+        ts_context_free(tc);
+        if (cst != TS_OK) goto done;
+        text = rendered;
+    }
+    int64_t n_prompt = 0;
+    if (!(ids = cli_tokenize_text(m, text, text_len, true, true, &n_prompt))) goto done;
+    if (n_prompt == 0) {
+        fprintf(stderr, "error: the prompt is empty (0 tokens)\n");
+        goto done;
+    }
+    if (n_prompt > INT32_MAX / 4) {
+        fprintf(stderr, "error: the prompt is too long (%lld tokens)\n", (long long)n_prompt);
+        goto done;
+    }
+    /* one window is one batch: size the batch to the decoder's largest window
+     * (when the model or the parameters are wrong, ts_context_diffuse says why) */
+    int32_t n_batch = ts_diffusion_n_batch(m, &o.dp, (int32_t)n_prompt);
+    if (n_batch < 1) n_batch = 1;
+    int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : n_prompt + o.dp.n_gen;
+    if (n_ctx > (1 << 24)) n_ctx = 1 << 24;
+    if (!(ctx = make_context(m, &o, (int32_t)n_ctx, n_batch))) goto done;
+    if (o.display_prompt) {
+        fwrite(text, 1, text_len, stdout);
+        fflush(stdout);
+    }
+    o.dp.on_token = on_token;
+    ts_diffusion_stats ds = TS_STRUCT_INIT(ts_diffusion_stats);
+    ts_status st = ts_context_diffuse(ctx, ids, (int32_t)n_prompt, &o.dp, NULL, 0, NULL, &ds);
+    fputc('\n', stdout);
+    fflush(stdout);
+    if (st != TS_OK) {
+        fprintf(stderr, "error: %s\n", ts_last_error(ctx));
+        goto done;
+    }
+    ts_stats cs = TS_STRUCT_INIT(ts_stats);
+    ts_context_get_stats(ctx, &cs);
+    print_stats(&o, &ds, &cs);
+    status = 0;
+done:
+    free(ids);
+    ts_free(rendered);
+    free(file_text);
+    ts_context_free(ctx);
+    ts_model_free(m);
+    return status;
+}

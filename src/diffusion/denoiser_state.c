@@ -1,0 +1,33 @@
+/* denoiser_state.c - the real denoiser: bidirectional window forwards of a
+ * diffusion model (llada, dream) over a ts_state's KV cache
+ * (ts_forward_window), the prefix made permanent with ts_state_set_n_past. */
+#include <string.h>
+
+#include "diffusion/denoiser_state.h"
+
+static int state_forward(void *ctx, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, float *logits,
+                         ts_err *err) {
+    return ts_forward_window(ctx, tokens, n, pos0, n_kv, logits, err);
+}
+
+static int state_set_prefix(void *ctx, int32_t n, ts_err *err) { return ts_state_set_n_past(ctx, n, err); }
+
+int ts_state_denoiser(ts_state *s, const ts_mdl *m, int32_t mask_id_override, ts_denoiser *out, ts_err *err) {
+    const ts_hparams *hp = ts_mdl_hparams(m);
+    int32_t mask = mask_id_override >= 0 ? mask_id_override : hp->mask_token_id;
+    if (mask < 0)
+        return ts_err_set(err, "the model (%s) has no mask token (tokenizer.ggml.mask_token_id): it is not a "
+                          "diffusion LLM", hp->arch_name);
+    if (mask >= hp->n_vocab) return ts_err_set(err, "mask token %d is outside the vocabulary [0, %d)", mask, hp->n_vocab);
+    if (hp->causal && mask_id_override < 0)
+        return ts_err_set(err, "the model (%s) has causal attention: it is not a diffusion LLM", hp->arch_name);
+    memset(out, 0, sizeof *out);
+    out->ctx = s;
+    out->n_vocab = hp->n_vocab;
+    out->mask_id = mask;
+    out->shift = hp->shift_logits != 0;
+    out->max_window = ts_state_n_batch(s);
+    out->forward = state_forward;
+    out->set_prefix = state_set_prefix;
+    return 0;
+}

@@ -1,0 +1,16 @@
+/* denoiser_state.h - the ts_denoiser of a real model: window forwards over a
+ * ts_state (see denoiser_state.c). */
+#ifndef TS_DIFFUSION_DENOISER_STATE_H
+#define TS_DIFFUSION_DENOISER_STATE_H
+
+#include "diffusion/diffusion.h"
+#include "model/model.h"
+
+/* Fills out for state s of model m. The mask token, shift and causality
+ * come from the model's hyper-parameters; mask_id_override >= 0 replaces
+ * the mask token and allows a causal model (tests of the decoders on an
+ * ordinary model). Fails for a model without a mask token or with causal
+ * attention. out->max_window is the state's n_batch. */
+int ts_state_denoiser(ts_state *s, const ts_mdl *m, int32_t mask_id_override, ts_denoiser *out, ts_err *err);
+
+#endif

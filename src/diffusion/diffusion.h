@@ -1,0 +1,179 @@
+/* diffusion.h - decoders for masked-diffusion LLMs (LLaDA, Dream): the
+ * denoiser interface they run on, the commit rules, the step schedules and
+ * the counters. Internal; the public face is ts_context_diffuse in
+ * include/tessera.h (src/api/diffusion.c).
+ *
+ * A diffusion LM turns a canvas of [MASK] tokens into text by repeated
+ * bidirectional forwards: each forward predicts a token and a confidence for
+ * every masked position, and the decoder commits (unmasks) some of them.
+ *
+ *   vanilla  LLaDA's generate(): canvas = prompt + n_gen masks, cut into
+ *            semi-autoregressive blocks; every step is one forward over the
+ *            whole canvas and commits a scheduled number of the block's most
+ *            confident masked positions (LLaDA's even split, or Dream's
+ *            timestep schedule when eps > 0).
+ *   block    the prompt's K/V are computed once; each block is denoised by
+ *            forwards over the block only (attending to the cached prefix);
+ *            every step commits each masked position whose confidence is
+ *            >= threshold, and at least the most confident one; a finished
+ *            block's K/V are recomputed with its final tokens and become
+ *            part of the prefix. Cache modes:
+ *              PREFIX  as above;
+ *              DUAL    the block's first step also evaluates the masked
+ *                      suffix, whose K/V the later steps of the block reuse;
+ *              NONE    every step re-evaluates prompt + finished blocks +
+ *                      current block (the exact reference of PREFIX).
+ *
+ * shift: with shift_logits (Dream) position p reads the logits of row p-1,
+ * so a window whose first position p0 must be predicted starts at p0 - 1.
+ *
+ * Nothing is allocated inside the step loops: ts_diffuse allocates its
+ * buffers once per call.
+ */
+#ifndef TS_DIFFUSION_H
+#define TS_DIFFUSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+/* ---- the denoiser: whatever produces logits for a window ---------------- */
+
+/* forward: evaluates n tokens at positions pos0 .. pos0+n-1 in one batch,
+ * storing their K/V at those positions; every query attends to cache
+ * positions [0, n_kv) (n_kv >= pos0 + n; rows past the window were written
+ * by an earlier call). logits: n rows of n_vocab, or NULL (K/V only).
+ * set_prefix (may be NULL): rows [0, n) are final (the prefix cache). */
+typedef struct ts_denoiser {
+    void *ctx;
+    int32_t n_vocab;
+    int32_t mask_id;      /* the [MASK] token */
+    bool shift;           /* position p reads row p-1's logits (Dream) */
+    int32_t max_window;   /* most tokens one forward takes (n_batch) */
+    int (*forward)(void *ctx, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, float *logits,
+                   ts_err *err);
+    int (*set_prefix)(void *ctx, int32_t n, ts_err *err);
+} ts_denoiser;
+
+/* ---- configuration ------------------------------------------------------ */
+
+enum ts_diff_decoder { TS_DIFF_BLOCK = 0, TS_DIFF_VANILLA = 1 };
+enum ts_diff_cache { TS_DIFF_CACHE_PREFIX = 0, TS_DIFF_CACHE_DUAL = 1, TS_DIFF_CACHE_NONE = 2 };
+/* Confidence of a masked position's candidate (higher commits first):
+ *   LOW_CONFIDENCE  LLaDA: softmax(logits)[x0] (untempered)
+ *   MASKGIT_PLUS    Dream: softmax(logits / temp)[x0]
+ *   TOPK_MARGIN     Dream: top-1 minus top-2 probability
+ *   ENTROPY         Dream: negative entropy sum p log(p + 1e-10)  */
+enum ts_diff_alg { TS_DIFF_LOW_CONFIDENCE = 0, TS_DIFF_MASKGIT_PLUS, TS_DIFF_TOPK_MARGIN, TS_DIFF_ENTROPY };
+
+typedef struct ts_diff_cfg {
+    enum ts_diff_decoder decoder;
+    enum ts_diff_cache cache;    /* block decoder only */
+    enum ts_diff_alg alg;
+    int32_t n_gen;               /* canvas positions after the prompt (>= 1) */
+    int32_t block;               /* block length (>= 1); the last block may be shorter */
+    int32_t steps;               /* vanilla: total steps, spread evenly over the blocks (>= 1) */
+    float threshold;             /* block: commit every masked position with confidence >= this */
+    float eps;                   /* vanilla: 0 = LLaDA's even split; in (0, 1): Dream's schedule */
+    float temp;                  /* 0: argmax; > 0: Gumbel-max sampling at this temperature */
+    uint64_t seed;
+    bool early_stop;             /* stop after a finished block holding an end-of-generation token */
+    /* end-of-generation test (EOS, EoT); NULL: none */
+    bool (*is_eog)(void *ud, int32_t token);
+    /* a block is final: its tokens (gen positions first .. first+n-1); return false to stop */
+    bool (*on_block)(void *ud, const int32_t *tokens, int32_t first, int32_t n);
+    /* polled before each forward; true stops the call (cancellation) */
+    bool (*cancelled)(void *ud);
+    void *ud;
+} ts_diff_cfg;
+
+/* ts_diff_cfg with the defaults of `tessera diffuse` (block decoder, prefix
+ * cache, n_gen 128, block 32, steps = n_gen, threshold 0.9, greedy). */
+ts_diff_cfg ts_diff_default_cfg(void);
+
+/* ---- counters ----------------------------------------------------------- */
+
+#define TS_DIFF_HIST_LEN 129 /* forwards committing k tokens, k = 0..127; the last bucket >= 128 */
+
+typedef enum ts_diff_end { TS_DIFF_END_LENGTH = 0, TS_DIFF_END_EOG, TS_DIFF_END_CANCELLED } ts_diff_end;
+
+typedef struct ts_diff_stats {
+    int64_t forwards;            /* every forward: prefill, denoising steps, block K/V refreshes */
+    int64_t denoise_forwards;    /* the forwards whose logits were used to commit */
+    int64_t tokens_evaluated;    /* window positions computed, summed over all forwards */
+    int64_t tokens_committed;    /* canvas positions unmasked */
+    int64_t commit_hist[TS_DIFF_HIST_LEN];
+    double prefill_ms;           /* block decoder: the prompt's forward */
+    double denoise_ms;           /* everything after it */
+    int32_t early_stop_at;       /* gen index of the end-of-generation token that stopped it, or -1 */
+    int32_t n_blocks_done;
+    ts_diff_end end;
+} ts_diff_stats;
+
+/* Decodes n_gen tokens after the prompt. gen (n_gen ids) receives the
+ * decoded canvas after the prompt (positions never decoded, after an early
+ * stop or a cancel, hold mask_id). 0, or -1 with err (invalid configuration,
+ * window larger than the denoiser takes, a failed forward, out of memory).
+ * stats may be NULL. */
+int ts_diffuse(const ts_denoiser *d, const int32_t *prompt, int32_t n_prompt, const ts_diff_cfg *cfg, int32_t *gen,
+               ts_diff_stats *stats, ts_err *err);
+
+/* Largest window ts_diffuse will ask of the denoiser for this configuration
+ * (to size n_batch), or -1 with err for an invalid one. */
+int32_t ts_diff_max_window(const ts_diff_cfg *cfg, int32_t n_prompt, bool shift, ts_err *err);
+
+/* ---- the pieces, exposed for the tests ---------------------------------- */
+
+/* Tokens the vanilla decoder commits at step i (0-based) of a block with
+ * n_mask masked positions and `steps` steps: LLaDA's even split
+ * (n_mask / steps, the first n_mask % steps steps one more) when eps == 0,
+ * else Dream's floor(n_mask_left * (1 - s/t)) over t = linspace(1, eps,
+ * steps + 1), all remaining at the last step. n_left: masked now. */
+int32_t ts_diff_schedule(int32_t n_mask, int32_t n_left, int32_t steps, int32_t i, float eps);
+
+/* The candidate token and confidence of one logits row. mask_id is never a
+ * candidate. rng: state of the Gumbel noise (used when temp > 0). */
+double ts_diff_confidence(const float *row, int32_t n_vocab, int32_t mask_id, enum ts_diff_alg alg, float temp,
+                          uint64_t *rng, int32_t *token);
+
+/* Chooses which of n candidates (confidences conf[0..n)) to commit:
+ * top-k (k >= 0) when threshold is NaN, else every one >= threshold and at
+ * least the best. Ties go to the lower index. Writes the chosen indices,
+ * in increasing index order, to out (n entries of room; order[] is n
+ * entries of scratch) and returns their count. */
+int32_t ts_diff_select(const double *conf, int32_t n, int32_t k, double threshold, int32_t *order, int32_t *out);
+
+/* ---- denoisers ---------------------------------------------------------- */
+
+/* Scripted denoiser for tests and forward-count predictions: for each
+ * predicted position it asks script() for a (token, confidence) pair and
+ * writes a logits row whose softmax gives that: the token holds conf, up to
+ * 8 filler ids (the highest ones other than the mask) share 1 - conf, every
+ * other id is -1e30 (so conf must be > 1/9 for the token to be the argmax,
+ * and script tokens below the fillers tie exactly). It records every call. */
+typedef struct ts_scripted_call {
+    int32_t pos0, n, n_kv;
+} ts_scripted_call;
+
+typedef struct ts_scripted {
+    int32_t n_vocab, mask_id;
+    bool shift;
+    int32_t max_window;
+    /* call: index of this forward; pos: the position predicted (the row's
+     * position + shift); canvas: the denoiser's view of the whole canvas
+     * (the window's tokens written at their positions; length n_ctx) */
+    void (*script)(void *ud, int64_t call, int32_t pos, const int32_t *canvas, int32_t *token, float *conf);
+    void *ud;
+    int32_t n_ctx;               /* canvas size */
+    int32_t *canvas;             /* [n_ctx], starts as mask_id (ts_scripted_init) */
+    ts_scripted_call *calls;     /* log of the first cap_calls forwards */
+    int64_t n_calls, cap_calls;
+} ts_scripted;
+
+/* Allocates canvas and the call log; -1 on out of memory. */
+int ts_scripted_init(ts_scripted *s, int32_t n_ctx, int64_t cap_calls, ts_err *err);
+void ts_scripted_free(ts_scripted *s);
+ts_denoiser ts_scripted_denoiser(ts_scripted *s);
+
+#endif

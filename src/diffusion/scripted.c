@@ -1,0 +1,84 @@
+/* scripted.c - a fake denoiser whose predictions come from a script
+ * function: tests use it to drive the commit logic with designed confidence
+ * sequences, and the benchmark to predict forward counts for a realistic
+ * commit profile. It keeps its own view of the canvas (what a model's KV
+ * cache would hold: every window's tokens at their positions) and logs each
+ * forward's window. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diffusion/diffusion.h"
+
+int ts_scripted_init(ts_scripted *s, int32_t n_ctx, int64_t cap_calls, ts_err *err) {
+    s->n_ctx = n_ctx;
+    s->cap_calls = cap_calls;
+    s->n_calls = 0;
+    s->canvas = malloc((size_t)(n_ctx > 0 ? n_ctx : 1) * sizeof *s->canvas);
+    s->calls = malloc((size_t)(cap_calls > 0 ? cap_calls : 1) * sizeof *s->calls);
+    if (!s->canvas || !s->calls) {
+        ts_scripted_free(s);
+        return ts_err_set(err, "out of memory for a scripted denoiser of %d positions", n_ctx);
+    }
+    for (int32_t i = 0; i < n_ctx; i++) s->canvas[i] = s->mask_id;
+    return 0;
+}
+
+void ts_scripted_free(ts_scripted *s) {
+    free(s->canvas);
+    free(s->calls);
+    s->canvas = NULL;
+    s->calls = NULL;
+}
+
+static int scripted_forward(void *ctx, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, float *logits,
+                            ts_err *err) {
+    ts_scripted *s = ctx;
+    if (pos0 < 0 || n < 0 || (int64_t)pos0 + n > n_kv || n_kv > s->n_ctx)
+        return ts_err_set(err, "scripted: window [%d, %d) with n_kv %d outside the canvas of %d", pos0, pos0 + n,
+                          n_kv, s->n_ctx);
+    if (s->n_calls < s->cap_calls) s->calls[s->n_calls] = (ts_scripted_call){pos0, n, n_kv};
+    const int64_t call = s->n_calls++;
+    memcpy(s->canvas + pos0, tokens, (size_t)n * sizeof *tokens);
+    if (!logits) return 0;
+    const int32_t V = s->n_vocab;
+    /* the rest mass 1 - conf goes to up to 8 "filler" ids: the highest ones
+     * other than the mask. With every other logit at -1e30 (exp exactly 0)
+     * and the fillers after the token, the softmax sum adds the same nonzero
+     * terms in the same order on every row, so equal scripted confidences
+     * give bit-equal computed ones (ties stay ties) as long as the scripted
+     * tokens are below the fillers. */
+    int32_t fill[8], n_fill = 0;
+    for (int32_t r = 0; r < n; r++) {
+        float *row = logits + (size_t)r * (size_t)V;
+        int32_t pos = pos0 + r + (s->shift ? 1 : 0), tok = 0;
+        float conf = 0.5f;
+        if (pos < s->n_ctx && s->script) s->script(s->ud, call, pos, s->canvas, &tok, &conf);
+        if (tok < 0 || tok >= V) tok = 0;
+        n_fill = 0;
+        for (int32_t v = V - 1; v >= 0 && n_fill < 8; v--)
+            if (v != s->mask_id && v != tok) fill[n_fill++] = v;
+        if (!(conf > 0.0f)) conf = 1e-30f;
+        if (conf > 1.0f) conf = 1.0f;
+        for (int32_t v = 0; v < V; v++) row[v] = -1e30f;
+        row[tok] = 0.0f;
+        /* softmax(row)[tok] == conf: each filler holds (1 - conf) / n_fill */
+        if (conf < 1.0f && n_fill > 0) {
+            float lf = logf((1.0f - conf) / ((float)n_fill * conf));
+            for (int32_t i = 0; i < n_fill; i++) row[fill[i]] = lf;
+        }
+    }
+    return 0;
+}
+
+ts_denoiser ts_scripted_denoiser(ts_scripted *s) {
+    ts_denoiser d;
+    memset(&d, 0, sizeof d);
+    d.ctx = s;
+    d.n_vocab = s->n_vocab;
+    d.mask_id = s->mask_id;
+    d.shift = s->shift;
+    d.max_window = s->max_window > 0 ? s->max_window : s->n_ctx;
+    d.forward = scripted_forward;
+    return d;
+}

@@ -1,0 +1,558 @@
+/* test_diffusion.c - the diffusion decoders' commit logic, driven by the
+ * scripted denoiser (a fake model returning designed confidences): the
+ * vanilla schedules, the confidence variants, top-k and threshold selection
+ * with the at-least-one rule, block completion and the windows of each cache
+ * mode, early stop at an end-of-generation token, shift handling, cancel,
+ * bad configurations, and that the step loop allocates nothing. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "diffusion/diffusion.h"
+
+/* ---- malloc counting (the test links with -Wl,--wrap=malloc) ---- */
+void *__real_malloc(size_t n);
+void *__wrap_malloc(size_t n);
+static long n_mallocs;
+void *__wrap_malloc(size_t n) {
+    n_mallocs++;
+    return __real_malloc(n);
+}
+
+#define V 64
+#define MASK 63
+#define EOG 1
+
+/* ---- a table-driven script ---- */
+typedef struct entry {
+    int64_t call;
+    int32_t pos;
+    float conf;
+    int32_t token; /* 0: the default token */
+} entry;
+
+typedef struct table {
+    const entry *e;
+    int n;
+    float dflt;
+} table;
+
+static int32_t tok_of(int32_t pos) { return 10 + pos % 40; } /* below the scripted fillers (55..62) */
+
+static void table_script(void *ud, int64_t call, int32_t pos, const int32_t *canvas, int32_t *token, float *conf) {
+    (void)canvas;
+    const table *t = ud;
+    *token = tok_of(pos);
+    *conf = t->dflt;
+    for (int i = 0; i < t->n; i++)
+        if (t->e[i].call == call && t->e[i].pos == pos) {
+            *conf = t->e[i].conf;
+            if (t->e[i].token) *token = t->e[i].token;
+        }
+}
+
+static bool is_eog(void *ud, int32_t t) {
+    (void)ud;
+    return t == EOG;
+}
+
+typedef struct blocks_seen {
+    int n_blocks;
+    int32_t first[16], n[16];
+    int32_t tokens[256];
+    int n_tokens;
+    int cancel_after; /* polls before cancelling; <0 never */
+    int polls;
+} blocks_seen;
+
+static bool on_block(void *ud, const int32_t *tokens, int32_t first, int32_t n) {
+    blocks_seen *b = ud;
+    if (b->n_blocks < 16) {
+        b->first[b->n_blocks] = first;
+        b->n[b->n_blocks] = n;
+    }
+    b->n_blocks++;
+    for (int32_t i = 0; i < n && b->n_tokens < 256; i++) b->tokens[b->n_tokens++] = tokens[i];
+    return true;
+}
+
+static bool poll_cancel(void *ud) {
+    blocks_seen *b = ud;
+    return b->cancel_after >= 0 && b->polls++ >= b->cancel_after;
+}
+
+typedef struct fixture {
+    ts_scripted s;
+    ts_denoiser d;
+    ts_diff_cfg c;
+    ts_diff_stats st;
+    blocks_seen seen;
+    int32_t gen[256];
+    ts_err err;
+} fixture;
+
+static void fx_init(fixture *f, const table *t, bool shift, int32_t n_ctx) {
+    memset(f, 0, sizeof *f);
+    f->s.n_vocab = V;
+    f->s.mask_id = MASK;
+    f->s.shift = shift;
+    f->s.script = table_script;
+    f->s.ud = (void *)t;
+    if (ts_scripted_init(&f->s, n_ctx, 256, &f->err) < 0) {
+        fprintf(stderr, "%s\n", f->err.msg);
+        exit(1);
+    }
+    f->d = ts_scripted_denoiser(&f->s);
+    f->c = ts_diff_default_cfg();
+    f->c.is_eog = is_eog;
+    f->c.on_block = on_block;
+    f->c.cancelled = poll_cancel;
+    f->seen.cancel_after = -1;
+    f->c.ud = &f->seen;
+}
+
+static int fx_run(fixture *f, const int32_t *prompt, int32_t np) {
+    return ts_diffuse(&f->d, prompt, np, &f->c, f->gen, &f->st, &f->err);
+}
+
+static bool call_is(const fixture *f, int64_t i, int32_t pos0, int32_t n, int32_t n_kv) {
+    if (i >= f->s.n_calls) return false;
+    const ts_scripted_call *c = &f->s.calls[i];
+    return c->pos0 == pos0 && c->n == n && c->n_kv == n_kv;
+}
+
+static void print_calls(const fixture *f) {
+    for (int64_t i = 0; i < f->s.n_calls && i < f->s.cap_calls; i++)
+        fprintf(stderr, "  call %lld: pos0 %d n %d n_kv %d\n", (long long)i, f->s.calls[i].pos0, f->s.calls[i].n,
+                f->s.calls[i].n_kv);
+}
+
+/* ---- schedule, confidence, selection ---- */
+
+static void test_schedule(void) {
+    /* LLaDA: 10 masks over 4 steps -> 3 3 2 2 */
+    int32_t want[4] = {3, 3, 2, 2}, left = 10;
+    for (int i = 0; i < 4; i++) {
+        int32_t k = ts_diff_schedule(10, left, 4, i, 0.0f);
+        CHECK(k == want[i], "llada step %d: %d, want %d", i, k, want[i]);
+        left -= k;
+    }
+    /* Dream, 32 masks, 4 steps, eps 1e-3: t = 1, .75025, .5005, .25075, .001
+     * -> floor(32*.24975)=7, floor(25*(1-.5005/.75025))=8, floor(17*.499)=8, rest 9 */
+    int32_t wd[4] = {7, 8, 8, 9};
+    left = 32;
+    for (int i = 0; i < 4; i++) {
+        int32_t k = ts_diff_schedule(32, left, 4, i, 1e-3f);
+        CHECK(k == wd[i], "dream step %d: %d, want %d", i, k, wd[i]);
+        left -= k;
+    }
+    CHECK(left == 0, "dream left %d", left);
+    CHECK(ts_diff_schedule(4, 4, 8, 5, 0.0f) == 0, "more steps than masks: idle steps commit 0");
+    CHECK(ts_diff_schedule(4, 1, 8, 7, 0.0f) == 1, "last step commits what is left");
+}
+
+static void test_confidence(void) {
+    /* probabilities .5 .3 .2 (+ the mask token, which must be ignored) */
+    float row[4] = {logf(0.3f), logf(0.5f), logf(0.2f), 10.0f};
+    int32_t tok = -1;
+    uint64_t rng_s = 1;
+    double c = ts_diff_confidence(row, 4, 3, TS_DIFF_LOW_CONFIDENCE, 0.0f, &rng_s, &tok);
+    CHECK(tok == 1 && fabs(c - 0.5) < 1e-6, "low confidence: token %d conf %g (the mask's logit is highest)", tok, c);
+    c = ts_diff_confidence(row, 4, 3, TS_DIFF_MASKGIT_PLUS, 0.0f, &rng_s, &tok);
+    CHECK(tok == 1 && fabs(c - 0.5) < 1e-6, "maskgit_plus: %d %g", tok, c);
+    c = ts_diff_confidence(row, 4, 3, TS_DIFF_TOPK_MARGIN, 0.0f, &rng_s, &tok);
+    CHECK(fabs(c - 0.2) < 1e-6, "margin %g, want .2", c);
+    c = ts_diff_confidence(row, 4, 3, TS_DIFF_ENTROPY, 0.0f, &rng_s, &tok);
+    double h = 0.5 * log(0.5 + 1e-10) + 0.3 * log(0.3 + 1e-10) + 0.2 * log(0.2 + 1e-10);
+    CHECK(fabs(c - h) < 1e-6, "entropy %g, want %g", c, h);
+    /* ranking the right way round: a peaked row beats a flat one in every variant */
+    float flat[4] = {0, 0.1f, 0, 0}, peak[4] = {0, 3, 0, 0};
+    for (int a = 0; a < 4; a++) {
+        double cf = ts_diff_confidence(flat, 4, 3, (enum ts_diff_alg)a, 0.0f, &rng_s, &tok);
+        double cp = ts_diff_confidence(peak, 4, 3, (enum ts_diff_alg)a, 0.0f, &rng_s, &tok);
+        CHECK(cp > cf, "alg %d: peaked %g must rank above flat %g", a, cp, cf);
+    }
+    /* Gumbel-max at temperature 1 samples the softmax: token 1 about half the time */
+    float r2[4] = {logf(0.3f), logf(0.5f), logf(0.2f), 0};
+    int hits[4] = {0};
+    uint64_t st = 42;
+    for (int i = 0; i < 20000; i++) {
+        ts_diff_confidence(r2, 4, 3, TS_DIFF_LOW_CONFIDENCE, 1.0f, &st, &tok);
+        if (tok >= 0 && tok < 4) hits[tok]++;
+    }
+    CHECK(hits[3] == 0, "the mask token was sampled %d times", hits[3]);
+    CHECK(abs(hits[1] - 10000) < 400 && abs(hits[0] - 6000) < 400 && abs(hits[2] - 4000) < 400,
+          "gumbel frequencies %d %d %d, want about 6000 10000 4000", hits[0], hits[1], hits[2]);
+    /* at temperature 0 the noise is not used */
+    uint64_t s0 = 7;
+    ts_diff_confidence(r2, 4, 3, TS_DIFF_LOW_CONFIDENCE, 0.0f, &s0, &tok);
+    CHECK(s0 == 7, "greedy consumed randomness");
+}
+
+static void test_select(void) {
+    int32_t order[8], out[8];
+    double c1[4] = {0.5, 0.95, 0.91, 0.2};
+    int32_t m = ts_diff_select(c1, 4, 0, 0.9, order, out);
+    CHECK(m == 2 && out[0] == 1 && out[1] == 2, "threshold: %d picks (%d %d)", m, out[0], out[1]);
+    double c2[4] = {0.5, 0.6, 0.3, 0.6};
+    m = ts_diff_select(c2, 4, 0, 0.9, order, out);
+    CHECK(m == 1 && out[0] == 1, "at least one, the most confident, ties to the lower index: %d picks, first %d", m,
+          out[0]);
+    double c3[4] = {0.3, 0.8, 0.8, 0.9};
+    m = ts_diff_select(c3, 4, 2, NAN, order, out);
+    CHECK(m == 2 && out[0] == 1 && out[1] == 3, "top-2: %d picks (%d %d)", m, out[0], out[1]);
+    m = ts_diff_select(c3, 4, 3, NAN, order, out);
+    CHECK(m == 3 && out[0] == 1 && out[1] == 2 && out[2] == 3, "top-3 in position order: (%d %d %d)", out[0], out[1],
+          out[2]);
+    m = ts_diff_select(c3, 4, 0, NAN, order, out);
+    CHECK(m == 0, "top-0 commits nothing: %d", m);
+    double c4[3] = {NAN, 0.1, NAN};
+    m = ts_diff_select(c4, 3, 0, 0.9, order, out);
+    CHECK(m == 1 && out[0] == 1, "NaN ranks last: %d", out[0]);
+    double c5[3] = {0.95, 0.95, 0.95};
+    m = ts_diff_select(c5, 3, 0, 0.95, order, out);
+    CHECK(m == 3, "threshold is inclusive: %d", m);
+}
+
+/* ---- the block decoder ---- */
+
+/* prompt 3 tokens, n_gen 8, block 4: block 0 = positions 3..6, block 1 = 7..10.
+ * Prefix cache: call 0 prefill; block 0 steps are calls 1, 2, 3:
+ *   call 1: .95 .5 .92 .3 -> commits 3 and 5
+ *   call 2: 4: .4, 6: .6  -> none >= .9, commits the best (6)
+ *   call 3: 4             -> commits 4 (block complete)
+ * call 4 recomputes block 0's K/V; block 1: call 5 commits all four (.99). */
+static const entry block_script[] = {
+    {1, 3, 0.95f, 0}, {1, 4, 0.5f, 0}, {1, 5, 0.92f, 0}, {1, 6, 0.3f, 0},
+    {2, 4, 0.4f, 0},  {2, 6, 0.6f, 0}, {3, 4, 0.2f, 0},
+    {5, 7, 0.99f, 0}, {5, 8, 0.99f, 0}, {5, 9, 0.99f, 0}, {5, 10, 0.99f, 0},
+};
+
+static void test_block_prefix(void) {
+    table t = {block_script, (int)(sizeof block_script / sizeof block_script[0]), 0.2f};
+    fixture f;
+    fx_init(&f, &t, false, 16);
+    f.c.n_gen = 8;
+    f.c.block = 4;
+    const int32_t prompt[3] = {5, 6, 7};
+    int rc = fx_run(&f, prompt, 3);
+    CHECK(rc == 0, "block prefix: %s", f.err.msg);
+    bool ok = f.s.n_calls == 6 && call_is(&f, 0, 0, 3, 3) && call_is(&f, 1, 3, 4, 7) && call_is(&f, 2, 3, 4, 7) &&
+              call_is(&f, 3, 3, 4, 7) && call_is(&f, 4, 3, 4, 7) && call_is(&f, 5, 7, 4, 11);
+    CHECK(ok, "prefix windows wrong (%lld calls)", (long long)f.s.n_calls);
+    if (!ok) print_calls(&f);
+    CHECK(f.st.forwards == 6 && f.st.denoise_forwards == 4, "forwards %lld denoise %lld", (long long)f.st.forwards,
+          (long long)f.st.denoise_forwards);
+    CHECK(f.st.commit_hist[2] == 1 && f.st.commit_hist[1] == 2 && f.st.commit_hist[4] == 1,
+          "hist: 1:%lld 2:%lld 4:%lld", (long long)f.st.commit_hist[1], (long long)f.st.commit_hist[2],
+          (long long)f.st.commit_hist[4]);
+    CHECK(f.st.tokens_committed == 8 && f.st.tokens_evaluated == 3 + 4 * 5, "committed %lld evaluated %lld",
+          (long long)f.st.tokens_committed, (long long)f.st.tokens_evaluated);
+    for (int i = 0; i < 8; i++) CHECK(f.gen[i] == tok_of(3 + i), "gen[%d] = %d", i, f.gen[i]);
+    CHECK(f.seen.n_blocks == 2 && f.seen.first[0] == 0 && f.seen.n[0] == 4 && f.seen.first[1] == 4,
+          "blocks handed out: %d", f.seen.n_blocks);
+    CHECK(f.st.early_stop_at == -1 && f.st.end == TS_DIFF_END_LENGTH && f.st.n_blocks_done == 2, "end %d",
+          (int)f.st.end);
+    ts_scripted_free(&f.s);
+
+    /* threshold 0.96: nothing ever reaches it, so every step commits only
+     * the most confident position (ties to the lower one): block 0 takes 4
+     * steps (3, then 6, then 4, then 5), block 1 four more */
+    fx_init(&f, &t, false, 16);
+    f.c.n_gen = 8;
+    f.c.block = 4;
+    f.c.threshold = 0.96f;
+    CHECK(fx_run(&f, prompt, 3) == 0, "%s", f.err.msg);
+    CHECK(f.st.denoise_forwards == 8 && f.st.commit_hist[1] == 8 && f.st.forwards == 10,
+          "at-least-one: denoise %lld, hist[1] %lld, forwards %lld", (long long)f.st.denoise_forwards,
+          (long long)f.st.commit_hist[1], (long long)f.st.forwards);
+    for (int i = 0; i < 8; i++) CHECK(f.gen[i] == tok_of(3 + i), "gen[%d] = %d", i, f.gen[i]);
+    ts_scripted_free(&f.s);
+}
+
+/* The same script through the dual cache and without a cache: the windows. */
+static void test_block_windows(void) {
+    table t = {block_script, (int)(sizeof block_script / sizeof block_script[0]), 0.2f};
+    const int32_t prompt[3] = {5, 6, 7};
+    fixture f;
+    fx_init(&f, &t, false, 16);
+    f.c.n_gen = 8;
+    f.c.block = 4;
+    f.c.cache = TS_DIFF_CACHE_DUAL;
+    CHECK(fx_run(&f, prompt, 3) == 0, "dual: %s", f.err.msg);
+    /* first step of a block: block + masked suffix; later steps: block only,
+     * attending to the whole canvas (the cached suffix) */
+    bool ok = f.s.n_calls == 6 && call_is(&f, 0, 0, 3, 3) && call_is(&f, 1, 3, 8, 11) && call_is(&f, 2, 3, 4, 11) &&
+              call_is(&f, 3, 3, 4, 11) && call_is(&f, 4, 3, 4, 7) && call_is(&f, 5, 7, 4, 11);
+    CHECK(ok, "dual windows wrong");
+    if (!ok) print_calls(&f);
+    CHECK(f.st.tokens_evaluated == 3 + 8 + 4 + 4 + 4 + 4, "dual evaluated %lld", (long long)f.st.tokens_evaluated);
+    ts_scripted_free(&f.s);
+
+    fx_init(&f, &t, false, 16);
+    f.c.n_gen = 8;
+    f.c.block = 4;
+    f.c.cache = TS_DIFF_CACHE_NONE;
+    CHECK(fx_run(&f, prompt, 3) == 0, "no cache: %s", f.err.msg);
+    /* every step: prompt + finished blocks + current block; no prefill, no refresh.
+     * The script's calls are one earlier (no prefill): call 0 commits 3 (all
+     * at the default), 1 commits 5, 2 commits 6, 3 commits 4; block 1: call 4
+     * commits 7, call 5 (.99 everywhere) the other three */
+    ok = f.s.n_calls == 6 && call_is(&f, 0, 0, 7, 7) && call_is(&f, 3, 0, 7, 7) && call_is(&f, 4, 0, 11, 11) &&
+         call_is(&f, 5, 0, 11, 11);
+    CHECK(ok, "no-cache windows wrong");
+    if (!ok) print_calls(&f);
+    CHECK(f.st.prefill_ms == 0.0 && f.st.forwards == 6 && f.st.commit_hist[3] == 1, "no-cache forwards %lld",
+          (long long)f.st.forwards);
+    ts_scripted_free(&f.s);
+}
+
+/* Early stop: block 0 commits EOG at position 5 (gen index 2). */
+static void test_early_stop(void) {
+    static const entry e[] = {{1, 3, 0.99f, 0}, {1, 4, 0.99f, 0}, {1, 5, 0.99f, EOG}, {1, 6, 0.99f, 0}};
+    table t = {e, 4, 0.2f};
+    const int32_t prompt[3] = {5, 6, 7};
+    fixture f;
+    fx_init(&f, &t, false, 16);
+    f.c.n_gen = 8;
+    f.c.block = 4;
+    CHECK(fx_run(&f, prompt, 3) == 0, "early stop: %s", f.err.msg);
+    CHECK(f.st.end == TS_DIFF_END_EOG && f.st.early_stop_at == 2, "end %d at %d", (int)f.st.end, f.st.early_stop_at);
+    CHECK(f.s.n_calls == 2, "after the block with EOG nothing more is evaluated: %lld calls", (long long)f.s.n_calls);
+    CHECK(f.seen.n_blocks == 1 && f.seen.n[0] == 2 && f.seen.tokens[0] == tok_of(3) && f.seen.tokens[1] == tok_of(4),
+          "handed out %d blocks, first of %d tokens", f.seen.n_blocks, f.seen.n[0]);
+    CHECK(f.gen[2] == EOG && f.gen[4] == MASK && f.gen[7] == MASK, "undecoded positions stay masked");
+    ts_scripted_free(&f.s);
+
+    /* early_stop off: decoding goes on, but nothing after the EOG is handed out */
+    fx_init(&f, &t, false, 16);
+    f.c.n_gen = 8;
+    f.c.block = 4;
+    f.c.early_stop = false;
+    CHECK(fx_run(&f, prompt, 3) == 0, "%s", f.err.msg);
+    CHECK(f.st.end == TS_DIFF_END_LENGTH && f.st.early_stop_at == -1 && f.st.tokens_committed == 8 &&
+              f.seen.n_tokens == 2,
+          "no early stop: end %d, committed %lld, handed out %d", (int)f.st.end, (long long)f.st.tokens_committed,
+          f.seen.n_tokens);
+    ts_scripted_free(&f.s);
+
+    /* vanilla stops the same way (its first forward is call 0) */
+    static const entry ev[] = {{0, 3, 0.99f, 0}, {0, 4, 0.99f, 0}, {0, 5, 0.99f, EOG}, {0, 6, 0.99f, 0}};
+    table tv = {ev, 4, 0.2f};
+    fx_init(&f, &tv, false, 16);
+    f.c.decoder = TS_DIFF_VANILLA;
+    f.c.n_gen = 8;
+    f.c.block = 4;
+    f.c.steps = 2;
+    CHECK(fx_run(&f, prompt, 3) == 0, "%s", f.err.msg);
+    /* call 0 commits 4 positions (steps 1 per block: all of them), position 5 is EOG */
+    CHECK(f.st.end == TS_DIFF_END_EOG && f.st.early_stop_at == 2 && f.s.n_calls == 1, "vanilla early stop: end %d",
+          (int)f.st.end);
+    ts_scripted_free(&f.s);
+}
+
+/* Shift (Dream): position p reads row p-1, so a block window starts one
+ * earlier; the committed token at p must be the script's prediction for p. */
+static void test_shift(void) {
+    table t = {NULL, 0, 0.5f};
+    const int32_t prompt[3] = {5, 6, 7};
+    for (int mode = 0; mode < 4; mode++) {
+        fixture f;
+        fx_init(&f, &t, true, 16);
+        f.c.n_gen = 8;
+        f.c.block = 4;
+        if (mode < 3) {
+            f.c.cache = (enum ts_diff_cache)mode;
+        } else {
+            f.c.decoder = TS_DIFF_VANILLA;
+            f.c.steps = 8;
+        }
+        CHECK(fx_run(&f, prompt, 3) == 0, "shift mode %d: %s", mode, f.err.msg);
+        for (int i = 0; i < 8; i++) CHECK(f.gen[i] == tok_of(3 + i), "shift mode %d: gen[%d] = %d", mode, i, f.gen[i]);
+        if (mode == TS_DIFF_CACHE_PREFIX) {
+            bool ok = call_is(&f, 1, 2, 5, 7) && call_is(&f, 5, 2, 5, 7) && call_is(&f, 6, 6, 5, 11);
+            CHECK(ok, "shift prefix windows start one before the block");
+            if (!ok) print_calls(&f);
+        }
+        if (mode == TS_DIFF_CACHE_DUAL) CHECK(call_is(&f, 1, 2, 9, 11), "shift dual first window");
+        ts_scripted_free(&f.s);
+    }
+}
+
+/* Vanilla: prompt 2, n_gen 8, block 4, steps 4 -> 2 steps per block, 2
+ * commits each, the most confident first (confidence rises with position). */
+static void rising_script(void *ud, int64_t call, int32_t pos, const int32_t *canvas, int32_t *token, float *conf) {
+    (void)ud;
+    (void)call;
+    (void)canvas;
+    *token = tok_of(pos);
+    *conf = 0.2f + 0.05f * (float)pos;
+}
+
+static void test_vanilla(void) {
+    fixture f;
+    fx_init(&f, NULL, false, 16);
+    f.s.script = rising_script;
+    f.d = ts_scripted_denoiser(&f.s);
+    f.c.decoder = TS_DIFF_VANILLA;
+    f.c.n_gen = 8;
+    f.c.block = 4;
+    f.c.steps = 4;
+    const int32_t prompt[2] = {5, 6};
+    CHECK(fx_run(&f, prompt, 2) == 0, "vanilla: %s", f.err.msg);
+    bool ok = f.s.n_calls == 4;
+    for (int i = 0; i < 4; i++) ok = ok && call_is(&f, i, 0, 10, 10);
+    CHECK(ok, "vanilla: every step is one forward over the whole canvas");
+    CHECK(f.st.commit_hist[2] == 4 && f.st.tokens_evaluated == 40, "vanilla hist[2] %lld",
+          (long long)f.st.commit_hist[2]);
+    for (int i = 0; i < 8; i++) CHECK(f.gen[i] == tok_of(2 + i), "vanilla gen[%d] = %d", i, f.gen[i]);
+    /* the scripted denoiser's canvas after call 0 of block 0 shows the order:
+     * at call 1 positions 4, 5 (the two most confident) were committed */
+    ts_scripted_free(&f.s);
+
+    /* uneven: n_gen 10, block 4 -> blocks of 4, 4, 2; steps 5 -> 2, 2, 1 */
+    fx_init(&f, NULL, false, 16);
+    f.s.script = rising_script;
+    f.d = ts_scripted_denoiser(&f.s);
+    f.c.decoder = TS_DIFF_VANILLA;
+    f.c.n_gen = 10;
+    f.c.block = 4;
+    f.c.steps = 5;
+    CHECK(fx_run(&f, prompt, 2) == 0, "vanilla uneven: %s", f.err.msg);
+    CHECK(f.s.n_calls == 5 && f.st.tokens_committed == 10 && f.st.commit_hist[2] == 5, "uneven: %lld calls",
+          (long long)f.s.n_calls);
+    ts_scripted_free(&f.s);
+}
+
+/* Order of commits inside a block, seen through the scripted canvas. */
+typedef struct order_probe {
+    int32_t committed_at[16]; /* call at which each position was first seen committed */
+} order_probe;
+
+static void probe_script(void *ud, int64_t call, int32_t pos, const int32_t *canvas, int32_t *token, float *conf) {
+    order_probe *o = ud;
+    for (int32_t p = 0; p < 16; p++)
+        if (canvas[p] != MASK && o->committed_at[p] < 0) o->committed_at[p] = (int32_t)call;
+    *token = tok_of(pos);
+    *conf = 0.2f + 0.05f * (float)pos;
+}
+
+static void test_vanilla_order(void) {
+    order_probe o;
+    for (int i = 0; i < 16; i++) o.committed_at[i] = -1;
+    fixture f;
+    fx_init(&f, NULL, false, 16);
+    f.s.script = probe_script;
+    f.s.ud = &o;
+    f.d = ts_scripted_denoiser(&f.s);
+    f.c.decoder = TS_DIFF_VANILLA;
+    f.c.n_gen = 8;
+    f.c.block = 4;
+    f.c.steps = 4;
+    const int32_t prompt[2] = {5, 6};
+    CHECK(fx_run(&f, prompt, 2) == 0, "%s", f.err.msg);
+    /* block 0 = 2..5: call 0 commits 4, 5 (seen at call 1), call 1 commits 2, 3 (seen at call 2) */
+    CHECK(o.committed_at[4] == 1 && o.committed_at[5] == 1 && o.committed_at[2] == 2 && o.committed_at[3] == 2 &&
+              o.committed_at[8] == 3 && o.committed_at[6] == -1,
+          "commit order: %d %d %d %d %d %d", o.committed_at[2], o.committed_at[3], o.committed_at[4],
+          o.committed_at[5], o.committed_at[8], o.committed_at[6]);
+    ts_scripted_free(&f.s);
+}
+
+static void test_cancel_and_errors(void) {
+    table t = {NULL, 0, 0.2f};
+    const int32_t prompt[3] = {5, 6, 7};
+    fixture f;
+    fx_init(&f, &t, false, 16);
+    f.c.n_gen = 8;
+    f.c.block = 4;
+    f.seen.cancel_after = 2;
+    CHECK(fx_run(&f, prompt, 3) == 0, "cancel: %s", f.err.msg);
+    CHECK(f.st.end == TS_DIFF_END_CANCELLED && f.st.denoise_forwards == 2, "cancel: end %d after %lld",
+          (int)f.st.end, (long long)f.st.denoise_forwards);
+    ts_scripted_free(&f.s);
+
+    struct {
+        void (*set)(ts_diff_cfg *);
+        int32_t max_window;
+        const char *want;
+    } bad[] = {
+        {NULL, 4, "raise n_batch"},
+    };
+    (void)bad;
+    fx_init(&f, &t, false, 16);
+    f.c.n_gen = 8;
+    f.c.block = 4;
+    f.c.decoder = TS_DIFF_VANILLA;
+    f.d.max_window = 10;
+    CHECK(fx_run(&f, prompt, 3) < 0 && strstr(f.err.msg, "n_batch") && strstr(f.err.msg, "11"),
+          "window too large: %s", f.err.msg);
+    f.d.max_window = 16;
+    f.c.steps = 1;
+    CHECK(fx_run(&f, prompt, 3) < 0 && strstr(f.err.msg, "steps 1"), "steps < blocks: %s", f.err.msg);
+    f.c.decoder = TS_DIFF_BLOCK;
+    f.c.threshold = 1.5f;
+    CHECK(fx_run(&f, prompt, 3) < 0 && strstr(f.err.msg, "threshold 1.5"), "bad threshold: %s", f.err.msg);
+    f.c.threshold = 0.9f;
+    f.c.block = 0;
+    CHECK(fx_run(&f, prompt, 3) < 0 && strstr(f.err.msg, "block 0"), "block 0: %s", f.err.msg);
+    f.c.block = 4;
+    CHECK(fx_run(&f, prompt, 0) < 0 && strstr(f.err.msg, "prompt"), "empty prompt: %s", f.err.msg);
+    f.c.n_gen = 20;
+    CHECK(fx_run(&f, prompt, 3) < 0 && strstr(f.err.msg, "canvas"), "canvas overflow reported by the denoiser: %s",
+          f.err.msg);
+    f.c.n_gen = 8;
+    f.d.mask_id = V;
+    CHECK(fx_run(&f, prompt, 3) < 0 && strstr(f.err.msg, "mask token 64"), "mask id: %s", f.err.msg);
+    ts_scripted_free(&f.s);
+}
+
+/* The step loops allocate nothing: a run of 8 tokens and one of 64 make the
+ * same number of malloc calls. */
+static void test_no_alloc_in_loop(void) {
+    table t = {NULL, 0, 0.2f};
+    const int32_t prompt[3] = {5, 6, 7};
+    long counts[2][3];
+    for (int k = 0; k < 2; k++)
+        for (int mode = 0; mode < 3; mode++) {
+            fixture f;
+            fx_init(&f, &t, mode == 1, 80);
+            f.c.n_gen = k ? 64 : 8;
+            f.c.block = 4;
+            if (mode == 2) {
+                f.c.decoder = TS_DIFF_VANILLA;
+                f.c.steps = f.c.n_gen;
+            } else {
+                f.c.cache = mode ? TS_DIFF_CACHE_DUAL : TS_DIFF_CACHE_PREFIX;
+            }
+            long before = n_mallocs;
+            CHECK(fx_run(&f, prompt, 3) == 0, "%s", f.err.msg);
+            counts[k][mode] = n_mallocs - before;
+            ts_scripted_free(&f.s);
+        }
+    for (int mode = 0; mode < 3; mode++)
+        CHECK(counts[0][mode] == counts[1][mode] && counts[0][mode] > 0,
+              "mode %d: %ld mallocs for 8 tokens, %ld for 64 (nothing may be allocated per step)", mode,
+              counts[0][mode], counts[1][mode]);
+}
+
+int main(void) {
+    test_schedule();
+    test_confidence();
+    test_select();
+    test_block_prefix();
+    test_block_windows();
+    test_early_stop();
+    test_shift();
+    test_vanilla();
+    test_vanilla_order();
+    test_cancel_and_errors();
+    test_no_alloc_in_loop();
+    if (failures) {
+        fprintf(stderr, "test_diffusion: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_diffusion: all passed\n");
+    return 0;
+}

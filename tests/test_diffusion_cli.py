@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""test_diffusion_cli.py - `tessera diffuse` and ts_context_diffuse end to end
+on the tiny random llada / dream models: --help, the --stats json keys, the
+counters and tokens equal to those of the library's decoder run directly
+(diffusion_tool decode) for every decoder / cache mode, --chat, and the
+errors (a non-diffusion model, conflicting flags, bad values).
+
+usage: test_diffusion_cli.py TESSERA TESSERA_SHARED DIFFUSION_TOOL GEN_DLLM_MODELS.py MODELS_DIR WORK_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+
+KEYS = ["forwards", "tokens_evaluated", "tokens_committed", "commit_per_forward_hist", "prefill_ms", "denoise_ms",
+        "early_stop_at", "denoise_forwards", "n_prompt_tokens", "n_gen_tokens", "stop_reason"]
+failures = 0
+
+
+def check(cond, msg):
+    global failures
+    print(("ok   " if cond else "FAIL ") + msg)
+    if not cond:
+        failures += 1
+
+
+def run(cmd):
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def main():
+    if len(sys.argv) != 7:
+        print(__doc__)
+        return 2
+    tessera, shared, tool, gen_script, models, work = sys.argv[1:]
+    smol = os.path.join(models, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not os.path.exists(smol):
+        print("FAIL: %s is missing: run tools/fetch_models.sh" % smol)
+        return 1
+    os.makedirs(work, exist_ok=True)
+    subprocess.run([sys.executable, gen_script, work, "--models-dir", models], check=True, stdout=subprocess.DEVNULL)
+
+    r = run([tessera, "diffuse", "--help"])
+    check(r.returncode == 0 and "--dual-cache" in r.stdout and "--decoder" in r.stdout, "diffuse --help")
+    r = run([shared, "diffuse", "--help"])
+    check(r.returncode == 0, "diffuse --help through the shared library")
+    r = run([tessera, "--help"])
+    check("diffuse" in r.stdout, "diffuse listed in tessera --help")
+
+    prompt = "The quick brown fox jumps over"
+    for name in ("llada", "dream"):
+        model = os.path.join(work, name + ".gguf")
+        r = run([tessera, "tokenize", "-m", model, "-p", prompt, "--ids"])
+        ids = json.loads(r.stdout)
+        for label, flags, tflags in [
+            ("vanilla", ["--decoder", "vanilla", "--steps", "12"], ["--decoder", "vanilla", "--steps", "12"]),
+            ("vanilla eps", ["--decoder", "vanilla", "--steps", "6", "--eps", "0.001", "--alg", "entropy"],
+             ["--decoder", "vanilla", "--steps", "6", "--eps", "0.001", "--alg", "entropy"]),
+            ("block", [], []),
+            ("block low threshold", ["--threshold", "0.01"], ["--threshold", "0.01"]),
+            ("block dual", ["--dual-cache"], ["--cache", "dual"]),
+            ("block no-cache", ["--no-cache"], ["--cache", "none"]),
+            ("block no early stop", ["--no-early-stop", "--threshold", "0.01"], ["--no-early-stop", "--threshold",
+                                                                                 "0.01"]),
+        ]:
+            cmd = [tessera, "diffuse", "-m", model, "-p", prompt, "--gen", "24", "--block", "8", "-t", "1",
+                   "--stats", "json", "--no-display-prompt"] + flags
+            r = run(cmd)
+            if r.returncode != 0:
+                check(False, "%s %s: exit %d: %s" % (name, label, r.returncode, r.stderr.strip()))
+                continue
+            st = json.loads(r.stderr.strip().splitlines()[-1])
+            check(all(k in st for k in KEYS), "%s %s: stats keys" % (name, label))
+            t = run([tool, "decode", model, ",".join(map(str, ids)), "--gen", "24", "--block", "8", "-t", "1"] +
+                    tflags)
+            ref = json.loads(t.stdout)
+            same = all(st[k] == ref[k] for k in ("forwards", "tokens_evaluated", "tokens_committed",
+                                                 "commit_per_forward_hist", "early_stop_at"))
+            # tokens handed out: the decoded canvas up to the first EOS/EoT
+            n_out = st["n_gen_tokens"]
+            stop = ref["early_stop_at"]
+            check(same and st["n_prompt_tokens"] == len(ids) and (stop is None or n_out <= stop) and
+                  (st["stop_reason"] == "eos") == (stop is not None),
+                  "%s %s: CLI = library decoder (forwards %d, evaluated %d, hist %s, early stop %s, %d tokens out)" %
+                  (name, label, st["forwards"], st["tokens_evaluated"], st["commit_per_forward_hist"],
+                   st["early_stop_at"], n_out))
+
+    llada = os.path.join(work, "llada.gguf")
+    r = run([tessera, "diffuse", "-m", llada, "-p", "Hi", "--chat", "--gen", "8", "--block", "8", "-t", "1"])
+    check(r.returncode == 0 and "<|im_start|>user" in r.stdout, "--chat renders the template")
+    r = run([tessera, "diffuse", "-m", smol, "-p", "Hi", "--gen", "8", "-t", "1"])
+    check(r.returncode == 1 and "not a diffusion LLM" in r.stderr, "a causal model is refused: " + r.stderr.strip())
+    r = run([tessera, "diffuse", "-m", llada, "-p", "Hi", "--dual-cache", "--no-cache"])
+    check(r.returncode == 2 and "exclude" in r.stderr, "--dual-cache with --no-cache")
+    r = run([tessera, "diffuse", "-m", llada, "-p", "Hi", "--decoder", "vanilla", "--gen", "32", "--block", "8",
+             "--steps", "2", "-t", "1"])
+    check(r.returncode == 1 and "steps 2" in r.stderr, "fewer steps than blocks: " + r.stderr.strip())
+    r = run([tessera, "diffuse", "-m", llada, "-p", "Hi", "--gen", "200", "-t", "1", "-c", "64"])
+    check(r.returncode == 1 and "exceed the context" in r.stderr, "canvas larger than the context: " +
+          r.stderr.strip())
+    r = run([tessera, "diffuse", "-m", llada, "-p", "Hi", "--alg", "nope"])
+    check(r.returncode == 2 and "--alg" in r.stderr, "bad --alg")
+    if failures:
+        print("FAIL: %d check(s)" % failures)
+        return 1
+    print("all diffuse CLI checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -31,7 +31,7 @@ else
   echo "== no arm64 PCRE2: cross-building the kernels + src/quant + test_kernels only"
 fi
 
-cmake -S "$src" -B "$build" -G Ninja -DCMAKE_TOOLCHAIN_FILE="$toolchain" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S "$src" -B "$build" -G Ninja -DCMAKE_TOOLCHAIN_FILE="$toolchain" -DCMAKE_BUILD_TYPE=Release -DTS_SERVER=OFF >/dev/null
 ninja -C "$build" -j2 test_kernels
 ctest --test-dir "$build" -R '^test_kernels' --output-on-failure
 

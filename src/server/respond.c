@@ -1,0 +1,189 @@
+/* respond.c - the JSON the server answers with, in OpenAI's shapes: error
+ * objects, chat.completion / text_completion bodies, their streamed chunks
+ * (Server-Sent Events "data: {...}\n\n", ending with "data: [DONE]"),
+ * /v1/models and /health. Built with jansson, so every string is escaped. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv.h"
+
+int tsrv_buf_add(tsrv_buf *b, const char *s, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap : 256;
+        while (nc < b->len + n + 1) nc *= 2;
+        char *np = realloc(b->p, nc);
+        if (!np) return -1;
+        b->p = np;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+    return 0;
+}
+
+void tsrv_buf_free(tsrv_buf *b) {
+    free(b->p);
+    *b = (tsrv_buf){0};
+}
+
+/* Dumps and frees a JSON value; NULL when out of memory. */
+static char *dump(json_t *v) {
+    if (!v) return NULL;
+    char *s = json_dumps(v, JSON_COMPACT | JSON_REAL_PRECISION(10));
+    json_decref(v);
+    return s;
+}
+
+char *tsrv_error_json(const tsrv_error *e) {
+    return dump(json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", e->message, "type", e->type, "param",
+                          e->param[0] ? e->param : NULL, "code", e->code));
+}
+
+static const char *job_finish(const tsrv_job *j) {
+    return strcmp(j->finish, "stop") && strcmp(j->finish, "length") ? NULL : j->finish;
+}
+
+static json_t *usage_json(const tsrv_job *j) {
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)j->n_prompt, "completion_tokens",
+                     (json_int_t)j->n_gen, "total_tokens", (json_int_t)j->n_prompt + (json_int_t)j->n_gen,
+                     "prompt_tokens_details", "cached_tokens", (json_int_t)j->n_cached);
+}
+
+static json_t *timings_json(const tsrv_job *j) {
+    return json_pack("{s:I, s:f, s:f, s:f, s:f}", "prompt_evaluated", (json_int_t)j->n_evaluated, "prefill_ms",
+                     j->prefill_ms, "decode_ms", j->decode_ms, "prefill_tokens_per_s",
+                     j->prefill_ms > 0 ? j->n_evaluated * 1000.0 / j->prefill_ms : 0.0, "decode_tokens_per_s",
+                     j->decode_ms > 0 ? j->n_gen * 1000.0 / j->decode_ms : 0.0);
+}
+
+/* A diffusion job's decoder counters (non-OpenAI, like timings). */
+static json_t *diffusion_json(const tsrv_job *j) {
+    const ts_diffusion_stats *d = &j->ds;
+    return json_pack("{s:s, s:I, s:I, s:I, s:i, s:o}", "decoder", tsrv_diff_decoder_name(j->dp.decoder), "forwards",
+                     (json_int_t)d->forwards, "denoise_forwards", (json_int_t)d->denoise_forwards,
+                     "tokens_evaluated", (json_int_t)d->tokens_evaluated, "blocks", (int)d->n_blocks,
+                     "early_stop_at", d->early_stop_at >= 0 ? json_integer(d->early_stop_at) : json_null());
+}
+
+/* A float option as its shortest decimal (0.9, not 0.899999976). */
+static double short_real(float x) {
+    char b[32];
+    snprintf(b, sizeof b, "%g", (double)x);
+    return strtod(b, NULL);
+}
+
+/* The decoder options a diffusion request without them gets (/health,
+ * /v1/models); steps null = one per canvas token. */
+static json_t *diffusion_defaults_json(const tsrv_server *s) {
+    if (!s->diffusion) return json_null();
+    const ts_diffusion_params *p = &s->diffusion_defaults;
+    return json_pack("{s:s, s:i, s:f, s:s, s:s, s:o, s:f, s:f, s:b, s:i}", "decoder",
+                     tsrv_diff_decoder_name(p->decoder), "block", (int)p->block, "threshold", short_real(p->threshold),
+                     "cache", tsrv_diff_cache_name(p->cache), "alg", tsrv_diff_alg_name(p->alg), "steps",
+                     p->steps > 0 ? json_integer(p->steps) : json_null(), "eps", short_real(p->eps), "temperature",
+                     short_real(p->temp), "early_stop", p->early_stop, "max_tokens", (int)p->n_gen);
+}
+
+static void job_id(const tsrv_job *j, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s-%llu", j->kind == TSRV_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)j->id);
+}
+
+char *tsrv_completion_json(const tsrv_server *s, const tsrv_job *j, time_t created) {
+    char id[48];
+    job_id(j, id, sizeof id);
+    json_t *choice;
+    if (j->kind == TSRV_CHAT)
+        choice = json_pack("{s:i, s:{s:s, s:s%}, s:n, s:s?}", "index", 0, "message", "role", "assistant", "content",
+                           j->text ? j->text : "", j->len, "logprobs", "finish_reason", job_finish(j));
+    else
+        choice = json_pack("{s:s%, s:i, s:n, s:s?}", "text", j->text ? j->text : "", j->len, "index", 0, "logprobs",
+                           "finish_reason", job_finish(j));
+    json_t *r = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o, s:o}", "id", id, "object",
+                          j->kind == TSRV_CHAT ? "chat.completion" : "text_completion", "created",
+                          (json_int_t)created, "model", s->model_id, "choices", choice, "usage", usage_json(j),
+                          "timings", timings_json(j));
+    if (r && j->diffusion) json_object_set_new(r, "diffusion", diffusion_json(j));
+    return dump(r);
+}
+
+/* One SSE event holding v (consumed). */
+static int sse_event(tsrv_buf *b, json_t *v) {
+    char *s = dump(v);
+    if (!s) return -1;
+    int rc = tsrv_buf_add(b, "data: ", 6) | tsrv_buf_add(b, s, strlen(s)) | tsrv_buf_add(b, "\n\n", 2);
+    free(s);
+    return rc ? -1 : 0;
+}
+
+static json_t *chunk(const tsrv_server *s, const tsrv_job *j, time_t created, json_t *choices) {
+    char id[48];
+    job_id(j, id, sizeof id);
+    return json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", id, "object",
+                     j->kind == TSRV_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+                     (json_int_t)created, "model", s->model_id, "choices", choices);
+}
+
+int tsrv_sse_delta(tsrv_buf *b, const tsrv_server *s, const tsrv_job *j, time_t created, const char *text, size_t n,
+                   bool first) {
+    json_t *choice;
+    if (j->kind == TSRV_CHAT) {
+        json_t *delta = first ? json_pack("{s:s, s:s%}", "role", "assistant", "content", text, n)
+                              : json_pack("{s:s%}", "content", text, n);
+        choice = json_pack("{s:i, s:o, s:n, s:n}", "index", 0, "delta", delta, "logprobs", "finish_reason");
+    } else {
+        choice = json_pack("{s:s%, s:i, s:n, s:n}", "text", text, n, "index", 0, "logprobs", "finish_reason");
+    }
+    return sse_event(b, chunk(s, j, created, json_pack("[o]", choice)));
+}
+
+int tsrv_sse_final(tsrv_buf *b, const tsrv_server *s, const tsrv_job *j, time_t created) {
+    int rc = 0;
+    if (!strcmp(j->finish, "error")) {
+        tsrv_error e;
+        tsrv_fail(&e, 500, TSRV_E_INTERNAL, NULL, "%s", j->errmsg[0] ? j->errmsg : "generation failed");
+        char *body = tsrv_error_json(&e);
+        rc = !body || tsrv_buf_add(b, "data: ", 6) || tsrv_buf_add(b, body, strlen(body)) || tsrv_buf_add(b, "\n\n", 2);
+        free(body);
+    } else {
+        json_t *choice = j->kind == TSRV_CHAT
+                             ? json_pack("{s:i, s:{}, s:n, s:s?}", "index", 0, "delta", "logprobs", "finish_reason",
+                                         job_finish(j))
+                             : json_pack("{s:s, s:i, s:n, s:s?}", "text", "", "index", 0, "logprobs",
+                                         "finish_reason", job_finish(j));
+        json_t *c = chunk(s, j, created, json_pack("[o]", choice));
+        if (c) json_object_set_new(c, "timings", timings_json(j));
+        if (c && j->diffusion) json_object_set_new(c, "diffusion", diffusion_json(j));
+        rc = sse_event(b, c);
+        if (!rc && j->include_usage) {
+            json_t *u = chunk(s, j, created, json_array());
+            if (u) json_object_set_new(u, "usage", usage_json(j));
+            rc = sse_event(b, u);
+        }
+    }
+    return rc || tsrv_buf_add(b, "data: [DONE]\n\n", 14) ? -1 : 0;
+}
+
+char *tsrv_models_json(const tsrv_server *s) {
+    return dump(json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:{s:s, s:I, s:I, s:I, s:i, s:b, s:o}}]}", "object", "list",
+                          "data", "id", s->model_id, "object", "model", "created", (json_int_t)s->started, "owned_by",
+                          "tessera", "meta", "architecture", s->info.arch, "n_params", (json_int_t)s->info.n_params,
+                          "size_bytes", (json_int_t)s->info.size_bytes, "n_ctx_train",
+                          (json_int_t)s->info.n_ctx_train, "n_ctx", (int)s->n_ctx, "diffusion", s->diffusion,
+                          "diffusion_defaults", diffusion_defaults_json(s)));
+}
+
+char *tsrv_health_json(tsrv_server *s) {
+    int queued, busy;
+    tsrv_sched_counts(s, &queued, &busy);
+    /* prefill_device: what --prefill-device asked for, whether it opened,
+     * and the library's line when it fell back to the CPU */
+    return dump(json_pack("{s:s, s:s, s:s, s:b, s:o, s:{s:i, s:i, s:i}, s:i, s:{s:s, s:s}, s:{s:s?, s:b, s:s?}}",
+                          "status", "ok", "model", s->model_id, "architecture", s->info.arch, "diffusion",
+                          s->diffusion, "diffusion_defaults", diffusion_defaults_json(s), "slots", "total",
+                          s->n_slots, "busy", busy, "n_ctx", (int)s->n_ctx, "queue", queued, "engine", "prefill", s->engine_prefill ? s->engine_prefill : "none", "decode",
+                          s->engine_decode ? s->engine_decode : "none", "prefill_device", "requested",
+                          s->cfg.prefill_device, "opened", s->prefill_device[0] != '\0', "fallback",
+                          s->device_fallback[0] ? s->device_fallback : NULL));
+}

@@ -1,0 +1,490 @@
+/* sched.c - the generation side of the server: a FIFO queue of jobs and
+ * --parallel slots, each a worker thread owning one ts_context (its own KV
+ * cache). A queued job goes to the idle slot whose cached tokens share the
+ * longest prefix with its prompt; the slot cuts its KV cache back to that
+ * prefix (ts_context_kv_truncate) and evaluates only the rest, so a chat
+ * that resends its history pays only for the new turn.
+ *
+ * A diffusion LLM's job runs ts_context_diffuse instead (run_diffusion):
+ * the decoder starts from an empty KV cache, so there is no prefix reuse,
+ * and its slots' contexts are created with n_batch = n_ctx, since a window
+ * (up to the whole canvas) is evaluated in one batch.
+ *
+ * Locking: srv->mu guards the queue, slot assignment and the slots' cache
+ * lists while idle; job->mu guards a job's progress. Order: srv->mu before
+ * job->mu. A job has two owners (HTTP side, scheduler) counted in refs. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv.h"
+
+tsrv_job *tsrv_job_new(void) {
+    tsrv_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->refs = 1;
+    j->slot = -1;
+    j->sp = ts_sampling_default_params();
+    return j;
+}
+
+static void job_free(tsrv_job *j) {
+    free(j->prompt);
+    for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
+    free(j->text);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+void tsrv_job_release(tsrv_job *j) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (left == 0) job_free(j);
+}
+
+/* Marks a job finished (job->mu held) and wakes its HTTP side. */
+static void job_finish_locked(tsrv_job *j, const char *finish) {
+    j->state = TSRV_DONE;
+    j->finish = finish;
+    if (!j->stop_hit) j->visible = j->len; /* nothing more can complete a stop string */
+    pthread_cond_broadcast(&j->cv);
+}
+
+static int32_t common_prefix(const int32_t *a, int32_t na, const int32_t *b, int32_t nb) {
+    int32_t n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
+/* Hands queued jobs to idle slots (srv->mu held). */
+static void dispatch_locked(tsrv_server *s) {
+    while (s->queue_head) {
+        tsrv_slot *best = NULL;
+        int32_t best_lcp = -1;
+        tsrv_job *j = s->queue_head;
+        for (int i = 0; i < s->n_slots; i++) {
+            tsrv_slot *sl = &s->slots[i];
+            if (sl->job) continue;
+            int32_t l = common_prefix(sl->cache, sl->n_cache, j->prompt, j->n_prompt);
+            if (l > best_lcp) best_lcp = l, best = sl;
+        }
+        if (!best) return;
+        s->queue_head = j->next;
+        if (!s->queue_head) s->queue_tail = NULL;
+        j->next = NULL;
+        s->queue_len--;
+        pthread_mutex_lock(&j->mu);
+        j->state = TSRV_RUNNING;
+        j->slot = best->index;
+        pthread_mutex_unlock(&j->mu);
+        best->job = j;
+        s->busy++;
+        pthread_cond_signal(&best->wake);
+    }
+}
+
+int tsrv_submit(tsrv_server *s, tsrv_job *j, tsrv_error *e) {
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        return tsrv_fail(e, 503, TSRV_E_OVERLOADED, NULL, "the server is shutting down");
+    }
+    if (s->queue_len >= s->cfg.max_queue && s->busy == s->n_slots) {
+        int q = s->queue_len;
+        pthread_mutex_unlock(&s->mu);
+        return tsrv_fail(e, 503, TSRV_E_OVERLOADED, NULL,
+                         "the server is busy: %d requests are already waiting (--max-queue); retry later", q);
+    }
+    j->id = ++s->next_id;
+    j->refs++; /* the scheduler's reference; no other thread sees j yet */
+    j->state = TSRV_QUEUED;
+    if (s->queue_tail) s->queue_tail->next = j;
+    else s->queue_head = j;
+    s->queue_tail = j;
+    s->queue_len++;
+    dispatch_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void tsrv_job_cancel(tsrv_server *s, tsrv_job *j) {
+    pthread_mutex_lock(&s->mu);
+    if (j->state == TSRV_QUEUED) { /* still waiting: unlink it */
+        tsrv_job **pp = &s->queue_head, *prev = NULL;
+        while (*pp && *pp != j) prev = *pp, pp = &(*pp)->next;
+        if (*pp) {
+            *pp = j->next;
+            if (s->queue_tail == j) s->queue_tail = prev;
+            j->next = NULL;
+            s->queue_len--;
+            pthread_mutex_lock(&j->mu);
+            j->cancel = true;
+            job_finish_locked(j, "cancelled");
+            pthread_mutex_unlock(&j->mu);
+            pthread_mutex_unlock(&s->mu);
+            tsrv_job_release(j); /* the scheduler's reference */
+            return;
+        }
+    }
+    pthread_mutex_lock(&j->mu);
+    if (j->state == TSRV_RUNNING && !j->cancel) {
+        j->cancel = true;
+        /* Stops the prompt evaluation too; a cancel that lands after the
+         * slot's call returned is dropped by the library when the next call
+         * starts, so it cannot hit the slot's next job. */
+        ts_context_cancel(s->slots[j->slot].ctx);
+    }
+    pthread_mutex_unlock(&j->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void tsrv_sched_counts(tsrv_server *s, int *queued, int *busy) {
+    pthread_mutex_lock(&s->mu);
+    *queued = s->queue_len;
+    *busy = s->busy;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- running one job on a slot ---- */
+
+typedef struct run_state {
+    tsrv_slot *slot;
+    tsrv_job *job;
+} run_state;
+
+/* Longest suffix of t[0..n) that is a proper prefix of a stop string: text
+ * that must be held back because the next token may complete the stop. */
+static size_t held_suffix(const tsrv_job *j, const char *t, size_t n) {
+    size_t best = 0;
+    for (int k = 0; k < j->n_stops; k++) {
+        size_t sl = j->stop_len[k];
+        for (size_t l = sl - 1 < n ? sl - 1 : n; l > best; l--)
+            if (!memcmp(t + n - l, j->stops[k], l)) {
+                best = l;
+                break;
+            }
+    }
+    return best;
+}
+
+static bool on_token(const char *piece, size_t len, int32_t token, void *ud) {
+    run_state *rs = ud;
+    tsrv_slot *sl = rs->slot;
+    tsrv_job *j = rs->job;
+    if (token >= 0 && sl->n_cache < sl->n_ctx) sl->cache[sl->n_cache++] = token; /* evaluated next */
+    pthread_mutex_lock(&j->mu);
+    if (j->cancel) {
+        pthread_mutex_unlock(&j->mu);
+        return false;
+    }
+    if (token >= 0) j->n_gen++;
+    if (j->len + len + 1 > j->cap) {
+        size_t nc = j->cap ? j->cap : 256;
+        while (nc < j->len + len + 1) nc *= 2;
+        char *nt = realloc(j->text, nc);
+        if (!nt) {
+            snprintf(j->errmsg, sizeof j->errmsg, "out of memory while collecting the reply");
+            j->cancel = true;
+            pthread_mutex_unlock(&j->mu);
+            return false;
+        }
+        j->text = nt;
+        j->cap = nc;
+    }
+    size_t old = j->len;
+    memcpy(j->text + j->len, piece, len);
+    j->len += len;
+    j->text[j->len] = '\0';
+    /* earliest stop string that ends in the new bytes */
+    size_t cut = SIZE_MAX;
+    for (int k = 0; k < j->n_stops; k++) {
+        size_t sl_ = j->stop_len[k];
+        size_t from = old >= sl_ - 1 ? old - (sl_ - 1) : 0;
+        for (size_t p = from; p + sl_ <= j->len && p < cut; p++)
+            if (!memcmp(j->text + p, j->stops[k], sl_)) {
+                cut = p;
+                break;
+            }
+    }
+    bool go_on = true;
+    if (cut != SIZE_MAX) {
+        j->len = cut;
+        j->text[cut] = '\0';
+        j->visible = cut;
+        j->stop_hit = true;
+        go_on = false;
+    } else {
+        size_t v = j->len - held_suffix(j, j->text, j->len);
+        if (v > j->visible) j->visible = v;
+    }
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    return go_on;
+}
+
+/* A diffusion job: the whole canvas decoded by ts_context_diffuse, each
+ * finished block's text handed to on_token (stop strings and a departed
+ * client end it there). The decoder empties the KV cache first, so the
+ * slot keeps no ids for prefix reuse. */
+static const char *run_diffusion(tsrv_slot *sl, tsrv_job *j) {
+    ts_context *ctx = sl->ctx;
+    run_state rs = {sl, j};
+    ts_diffusion_params dp = j->dp;
+    dp.on_token = on_token;
+    dp.user_data = &rs;
+    ts_diffusion_stats ds = TS_STRUCT_INIT(ts_diffusion_stats);
+    sl->n_cache = 0;
+    ts_status st = ts_context_diffuse(ctx, j->prompt, j->n_prompt, &dp, NULL, 0, NULL, &ds);
+    sl->n_cache = 0; /* on_token recorded the reply's ids; the cache holds no usable prefix */
+    pthread_mutex_lock(&j->mu);
+    j->ds = ds;
+    j->n_cached = 0;
+    j->n_evaluated = j->n_prompt;
+    j->prefill_ms = ds.prefill_ms;
+    j->decode_ms = ds.denoise_ms;
+    bool stop_hit = j->stop_hit, was_cancelled = j->cancel;
+    if (st != TS_OK && !j->errmsg[0])
+        snprintf(j->errmsg, sizeof j->errmsg, "diffusion decoding failed: %s", ts_last_error(ctx));
+    pthread_mutex_unlock(&j->mu);
+    if (st != TS_OK) {
+        tsrv_log("slot %d: job %llu: %s", sl->index, (unsigned long long)j->id, j->errmsg);
+        return "error";
+    }
+    if (stop_hit) return "stop";
+    if (was_cancelled) return "cancelled";
+    switch (ds.stop_reason) {
+    case TS_STOP_EOS: return "stop";       /* early stop: an EOS/EoT in a finished block */
+    case TS_STOP_LENGTH: return "length";  /* the whole canvas */
+    case TS_STOP_CANCELLED: return "cancelled";
+    default: return "error";
+    }
+}
+
+/* Runs a job on its slot; returns its finish ("stop", "length", "cancelled",
+ * "error"). The caller marks it done once the slot is idle again, so that a
+ * client's next request already finds this slot (and its cached prefix). */
+static const char *run_job(tsrv_slot *sl, tsrv_job *j) {
+    ts_context *ctx = sl->ctx;
+    const char *finish = "error";
+    pthread_mutex_lock(&j->mu);
+    bool cancelled = j->cancel;
+    pthread_mutex_unlock(&j->mu);
+    if (cancelled) {
+        finish = "cancelled";
+        goto done;
+    }
+    if (j->diffusion) return run_diffusion(sl, j);
+    if (ts_context_set_sampling(ctx, &j->sp) != TS_OK) goto fail;
+
+    /* Reuse the cached prefix; at least one prompt token is evaluated so
+     * there are logits to sample from. */
+    int32_t lcp = common_prefix(sl->cache, sl->n_cache, j->prompt, j->n_prompt);
+    if (lcp >= j->n_prompt) lcp = j->n_prompt - 1;
+    int32_t n_past = ts_context_n_past(ctx);
+    if (lcp > n_past) lcp = n_past;
+    if (ts_context_kv_truncate(ctx, lcp) != TS_OK) {
+        if (ts_context_reset(ctx) != TS_OK) goto fail;
+        lcp = 0;
+    }
+    sl->n_cache = lcp;
+    double t0 = tsrv_now_ms();
+    ts_status st = ts_context_eval(ctx, j->prompt + lcp, j->n_prompt - lcp, NULL);
+    double t1 = tsrv_now_ms();
+    /* what stayed cached (all of it, or the micro-batches done before a cancel) */
+    int32_t np = ts_context_n_past(ctx);
+    sl->n_cache = np <= j->n_prompt ? np : j->n_prompt;
+    memcpy(sl->cache, j->prompt, (size_t)sl->n_cache * sizeof *sl->cache);
+    pthread_mutex_lock(&j->mu);
+    j->n_cached = lcp;
+    j->n_evaluated = j->n_prompt - lcp;
+    j->prefill_ms = t1 - t0;
+    pthread_mutex_unlock(&j->mu);
+    if (st == TS_ERR_CANCELLED) {
+        finish = "cancelled";
+        goto done;
+    }
+    if (st != TS_OK) goto fail;
+
+    run_state rs = {sl, j};
+    ts_generate_params gp = ts_generate_default_params();
+    gp.n_predict = j->max_tokens;
+    gp.stop_at_end_of_turn = true;
+    gp.eval_last = true; /* the cache then holds the whole reply: the next turn reuses it */
+    gp.on_token = on_token;
+    gp.user_data = &rs;
+    st = ts_context_generate(ctx, &gp);
+    ts_stats stats = TS_STRUCT_INIT(ts_stats);
+    ts_context_get_stats(ctx, &stats);
+    /* Keep the id list equal to the KV cache: the last sampled token, or an
+     * end-of-generation token, may or may not have been evaluated. */
+    np = ts_context_n_past(ctx);
+    if (np < sl->n_cache) sl->n_cache = np;
+    else if (np > sl->n_cache && ts_context_kv_truncate(ctx, sl->n_cache) != TS_OK) sl->n_cache = 0;
+    if (sl->n_cache == 0) ts_context_reset(ctx);
+    pthread_mutex_lock(&j->mu);
+    j->decode_ms = stats.decode_ms;
+    j->n_dev_tokens = stats.prefill_dev_tokens;
+    bool stop_hit = j->stop_hit, was_cancelled = j->cancel;
+    pthread_mutex_unlock(&j->mu);
+    if (st != TS_OK) goto fail;
+    if (stop_hit) finish = "stop";
+    else if (was_cancelled) finish = "cancelled";
+    else if (stats.stop_reason == TS_STOP_EOS) finish = "stop";
+    else if (stats.stop_reason == TS_STOP_LENGTH || stats.stop_reason == TS_STOP_CONTEXT_FULL) finish = "length";
+    else if (stats.stop_reason == TS_STOP_CANCELLED) finish = "cancelled";
+    else goto fail;
+    goto done;
+
+fail:
+    pthread_mutex_lock(&j->mu);
+    if (!j->errmsg[0]) snprintf(j->errmsg, sizeof j->errmsg, "generation failed: %s", ts_last_error(ctx));
+    pthread_mutex_unlock(&j->mu);
+    tsrv_log("slot %d: job %llu: %s", sl->index, (unsigned long long)j->id, j->errmsg);
+    ts_context_reset(ctx);
+    sl->n_cache = 0;
+    finish = "error";
+done:
+    return finish;
+}
+
+static void *slot_main(void *arg) {
+    tsrv_slot *sl = arg;
+    tsrv_server *s = sl->srv;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!sl->job && !s->stopping) pthread_cond_wait(&sl->wake, &s->mu);
+        if (!sl->job) break; /* stopping and idle */
+        tsrv_job *j = sl->job;
+        pthread_mutex_unlock(&s->mu);
+        const char *finish = run_job(sl, j);
+        if (strcmp(finish, "error") && strcmp(finish, "cancelled")) tsrv_metrics_generation(&s->metrics, j);
+        pthread_mutex_lock(&s->mu);
+        sl->job = NULL;
+        s->busy--;
+        pthread_mutex_lock(&j->mu);
+        job_finish_locked(j, finish);
+        pthread_mutex_unlock(&j->mu);
+        if (!s->stopping) dispatch_locked(s);
+        pthread_mutex_unlock(&s->mu);
+        tsrv_job_release(j);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static void srv_log_cb(ts_log_level level, const char *msg, void *ud) {
+    const tsrv_server *s = ud;
+    if (level >= TS_LOG_WARN || s->cfg.verbose)
+        tsrv_log("%s: %s", level >= TS_LOG_ERROR ? "error" : level == TS_LOG_WARN ? "warning" : "info", msg);
+}
+
+int tsrv_sched_start(tsrv_server *s, tsrv_error *e) {
+    s->slots = calloc((size_t)s->cfg.parallel, sizeof *s->slots);
+    if (!s->slots) return tsrv_fail(e, 500, TSRV_E_INTERNAL, NULL, "out of memory");
+    ts_context_params cp = ts_context_default_params();
+    cp.n_ctx = s->cfg.n_ctx;
+    cp.n_threads = s->cfg.n_threads;
+    cp.chat_template = s->cfg.chat_template;
+    cp.prefill_device = s->cfg.prefill_device;
+    cp.log = srv_log_cb;
+    cp.log_user_data = s;
+    if (s->diffusion) {
+        /* One window is one batch and the largest window a request may ask
+         * for is its whole canvas (vanilla / no cache: prompt + max_tokens
+         * <= n_ctx), so the batch is the context: sized once here rather
+         * than recreating a context per request (a KV cache allocation and
+         * thread start each time, and a failure mid-serving). The library
+         * caps n_batch at n_ctx, which the default n_ctx needs. Window
+         * forwards run on the CPU: no prefill device. */
+        cp.decoder = TS_DECODER_DIFFUSION;
+        cp.n_batch = s->cfg.n_ctx > 0 ? s->cfg.n_ctx : INT32_MAX;
+        cp.prefill_device = NULL;
+    }
+    for (int i = 0; i < s->cfg.parallel; i++) {
+        tsrv_slot *sl = &s->slots[i];
+        sl->srv = s;
+        sl->index = i;
+        pthread_cond_init(&sl->wake, NULL);
+        s->n_slots = i + 1;
+        ts_error err;
+        if (ts_context_create(s->model, &cp, &sl->ctx, &err) != TS_OK)
+            return tsrv_fail(e, 500, TSRV_E_INTERNAL, NULL, "slot %d: %s", i, err.message);
+        sl->n_ctx = ts_context_n_ctx(sl->ctx);
+        if (s->diffusion && ts_context_n_batch(sl->ctx) < sl->n_ctx)
+            return tsrv_fail(e, 500, TSRV_E_INTERNAL, NULL, "slot %d: n_batch %d is below n_ctx %d", i,
+                             (int)ts_context_n_batch(sl->ctx), (int)sl->n_ctx);
+        if (!(sl->cache = malloc((size_t)sl->n_ctx * sizeof *sl->cache)))
+            return tsrv_fail(e, 500, TSRV_E_INTERNAL, NULL, "out of memory");
+    }
+    s->n_ctx = s->slots[0].n_ctx;
+    s->n_batch = ts_context_n_batch(s->slots[0].ctx);
+    ts_stats st = TS_STRUCT_INIT(ts_stats);
+    ts_context_get_stats(s->slots[0].ctx, &st);
+    s->engine_prefill = s->engine_decode = st.engine ? st.engine : "cpu";
+    /* A device that does not open leaves the context on the CPU with a
+     * fallback line; otherwise prefill chunks run there. */
+    if (s->cfg.prefill_device && s->diffusion) {
+        snprintf(s->device_fallback, sizeof s->device_fallback,
+                 "a diffusion model's window forwards run on the CPU: --prefill-device does not apply");
+    } else if (s->cfg.prefill_device) {
+        if (st.device_fallback) {
+            snprintf(s->device_fallback, sizeof s->device_fallback, "%s", st.device_fallback);
+        } else {
+            snprintf(s->prefill_device, sizeof s->prefill_device, "%s", st.device ? st.device : s->cfg.prefill_device);
+            s->engine_prefill = s->prefill_device;
+        }
+    }
+    for (int i = 0; i < s->n_slots; i++) {
+        tsrv_slot *sl = &s->slots[i];
+        int rc = pthread_create(&sl->thread, NULL, slot_main, sl);
+        if (rc) return tsrv_fail(e, 500, TSRV_E_INTERNAL, NULL, "slot %d: cannot start a thread: %s", i, strerror(rc));
+        sl->thread_started = true;
+    }
+    return 0;
+}
+
+void tsrv_sched_stop(tsrv_server *s) {
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    while (s->queue_head) { /* waiting jobs end as cancelled */
+        tsrv_job *j = s->queue_head;
+        s->queue_head = j->next;
+        j->next = NULL;
+        pthread_mutex_lock(&j->mu);
+        j->cancel = true;
+        snprintf(j->errmsg, sizeof j->errmsg, "the server is shutting down");
+        job_finish_locked(j, "error");
+        pthread_mutex_unlock(&j->mu);
+        tsrv_job_release(j);
+    }
+    s->queue_tail = NULL;
+    s->queue_len = 0;
+    for (int i = 0; i < s->n_slots; i++) {
+        tsrv_slot *sl = &s->slots[i];
+        if (sl->job) {
+            pthread_mutex_lock(&sl->job->mu);
+            sl->job->cancel = true;
+            ts_context_cancel(sl->ctx);
+            pthread_mutex_unlock(&sl->job->mu);
+        }
+        pthread_cond_signal(&sl->wake);
+    }
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < s->n_slots; i++) {
+        tsrv_slot *sl = &s->slots[i];
+        if (sl->thread_started) pthread_join(sl->thread, NULL);
+        ts_context_free(sl->ctx);
+        free(sl->cache);
+        pthread_cond_destroy(&sl->wake);
+    }
+    free(s->slots);
+    s->slots = NULL;
+    s->n_slots = 0;
+}

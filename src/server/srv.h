@@ -1,0 +1,224 @@
+/* srv.h - internals shared by the server's modules (the .c files of src/server):
+ *   server.c    lifecycle (model, slots, daemon, signals) and HTTP routing
+ *   request.c   OpenAI request bodies -> validated generation jobs
+ *   sched.c     the queue, the slots and their worker threads, KV prefix reuse
+ *   respond.c   JSON answers and Server-Sent Events chunks
+ *   metrics.c   counters and the Prometheus text of /metrics
+ *   ui_page.c   the chat page served at /
+ * The server is a client of tessera.h only (like the CLI); HTTP is
+ * libmicrohttpd's, JSON jansson's. */
+#ifndef TS_SRV_H
+#define TS_SRV_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "serve.h"
+#include "tessera.h"
+
+/* ---- errors: an OpenAI error object plus the metric kind it counts as ---- */
+
+typedef enum tsrv_err_kind {
+    TSRV_E_INVALID_JSON = 0,
+    TSRV_E_INVALID_UTF8,
+    TSRV_E_INVALID_TYPE,
+    TSRV_E_INVALID_VALUE,
+    TSRV_E_UNKNOWN_FIELD,
+    TSRV_E_MISSING_FIELD,
+    TSRV_E_BODY_TOO_LARGE,
+    TSRV_E_CONTEXT_EXCEEDED,
+    TSRV_E_UNSUPPORTED,
+    TSRV_E_AUTH,
+    TSRV_E_NOT_FOUND,
+    TSRV_E_METHOD,
+    TSRV_E_OVERLOADED,
+    TSRV_E_INTERNAL,
+    TSRV_E_COUNT
+} tsrv_err_kind;
+
+/* Name of a kind as /metrics labels it ("invalid_json", ...). */
+const char *tsrv_err_kind_name(tsrv_err_kind k);
+
+typedef struct tsrv_error {
+    int http_status;     /* 400, 401, 404, 405, 413, 500, 503 */
+    tsrv_err_kind kind;
+    const char *type;    /* "invalid_request_error", "authentication_error", "server_error" */
+    const char *code;    /* OpenAI-style code ("context_length_exceeded", ...) or NULL */
+    char param[64];      /* offending field, "" when none */
+    char message[384];
+} tsrv_error;
+
+/* Fills e (printf-style message) and returns -1. */
+int tsrv_fail(tsrv_error *e, int http_status, tsrv_err_kind kind, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* ---- jobs: one generation request, shared by its HTTP thread and a slot ---- */
+
+typedef enum tsrv_kind { TSRV_CHAT = 0, TSRV_COMPLETION } tsrv_kind;
+typedef enum tsrv_job_state { TSRV_QUEUED = 0, TSRV_RUNNING, TSRV_DONE } tsrv_job_state;
+
+#define TSRV_MAX_STOPS 4
+#define TSRV_MAX_STOP_LEN 128
+
+typedef struct tsrv_job {
+    /* request: fixed once queued */
+    uint64_t id;
+    tsrv_kind kind;
+    bool stream, include_usage;
+    int32_t *prompt;            /* [n_prompt] token ids */
+    int32_t n_prompt;
+    int32_t max_tokens;
+    ts_sampling_params sp;
+    char *stops[TSRV_MAX_STOPS];
+    size_t stop_len[TSRV_MAX_STOPS];
+    int n_stops;
+    /* diffusion models (srv->diffusion): the decoder's parameters, n_gen =
+     * max_tokens; on_token / user_data are set by the slot */
+    bool diffusion;
+    ts_diffusion_params dp;
+
+    /* progress: guarded by mu, signalled on cv */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    tsrv_job_state state;       /* QUEUED -> RUNNING also under the server's mutex */
+    bool cancel;                /* the client went away (or the server stops) */
+    bool stop_hit;              /* a stop string ended the text */
+    char *text;                 /* generated text, cut at a stop string */
+    size_t len, cap;
+    size_t visible;             /* text[0..visible) can be sent: no stop string can start in it */
+    int32_t n_gen;              /* tokens generated */
+    int32_t n_cached;           /* prompt tokens reused from the slot's KV cache */
+    int32_t n_evaluated;        /* prompt tokens evaluated for this request */
+    int64_t n_dev_tokens;       /* of those, tokens whose layers ran on the prefill device */
+    double prefill_ms, decode_ms;
+    ts_diffusion_stats ds;      /* diffusion jobs: the decoder's counters once DONE */
+    const char *finish;         /* "stop", "length", "cancelled", "error" once DONE */
+    char errmsg[256];           /* when finish is "error" */
+    int slot;                   /* slot that ran it, -1 before */
+    int refs;                   /* owners: the HTTP side and the scheduler */
+    struct tsrv_job *next;      /* queue link (server mutex) */
+} tsrv_job;
+
+/* ---- the server ---- */
+
+typedef struct tsrv_slot {
+    struct tsrv_server *srv;
+    int index;
+    ts_context *ctx;
+    pthread_t thread;
+    bool thread_started;
+    pthread_cond_t wake;        /* with srv->mu: a job was assigned, or stop */
+    tsrv_job *job;              /* assigned job (srv->mu) */
+    int32_t *cache;             /* [n_ctx] token ids held by the KV cache (in order) */
+    int32_t n_cache;            /* read by the dispatcher only while the slot is idle */
+    int32_t n_ctx;
+} tsrv_slot;
+
+/* Counters of /metrics; guarded by their own mutex. */
+#define TSRV_N_ENDPOINTS 8
+typedef struct tsrv_metrics {
+    pthread_mutex_t mu;
+    uint64_t requests[TSRV_N_ENDPOINTS][6]; /* [endpoint][status / 100] */
+    uint64_t errors[TSRV_E_COUNT];
+    uint64_t cancelled;                     /* generations stopped because the client left */
+    uint64_t prompt_tokens, cached_tokens, evaluated_tokens, completion_tokens, device_tokens;
+    double prefill_s, decode_s;
+    double last_prefill_tps, last_decode_tps;
+    uint64_t generations;
+} tsrv_metrics;
+
+typedef struct tsrv_server {
+    tsrv_config cfg;
+    ts_model *model;
+    ts_model_info info;
+    char model_id[256];
+    bool diffusion;             /* a diffusion LLM (llada, dream): requests run ts_context_diffuse */
+    ts_diffusion_params diffusion_defaults; /* what a request without decoder fields gets */
+    int32_t n_batch;            /* per slot; diffusion: n_ctx, so that any canvas that fits is one window */
+    const char *engine_prefill, *engine_decode;
+    char prefill_device[64];    /* the device that opened for prefill ("" when none) */
+    char device_fallback[256];  /* why the requested device is not used ("" when it is, or none asked) */
+    int32_t n_ctx;              /* per slot */
+    time_t started;
+
+    /* chat rendering needs a context; this one holds no real KV and is only
+     * used for ts_context_chat_format, under fmt_mu */
+    ts_context *fmt_ctx;
+    pthread_mutex_t fmt_mu;
+
+    pthread_mutex_t mu;         /* queue, slots' job/idle state, stopping */
+    tsrv_job *queue_head, *queue_tail;
+    int queue_len;
+    int busy;
+    bool stopping;
+    tsrv_slot *slots;
+    int n_slots;
+    uint64_t next_id;
+
+    tsrv_metrics metrics;
+} tsrv_server;
+
+/* request.c: parses and validates a body for kind, renders and tokenizes the
+ * prompt, and returns a new job (refs 1) or NULL with e filled. */
+tsrv_job *tsrv_request_parse(tsrv_server *s, tsrv_kind kind, const char *body, size_t len, tsrv_error *e);
+/* Names of the diffusion decoder's options as the body fields spell them. */
+const char *tsrv_diff_decoder_name(ts_diffusion_decoder d);
+const char *tsrv_diff_cache_name(ts_diffusion_cache c);
+const char *tsrv_diff_alg_name(ts_diffusion_alg a);
+/* True when b[0..n) is valid UTF-8 (no overlongs, surrogates or > U+10FFFF). */
+bool tsrv_utf8_valid(const char *b, size_t n);
+
+/* sched.c */
+int tsrv_sched_start(tsrv_server *s, tsrv_error *e);  /* slots' contexts and threads */
+void tsrv_sched_stop(tsrv_server *s);                /* cancel everything, join, free */
+/* Queues a job (takes a second reference for the scheduler); -1 with e
+ * (503) when the queue is full or the server stops. */
+int tsrv_submit(tsrv_server *s, tsrv_job *job, tsrv_error *e);
+/* The client is gone: drop the job from the queue or stop its generation. */
+void tsrv_job_cancel(tsrv_server *s, tsrv_job *job);
+void tsrv_job_release(tsrv_job *job);
+tsrv_job *tsrv_job_new(void);
+void tsrv_sched_counts(tsrv_server *s, int *queued, int *busy);
+
+/* respond.c: JSON bodies (malloc'ed strings) */
+char *tsrv_error_json(const tsrv_error *e);
+char *tsrv_completion_json(const tsrv_server *s, const tsrv_job *job, time_t created);
+/* SSE: appends "data: {...}\n\n" events to *buf for text[from..to) or the end */
+typedef struct tsrv_buf {
+    char *p;
+    size_t len, cap;
+} tsrv_buf;
+int tsrv_buf_add(tsrv_buf *b, const char *s, size_t n);
+void tsrv_buf_free(tsrv_buf *b);
+int tsrv_sse_delta(tsrv_buf *b, const tsrv_server *s, const tsrv_job *job, time_t created, const char *text,
+                   size_t n, bool first);
+int tsrv_sse_final(tsrv_buf *b, const tsrv_server *s, const tsrv_job *job, time_t created);
+char *tsrv_models_json(const tsrv_server *s);
+char *tsrv_health_json(tsrv_server *s);
+
+/* metrics.c */
+enum tsrv_endpoint {
+    TSRV_EP_ROOT = 0, TSRV_EP_HEALTH, TSRV_EP_MODELS, TSRV_EP_METRICS, TSRV_EP_CHAT, TSRV_EP_COMPLETIONS,
+    TSRV_EP_OTHER
+};
+const char *tsrv_endpoint_name(int ep);
+void tsrv_metrics_init(tsrv_metrics *m);
+void tsrv_metrics_destroy(tsrv_metrics *m);
+void tsrv_metrics_request(tsrv_metrics *m, int endpoint, int http_status);
+void tsrv_metrics_error(tsrv_metrics *m, tsrv_err_kind kind);
+void tsrv_metrics_cancel(tsrv_metrics *m);
+void tsrv_metrics_generation(tsrv_metrics *m, const tsrv_job *job);
+char *tsrv_metrics_text(tsrv_server *s);
+
+/* ui_page.c */
+extern const char tsrv_ui_page[];
+
+/* server.c: one log line to stderr with a timestamp */
+void tsrv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+double tsrv_now_ms(void);
+
+#endif

@@ -298,10 +298,10 @@ TS_API bool ts_model_token_is_eog(const ts_model *model, int32_t token);
 
 typedef struct ts_context ts_context;
 
-/* How a context produces tokens. Only autoregressive decoding exists today;
- * other decoders (e.g. diffusion: iterative unmasking of a block) will get
- * their own value here and, where they need them, their own parameters. */
-typedef enum ts_decoder_type { TS_DECODER_AUTOREGRESSIVE = 0 } ts_decoder_type;
+/* How a context produces tokens: autoregressive (ts_generate) or, for a
+ * diffusion LLM (llada, dream), iterative unmasking (ts_context_diffuse with
+ * its own ts_diffusion_params; see the diffusion section below). */
+typedef enum ts_decoder_type { TS_DECODER_AUTOREGRESSIVE = 0, TS_DECODER_DIFFUSION = 1 } ts_decoder_type;
 
 /* Sampling chain, applied in this order: repetition/presence penalties over
  * the last repeat_last_n tokens, top-k, top-p, min-p, temperature. */
@@ -331,8 +331,17 @@ typedef struct ts_context_params {
     const char *chat_template; /* "chatml" | "gemma" | "llama3" overrides the model's template; NULL: the model's */
     ts_log_fn log;           /* NULL: the model's log callback */
     void *log_user_data;
-    /* (engine placement - which processor runs which stage - will be added
-     * here, after the fields above) */
+    /* Prefill on a device, decode on the CPU (docs/ENGINE.md). A prompt is
+     * cut into chunks of `chunk` tokens; chunks of at least
+     * prefill_min_tokens run their layers on the device, a shorter tail and
+     * every decode step on the CPU. A device that does not open, or cannot
+     * take the model, leaves the context on the CPU: creation still
+     * succeeds and ts_stats.device_fallback holds the one line to show. */
+    const char *prefill_device; /* NULL (default): CPU only. "loop", "loop:npu", "opencl", "opencl:0",
+                                   optionally with ",key=value" options (window=64M, ...) */
+    int32_t chunk;              /* tokens per chunk; default 256 (0: the default); a device that
+                                   requires widths gets the largest of its widths <= chunk */
+    int32_t prefill_min_tokens; /* narrower chunks stay on the CPU; default 32 (0: the default) */
 } ts_context_params;
 
 /* Defaults; thread-safe. */
@@ -493,7 +502,22 @@ typedef struct ts_stats {
     int32_t n_ctx, n_batch, n_threads;
     uint64_t seed;
     double peak_rss_mib;       /* peak resident memory of the whole process */
-    const char *engine;        /* where it ran: "cpu" (later: other engines) */
+    const char *engine;        /* where decoding (and any CPU prefill) ran: "cpu"; prefill chunks on a device: `device` below */
+    /* Prefill on a device (ts_context_params.prefill_device). Token and
+     * device counts are of this run's evaluations; upload, builds and the
+     * window peak count since the context was created (setup included). */
+    /* (the two strings below are owned by the context: valid until it is freed) */
+    const char *device;        /* the device that ran prefill chunks; NULL when none (not asked, or a fallback) */
+    const char *device_fallback; /* the line to show when the device asked for is not used, else NULL */
+    int64_t prefill_dev_tokens;  /* prompt tokens whose layers ran on the device */
+    int64_t prefill_cpu_tokens;  /* prompt tokens computed on the CPU (tails, short prompts) */
+    int64_t prefill_dev_nodes;   /* graph nodes (stages) the device computed */
+    double dev_upload_mib;       /* host -> device */
+    double dev_stall_ms;         /* time the device waited on weight uploads */
+    int64_t graph_builds;        /* chunk graphs built (once per width and layer variant) */
+    int64_t crossings;           /* hand-offs to the device */
+    uint64_t dev_window_bytes;   /* the device's memory window */
+    uint64_t dev_window_peak;    /* most of it in use at once (never above the window) */
 } ts_stats;
 
 /* Same thread as ctx. */
@@ -535,6 +559,94 @@ TS_API const char *ts_quantize_type_name(int i);
  * partial out_path. Thread-safe. */
 TS_API ts_status ts_quantize(const char *in_path, const char *out_path, const char *type,
                              const ts_quantize_params *params, ts_error *err);
+
+/* ---- diffusion LLMs (LLaDA, Dream) ---------------------------------------- */
+
+/* A masked-diffusion LM writes n_gen tokens after the prompt by turning a
+ * canvas of [MASK] tokens into text over several bidirectional forwards,
+ * committing (unmasking) the positions it is most confident about at each
+ * step. docs/DIFFUSION.md describes the decoders and their costs. */
+
+typedef enum ts_diffusion_decoder {
+    /* default: the prompt's KV computed once, each block of `block` tokens
+     * denoised by forwards over the block only, committing every masked
+     * position with confidence >= threshold (at least the most confident) */
+    TS_DIFFUSION_BLOCK = 0,
+    /* LLaDA's generate(): every step one forward over prompt + whole canvas,
+     * `steps` spread over the blocks, a scheduled count committed per step */
+    TS_DIFFUSION_VANILLA = 1
+} ts_diffusion_decoder;
+
+typedef enum ts_diffusion_cache {      /* block decoder only */
+    TS_DIFFUSION_CACHE_PREFIX = 0,     /* prompt + finished blocks cached (default) */
+    TS_DIFFUSION_CACHE_DUAL = 1,       /* also the masked suffix's K/V, from each block's first step */
+    TS_DIFFUSION_CACHE_NONE = 2        /* recompute prompt + finished blocks + block each step (exact) */
+} ts_diffusion_cache;
+
+typedef enum ts_diffusion_alg {        /* a masked position's confidence (higher commits first) */
+    TS_DIFFUSION_LOW_CONFIDENCE = 0,   /* LLaDA: probability of the predicted token */
+    TS_DIFFUSION_MASKGIT_PLUS = 1,     /* Dream: the same under the temperature */
+    TS_DIFFUSION_TOPK_MARGIN = 2,      /* Dream: top-1 minus top-2 probability */
+    TS_DIFFUSION_ENTROPY = 3           /* Dream: minus the entropy (<= 0) */
+} ts_diffusion_alg;
+
+typedef struct ts_diffusion_params {
+    size_t struct_size;
+    ts_diffusion_decoder decoder;  /* default TS_DIFFUSION_BLOCK */
+    ts_diffusion_cache cache;      /* default TS_DIFFUSION_CACHE_PREFIX */
+    ts_diffusion_alg alg;          /* default TS_DIFFUSION_LOW_CONFIDENCE */
+    int32_t n_gen;                 /* canvas tokens after the prompt; default 128 */
+    int32_t block;                 /* block length; default 32 (the last block may be shorter) */
+    int32_t steps;                 /* vanilla: total steps (>= blocks); 0: n_gen */
+    float threshold;               /* block: default 0.9 (entropy: a value <= 0) */
+    float eps;                     /* vanilla: 0 = LLaDA's even schedule; in (0, 1): Dream's timesteps */
+    float temp;                    /* 0 (default): argmax; > 0: Gumbel-max sampling */
+    uint64_t seed;                 /* noise seed; default 0xC0FFEE */
+    bool early_stop;               /* default true: stop after a block holding EOS/EoT */
+    ts_token_fn on_token;          /* text of each finished block, as ts_generate's; may be NULL */
+    void *user_data;
+} ts_diffusion_params;
+
+/* Defaults; thread-safe. */
+TS_API ts_diffusion_params ts_diffusion_default_params(void);
+
+#define TS_DIFFUSION_HIST_LEN 129
+
+typedef struct ts_diffusion_stats {
+    size_t struct_size;
+    int64_t forwards;              /* forward passes: prompt, denoising steps, block KV refreshes */
+    int64_t denoise_forwards;      /* those whose logits chose commits */
+    int64_t tokens_evaluated;      /* positions computed, summed over the forwards */
+    int64_t tokens_committed;      /* positions unmasked */
+    int64_t commit_per_forward_hist[TS_DIFFUSION_HIST_LEN]; /* [k]: denoising forwards committing k (last: >= 128) */
+    double prefill_ms;             /* the prompt's forward (block decoder with a cache) */
+    double denoise_ms;             /* everything after it */
+    int32_t early_stop_at;         /* generated index of the EOS/EoT that ended it, -1 for none */
+    int32_t n_prompt_tokens;
+    int32_t n_gen_tokens;          /* tokens handed out (before any EOS/EoT) */
+    int32_t n_blocks;              /* blocks finished */
+    ts_stop_reason stop_reason;    /* eos (early stop), length, cancelled, error */
+} ts_diffusion_stats;
+
+/* n_batch a context needs for these parameters and an n_prompt-token prompt
+ * on this model: a diffusion window is evaluated in one batch. -1 for
+ * invalid parameters or a model that is not a diffusion LLM. Thread-safe. */
+TS_API int32_t ts_diffusion_n_batch(const ts_model *model, const ts_diffusion_params *params, int32_t n_prompt);
+
+/* Diffusion decoding of a diffusion LLM (llada, dream: a mask token and
+ * bidirectional attention) from the prompt's tokens, starting from an empty
+ * KV cache (whatever ctx held is dropped). tokens (may be NULL when cap is
+ * 0) receives at most cap generated ids and *n_tokens (may be NULL) the
+ * count handed out. stats (may be NULL; caller sets struct_size) receives
+ * the counters, also on failure. Fails with TS_ERR_UNSUPPORTED for a model
+ * that is not a diffusion LLM, TS_ERR_CONTEXT_FULL when prompt + n_gen
+ * exceed n_ctx, TS_ERR_INVALID_ARG for bad parameters or an n_batch below
+ * ts_diffusion_n_batch. A cancel (or on_token returning false) stops at the
+ * next forward with TS_OK and stop reason cancelled. Also sets the context's
+ * ts_stats. Same thread as ctx (ts_context_cancel excepted). */
+TS_API ts_status ts_context_diffuse(ts_context *ctx, const int32_t *prompt, int32_t n_prompt,
+                                    const ts_diffusion_params *params, int32_t *tokens, int32_t cap,
+                                    int32_t *n_tokens, ts_diffusion_stats *stats);
 
 #ifdef __cplusplus
 }

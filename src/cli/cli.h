@@ -15,5 +15,7 @@ int cli_chat(int argc, char **argv);
 int cli_perplexity(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_devices(int argc, char **argv);
+int cli_diffuse(int argc, char **argv); /* cmd_diffuse.c: diffusion LLMs (llada, dream) */
+int cli_serve(int argc, char **argv); /* cmd_serve.c: the HTTP server (src/server) */
 
 #endif

@@ -13,6 +13,7 @@ typedef struct {
 
 static const command commands[] = {
     {"run", cli_run, "generate text from a prompt"},
+    {"diffuse", cli_diffuse, "generate with a diffusion LLM (llada, dream) by iterative unmasking"},
     {"chat", cli_chat, "interactive multi-turn chat"},
     {"perplexity", cli_perplexity, "perplexity of a model over a text file"},
     {"tokenize", cli_tokenize, "show the tokens of a text"},
@@ -20,6 +21,7 @@ static const command commands[] = {
     {"quantize", cli_quantize, "rewrite a model's 2-D weights in another type"},
     {"bench", cli_bench, "llama-bench-style prefill/generation throughput"},
     {"devices", cli_devices, "list the compute devices and why any did not open"},
+    {"serve", cli_serve, "OpenAI-compatible HTTP server with a chat page"},
 };
 
 static void usage(FILE *f) {

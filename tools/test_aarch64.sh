@@ -32,7 +32,7 @@ else
 fi
 
 cmake -S "$src" -B "$build" -G Ninja -DCMAKE_TOOLCHAIN_FILE="$toolchain" -DCMAKE_BUILD_TYPE=Release -DTS_SERVER=OFF >/dev/null
-ninja -C "$build" -j2 test_kernels
+ninja -C "$build" -j2 test_kernels test_kernels_rp_gemm
 ctest --test-dir "$build" -R '^test_kernels' --output-on-failure
 
 # The tiny-model oracle (tests/test_tiny_oracle.py: HF transformers on the

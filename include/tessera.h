@@ -626,6 +626,10 @@ typedef struct ts_diffusion_stats {
     int32_t n_gen_tokens;          /* tokens handed out (before any EOS/EoT) */
     int32_t n_blocks;              /* blocks finished */
     ts_stop_reason stop_reason;    /* eos (early stop), length, cancelled, error */
+    /* window forwards on the prefill device (ts_context_params.prefill_device;
+     * a window of >= prefill_min_tokens and <= the chunk width) */
+    int64_t dev_forwards;          /* forwards whose layers ran on the device */
+    int64_t dev_tokens;            /* positions of those forwards (of tokens_evaluated) */
 } ts_diffusion_stats;
 
 /* n_batch a context needs for these parameters and an n_prompt-token prompt

@@ -171,7 +171,10 @@ ts_status ts_context_diffuse(ts_context *c, const int32_t *prompt, int32_t n_pro
     c->has_logits = false;
     memset(&c->run, 0, sizeof c->run);
     ts_diff_stats ds;
+    ts_state_dev_stats dv0, dv1; /* the window forwards the prefill device ran */
+    ts_state_dev_stats_get(c->st, &dv0);
     int rc = ts_diffuse(&d, prompt, n_prompt, &cfg, gen, &ds, &e);
+    ts_state_dev_stats_get(c->st, &dv1);
     free(gen);
     int64_t nf = ts_detok_flush(&io.dt, c->piece, c->piece_cap);
     if (nf > 0 && p.on_token) p.on_token(c->piece, (size_t)nf, -1, p.user_data);
@@ -186,6 +189,8 @@ ts_status ts_context_diffuse(ts_context *c, const int32_t *prompt, int32_t n_pro
     c->run.decode_ms = ds.denoise_ms;
     c->run.stop = stop;
     c->run.done = true;
+    /* the device's window forwards are counted in ts_diffusion_stats only:
+     * ts_stats' prefill_dev/cpu_tokens split the causal prompt's tokens */
     if (n_tokens) *n_tokens = io.n_out;
     if (stats) {
         ts_diffusion_stats s;
@@ -203,6 +208,8 @@ ts_status ts_context_diffuse(ts_context *c, const int32_t *prompt, int32_t n_pro
         s.n_gen_tokens = io.n_out;
         s.n_blocks = ds.n_blocks_done;
         s.stop_reason = stop;
+        s.dev_forwards = (int64_t)(dv1.dev_runs - dv0.dev_runs);
+        s.dev_tokens = (int64_t)(dv1.dev_tokens - dv0.dev_tokens);
         ts_struct_out(stats, &s, sizeof s);
     }
     if (rc < 0)

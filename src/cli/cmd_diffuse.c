@@ -52,11 +52,17 @@ static void help(FILE *f) {
             "                           commit_per_forward_hist ([k] = forwards committing k tokens),\n"
             "                           prefill_ms, denoise_ms, early_stop_at (generated index or null),\n"
             "                           n_prompt_tokens, n_gen_tokens, stop_reason, decoder, cache, ...\n"
+            "      --prefill-device D   run the layers of wide window forwards on device D (loop, opencl,\n"
+            "                           cpu, with options as for tessera run); sampling and commits\n"
+            "                           stay on the CPU\n"
+            "      --chunk N            the device's graph width (default 256): windows of at most N tokens\n"
+            "                           (exactly N where the device requires widths) go to the device\n"
+            "      --prefill-min-tokens N  narrower windows stay on the CPU (default 32)\n"
             "  -t, --threads N          worker threads (default: physical cores)\n"
             "  -c, --ctx-size N         KV capacity (default: prompt + --gen)\n"
             "  -h, --help               this help\n\n"
             "The context's batch is sized to the largest window the decoder evaluates (one window is\n"
-            "one batch). Window forwards run on the CPU (--prefill-device does not apply to them yet).\n",
+            "one batch). Window forwards run on the CPU unless --prefill-device takes them.\n",
             (int)d.n_gen, (int)d.block, (double)d.threshold, (unsigned long long)d.seed);
 }
 
@@ -85,7 +91,8 @@ static int parse_f32(const char *flag, const char *s, float lo, float hi, float 
 }
 
 typedef struct diff_opts {
-    const char *model, *prompt, *file, *system, *chat_template;
+    const char *model, *prompt, *file, *system, *chat_template, *prefill_device;
+    int32_t chunk, prefill_min_tokens;
     bool chat, stats_json, display_prompt;
     int32_t n_threads, n_ctx;
     ts_diffusion_params dp;
@@ -119,6 +126,9 @@ static int parse(int argc, char **argv, diff_opts *o) {
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->file = v;
         else if (!strcmp(a, "--system")) o->system = v;
+        else if (!strcmp(a, "--prefill-device")) o->prefill_device = v;
+        else if (!strcmp(a, "--chunk")) rc = parse_i32(a, v, 1, &o->chunk);
+        else if (!strcmp(a, "--prefill-min-tokens")) rc = parse_i32(a, v, 1, &o->prefill_min_tokens);
         else if (!strcmp(a, "--chat-template")) o->chat_template = v;
         else if (!strcmp(a, "-n") || !strcmp(a, "--gen")) rc = parse_i32(a, v, 1, &o->dp.n_gen);
         else if (!strcmp(a, "--block")) rc = parse_i32(a, v, 1, &o->dp.block);
@@ -193,8 +203,13 @@ static bool on_token(const char *piece, size_t len, int32_t token, void *ud) {
     return true;
 }
 
-static ts_context *make_context(ts_model *m, const diff_opts *o, int32_t n_ctx, int32_t n_batch) {
+static ts_context *make_context(ts_model *m, const diff_opts *o, int32_t n_ctx, int32_t n_batch, bool device) {
     ts_context_params cp = ts_context_default_params();
+    if (device) {
+        cp.prefill_device = o->prefill_device;
+        cp.chunk = o->chunk;
+        cp.prefill_min_tokens = o->prefill_min_tokens;
+    }
     cp.n_ctx = n_ctx;
     cp.n_batch = n_batch;
     cp.n_threads = o->n_threads;
@@ -202,7 +217,13 @@ static ts_context *make_context(ts_model *m, const diff_opts *o, int32_t n_ctx, 
     cp.chat_template = o->chat_template;
     ts_context *ctx = NULL;
     ts_error err;
-    if (ts_context_create(m, &cp, &ctx, &err) != TS_OK) fprintf(stderr, "error: %s\n", err.message);
+    if (ts_context_create(m, &cp, &ctx, &err) != TS_OK) {
+        fprintf(stderr, "error: %s\n", err.message);
+        return NULL;
+    }
+    /* a device that did not open: the one line, and the run goes on on the CPU */
+    ts_stats st = TS_STRUCT_INIT(ts_stats);
+    if (device && ts_context_get_stats(ctx, &st) == TS_OK && st.device_fallback) fprintf(stderr, "%s\n", st.device_fallback);
     return ctx;
 }
 
@@ -218,6 +239,9 @@ static void print_stats(const diff_opts *o, const ts_diffusion_stats *s, const t
                 (long long)s->tokens_evaluated,
                 s->denoise_forwards ? (double)s->tokens_committed / (double)s->denoise_forwards : 0.0, s->prefill_ms,
                 s->denoise_ms, ts_stop_reason_name(s->stop_reason), s->early_stop_at >= 0 ? " (early stop)" : "");
+        if (cs->device)
+            fprintf(stderr, "device %s: %lld window forwards (%lld positions) ran their layers there\n", cs->device,
+                    (long long)s->dev_forwards, (long long)s->dev_tokens);
         return;
     }
     int last = 0;
@@ -234,12 +258,22 @@ static void print_stats(const diff_opts *o, const ts_diffusion_stats *s, const t
     fprintf(stderr,
             ",\"n_prompt_tokens\":%d,\"n_gen_tokens\":%d,\"n_blocks\":%d,\"stop_reason\":\"%s\",\"decoder\":\"%s\","
             "\"cache\":\"%s\",\"alg\":\"%s\",\"gen\":%d,\"block\":%d,\"steps\":%d,\"threshold\":%g,\"eps\":%g,"
-            "\"temp\":%g,\"seed\":%llu,\"n_threads\":%d,\"n_ctx\":%d,\"n_batch\":%d,\"peak_rss_mib\":%.1f}\n",
+            "\"temp\":%g,\"seed\":%llu,\"n_threads\":%d,\"n_ctx\":%d,\"n_batch\":%d,\"peak_rss_mib\":%.1f,"
+            "\"dev_forwards\":%lld,\"dev_tokens\":%lld,\"device\":",
             (int)s->n_prompt_tokens, (int)s->n_gen_tokens, (int)s->n_blocks, ts_stop_reason_name(s->stop_reason),
             dec[p->decoder == TS_DIFFUSION_VANILLA], cache[p->cache % 3], alg[p->alg % 4], (int)p->n_gen,
             (int)p->block, (int)(p->steps > 0 ? p->steps : p->n_gen), (double)p->threshold, (double)p->eps,
             (double)p->temp, (unsigned long long)p->seed, (int)cs->n_threads, (int)cs->n_ctx, (int)cs->n_batch,
-            cs->peak_rss_mib);
+            cs->peak_rss_mib, (long long)s->dev_forwards, (long long)s->dev_tokens);
+    /* the device that ran window forwards (device names are plain words and options) */
+    if (cs->device) {
+        fputc('"', stderr);
+        for (const unsigned char *c = (const unsigned char *)cs->device; *c; c++)
+            if (*c >= 0x20 && *c != '"' && *c != '\\') fputc(*c, stderr);
+        fputs("\"}\n", stderr);
+    } else {
+        fputs("null}\n", stderr);
+    }
 }
 
 int cli_diffuse(int argc, char **argv) {
@@ -268,7 +302,7 @@ int cli_diffuse(int argc, char **argv) {
         goto done;
     }
     if (o.chat) { /* a small context only to render the template */
-        ts_context *tc = make_context(m, &o, 8, 1);
+        ts_context *tc = make_context(m, &o, 8, 1, false);
         if (!tc) goto done;
         ts_chat_message msgs[2];
         size_t nm = 0;
@@ -296,7 +330,7 @@ int cli_diffuse(int argc, char **argv) {
     if (n_batch < 1) n_batch = 1;
     int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : n_prompt + o.dp.n_gen;
     if (n_ctx > (1 << 24)) n_ctx = 1 << 24;
-    if (!(ctx = make_context(m, &o, (int32_t)n_ctx, n_batch))) goto done;
+    if (!(ctx = make_context(m, &o, (int32_t)n_ctx, n_batch, true))) goto done;
     if (o.display_prompt) {
         fwrite(text, 1, text_len, stdout);
         fflush(stdout);

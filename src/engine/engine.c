@@ -884,6 +884,11 @@ static int check_weight(const ts_engine *e, const ts_eng_bind *b, int64_t n_in, 
 
 int ts_eng_enqueue_graph(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *binds, int n_binds, int64_t pos0,
                          int n_tok, ts_err *err) {
+    return ts_eng_enqueue_graph_window(q, g, binds, n_binds, pos0, n_tok, 0, err);
+}
+
+int ts_eng_enqueue_graph_window(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *binds, int n_binds,
+                                int64_t pos0, int n_tok, int64_t n_kv, ts_err *err) {
     if (!q || !g)
         return ts_err_set(err, "graph run: queue or graph is NULL");
     ts_engine *e = q->eng;
@@ -898,6 +903,9 @@ int ts_eng_enqueue_graph(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *bi
                           e->desc.name, n_tok, g->width);
     if (pos0 < 0 || pos0 > (int64_t)1 << 40)
         return ts_err_set(err, "graph run: pos0 %lld out of range", (long long)pos0);
+    if (n_kv != 0 && n_kv < pos0 + n_tok)
+        return ts_err_set(err, "graph run: n_kv %lld below the window end pos0 + n_tok = %lld (0 = causal)",
+                          (long long)n_kv, (long long)(pos0 + n_tok));
     for (int i = 0; i < g->n_slots; i++) {
         const ts_eng_bind *b = &binds[i];
         if (b->buf && b->buf->eng != e)
@@ -918,6 +926,12 @@ int ts_eng_enqueue_graph(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *bi
             if (pos0 + n_tok > cap)
                 return ts_err_set(err, "graph run: node %d (%s): positions up to %lld past the cache's %d rows", ni,
                                   ts_op_name(n->op), (long long)(pos0 + n_tok), cap);
+            if (n->op == TS_OP_ATTENTION && n_kv > cap)
+                return ts_err_set(err, "graph run: node %d (attention): n_kv %lld past the cache's %d rows", ni,
+                                  (long long)n_kv, cap);
+            if (n->op == TS_OP_ATTENTION && n_kv > 0 && n->attention.n_swa > 0)
+                return ts_err_set(err, "graph run: node %d (attention): window mode (n_kv %lld) with n_swa %d", ni,
+                                  (long long)n_kv, n->attention.n_swa);
         }
         for (int i = 0; i < k; i++) {
             if (refs[i].slot < 0)
@@ -941,7 +955,7 @@ int ts_eng_enqueue_graph(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *bi
                                   ts_op_name(n->op), i, start, align[i]);
         }
     }
-    if (e->vt->enq_graph(q, g, binds, pos0, n_tok, err))
+    if (e->vt->enq_graph(q, g, binds, pos0, n_tok, n_kv, err))
         return -1;
     TS_ENG_COUNT(e, graph_runs, 1);
     return 0;

@@ -43,7 +43,9 @@ typedef struct ts_eng_vt {
     int (*enq_marker)(ts_eng_queue *q, ts_eng_event *ev, ts_err *err); /* ev fresh from event_init */
     /* binds: the checked copy (n_slots entries), owned by the call; the
      * engine copies what it keeps. */
-    int (*enq_graph)(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *binds, int64_t pos0, int n_tok, ts_err *err);
+    /* n_kv: 0 causal attention; > 0 every query sees cache rows [0, n_kv) */
+    int (*enq_graph)(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *binds, int64_t pos0, int n_tok,
+                     int64_t n_kv, ts_err *err);
     int (*flush)(ts_eng_queue *q, ts_err *err);
     int (*finish)(ts_eng_queue *q, ts_err *err);
 

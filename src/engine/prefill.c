@@ -548,6 +548,10 @@ static int stream_layer_done(ts_eng_prefill *pf, int l, ts_err *err) {
 }
 
 int ts_eng_prefill_run(ts_eng_prefill *pf, int64_t pos0, int n_tok, ts_err *err) {
+    return ts_eng_prefill_run_window(pf, pos0, n_tok, 0, err);
+}
+
+int ts_eng_prefill_run_window(ts_eng_prefill *pf, int64_t pos0, int n_tok, int64_t n_kv, ts_err *err) {
     if (!pf)
         return ts_err_set(err, "prefill: NULL");
     if (n_tok < 1 || n_tok > pf->width)
@@ -557,6 +561,9 @@ int ts_eng_prefill_run(ts_eng_prefill *pf, int64_t pos0, int n_tok, ts_err *err)
                           pf->dev->desc.name, pf->width, n_tok);
     if (pos0 < 0)
         return ts_err_set(err, "prefill: pos0 %lld", (long long)pos0);
+    if (n_kv != 0 && n_kv < pos0 + n_tok)
+        return ts_err_set(err, "prefill: n_kv %lld below the window end %lld", (long long)n_kv,
+                          (long long)(pos0 + n_tok));
     /* the broken hook left the previous run in flight: catch up first */
     if (pf->nodrain && drain(pf, err))
         goto fail;
@@ -569,7 +576,10 @@ int ts_eng_prefill_run(ts_eng_prefill *pf, int64_t pos0, int n_tok, ts_err *err)
     if (pf->kv_valid > pos0)
         pf->kv_valid = pos0;
     for (int l = 0; l < pf->n_layer; l++)
-        if (pf->vars[pf->layer_var[l]].kv_read_device && sync_kv(pf, l, pf->kv_valid, pos0, TS_SYNC_TO_DEVICE, err))
+        if (pf->vars[pf->layer_var[l]].kv_read_device &&
+            (sync_kv(pf, l, pf->kv_valid, pos0, TS_SYNC_TO_DEVICE, err) ||
+             /* a window also reads the rows past it (dual cache suffix) */
+             sync_kv(pf, l, pos0 + n_tok, n_kv, TS_SYNC_TO_DEVICE, err)))
             goto fail;
     /* streaming: the first two layers' uploads go out before any compute */
     if (pf->streaming)
@@ -592,7 +602,7 @@ int ts_eng_prefill_run(ts_eng_prefill *pf, int64_t pos0, int n_tok, ts_err *err)
                 if (!dev_dirty && V->kv_read_device && !V->kv_on_device &&
                     sync_kv(pf, l, pos0, pos0 + n_tok, TS_SYNC_TO_DEVICE, err))
                     goto fail;
-                if (ts_eng_enqueue_graph(pf->dq, V->graphs[i], db, TS_LS_COUNT, pos0, n_tok, err))
+                if (ts_eng_enqueue_graph_window(pf->dq, V->graphs[i], db, TS_LS_COUNT, pos0, n_tok, n_kv, err))
                     goto fail;
                 dev_dirty = pf->dq_pending = true;
                 if (pf->streaming && i == last_dev) {
@@ -613,7 +623,7 @@ int ts_eng_prefill_run(ts_eng_prefill *pf, int64_t pos0, int n_tok, ts_err *err)
                         goto fail;
                     dev_dirty = false;
                 }
-                if (ts_eng_enqueue_graph(pf->cq, V->graphs[i], cb, TS_LS_COUNT, pos0, n_tok, err))
+                if (ts_eng_enqueue_graph_window(pf->cq, V->graphs[i], cb, TS_LS_COUNT, pos0, n_tok, n_kv, err))
                     goto fail;
             }
         }
@@ -639,6 +649,10 @@ int ts_eng_prefill_run(ts_eng_prefill *pf, int64_t pos0, int n_tok, ts_err *err)
     pf->st.run_nodes += after.nodes - before.nodes;
     pf->st.tokens += (uint64_t)n_tok;
     pf->st.runs++;
+    if (n_kv > 0) {
+        pf->st.window_tokens += (uint64_t)n_tok;
+        pf->st.window_runs++;
+    }
     return 0;
 fail:
     (void)ts_eng_queue_finish(pf->dq, NULL);

@@ -72,6 +72,12 @@ void ts_eng_prefill_free(ts_eng_prefill *pf);
  * that require widths) at positions pos0..: x in, x out, KV rows written. */
 int ts_eng_prefill_run(ts_eng_prefill *pf, int64_t pos0, int n_tok, ts_err *err);
 
+/* The same with non-causal attention (ts_forward_window): every token sees
+ * cache rows [0, n_kv) (n_kv >= pos0 + n_tok; 0 = causal, as above). Rows
+ * [pos0 + n_tok, n_kv) the host wrote (a dual cache's suffix) are synced to
+ * the device first. Counted in tokens/runs and in window_tokens/runs. */
+int ts_eng_prefill_run_window(ts_eng_prefill *pf, int64_t pos0, int n_tok, int64_t n_kv, ts_err *err);
+
 /* The KV cache was truncated to n rows on the host (ts_state_kv_truncate):
  * rows past it are no longer known to the device. */
 void ts_eng_prefill_kv_truncate(ts_eng_prefill *pf, int64_t n);
@@ -79,6 +85,8 @@ void ts_eng_prefill_kv_truncate(ts_eng_prefill *pf, int64_t n);
 typedef struct ts_eng_prefill_stats {
     uint64_t tokens; /* tokens run through the device path */
     uint64_t runs;
+    uint64_t window_tokens; /* of tokens: those of window runs (n_kv > 0) */
+    uint64_t window_runs;   /* of runs: window runs */
     uint64_t run_crossings; /* device crossings during runs (setup's probes and uploads excluded) */
     uint64_t run_nodes;     /* nodes the device computed during runs */
     int segments_per_layer; /* device + cpu segments of the first layer variant */

@@ -244,6 +244,8 @@ void ts_state_dev_stats_get(const ts_state *s, ts_state_dev_stats *out) {
     out->streaming = ps.streaming;
     out->dev_tokens = ps.tokens;
     out->dev_runs = ps.runs;
+    out->dev_window_tokens = ps.window_tokens;
+    out->dev_window_runs = ps.window_runs;
     out->dev_nodes = ps.run_nodes;
     out->crossings = ps.run_crossings;
     out->upload_bytes = es.upload_bytes;
@@ -619,8 +621,8 @@ int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all,
 /* ---- bidirectional window (diffusion LLMs) ----------------------------- */
 
 /* The layer loop of eval_batch with non-causal attention over cache rows
- * [0, n_kv), for nb tokens at positions pos0 ...; always on the CPU stages
- * (a device path may take over eval_batch; this one stays local). */
+ * [0, n_kv), for nb tokens at positions pos0 ..., on the CPU stages (a
+ * window the prefill device takes goes to eval_window_device instead). */
 static void eval_window(ts_state *s, const int32_t *tokens, int nb, int64_t pos0, int64_t n_kv, float *logits_out) {
     const ts_mdl *m = s->m;
     const ts_hparams *hp = &m->hp;
@@ -645,6 +647,22 @@ static void eval_window(ts_state *s, const int32_t *tokens, int nb, int64_t pos0
     }
 }
 
+/* eval_window with the layers on the prefill device (non-causal runs of
+ * engine/prefill.c over the same buffers and cache). */
+static int eval_window_device(ts_state *s, const int32_t *tokens, int nb, int64_t pos0, int64_t n_kv,
+                              float *logits_out, ts_err *err) {
+    stage_embed(s, tokens, nb);
+    if (ts_eng_prefill_run_window(s->pf, pos0, nb, n_kv, err) < 0) return -1;
+    const int64_t V = s->m->hp.n_vocab;
+    if (logits_out) {
+        stage_logits(s, 0, nb, logits_out);
+        memcpy(s->logits, logits_out + (int64_t)(nb - 1) * V, (size_t)V * sizeof(float));
+    } else {
+        stage_logits(s, nb - 1, nb, s->logits);
+    }
+    return 0;
+}
+
 int ts_forward_window(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, float *logits_all,
                       ts_err *err) {
     if (!s) return ts_err_set(err, "state is NULL");
@@ -667,6 +685,12 @@ int ts_forward_window(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos
     for (int32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
             return ts_err_set(err, "token id %d at index %d out of range [0, %d)", tokens[i], i, hp->n_vocab);
+    /* a window as wide as a prefill chunk runs its layers on the device
+     * (same rule as ts_forward's chunks: >= the minimum, <= the width, ==
+     * the width where the device requires widths); the embedding, output
+     * norm and logits stay on the CPU, as in eval_device */
+    if (s->pf && n >= s->pf_min && n <= s->pf_width && pf_takes(s, n))
+        return eval_window_device(s, tokens, n, pos0, n_kv, logits_all, err);
     /* the CPU rewrites rows pos0.. of the cache: a prefill device that keeps
      * its own copy must not trust its rows from there on */
     if (s->pf) ts_eng_prefill_kv_truncate(s->pf, pos0);

@@ -131,6 +131,9 @@ typedef struct ts_state_dev_stats {
     uint64_t window_bytes;   /* the device's memory window */
     uint64_t window_peak;    /* most of it ever in use */
     int32_t converted;       /* matrices converted to a type the device takes */
+    /* of dev_tokens / dev_runs: the non-causal window forwards (diffusion) */
+    uint64_t dev_window_tokens;
+    uint64_t dev_window_runs;
 } ts_state_dev_stats;
 void ts_state_dev_stats_get(const ts_state *s, ts_state_dev_stats *out);
 /* The one line a front end prints when the device asked for did not open
@@ -160,7 +163,10 @@ const float *ts_state_logits(const ts_state *s); /* n_vocab floats: the last eva
  * the last row also goes to ts_state_logits.
  * Works on any model (the attention is non-causal whatever hparams.causal
  * says) except one with sliding-window layers (refused). Requires
- * 0 <= pos0, 0 <= n, pos0 + n <= n_kv <= n_ctx; n == 0 does nothing. */
+ * 0 <= pos0, 0 <= n, pos0 + n <= n_kv <= n_ctx; n == 0 does nothing.
+ * With a prefill device, a window of prefill_min_tokens <= n <= the chunk
+ * width (== it where the device requires widths) runs its layers there
+ * (counted in ts_state_dev_stats' dev_window_tokens/runs); the rest on the CPU. */
 int ts_forward_window(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, float *logits_all,
                       ts_err *err);
 /* Declares rows [0, n) of the cache valid (n <= n_ctx): after a window

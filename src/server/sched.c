@@ -432,7 +432,8 @@ int tsrv_sched_start(tsrv_server *s, tsrv_error *e) {
      * fallback line; otherwise prefill chunks run there. */
     if (s->cfg.prefill_device && s->diffusion) {
         snprintf(s->device_fallback, sizeof s->device_fallback,
-                 "a diffusion model's window forwards run on the CPU: --prefill-device does not apply");
+                 "the server runs a diffusion model's window forwards on the CPU: --prefill-device does not "
+                 "apply here (tessera diffuse takes it)");
     } else if (s->cfg.prefill_device) {
         if (st.device_fallback) {
             snprintf(s->device_fallback, sizeof s->device_fallback, "%s", st.device_fallback);

@@ -105,7 +105,7 @@ static int cpu_marker(ts_eng_queue *q, ts_eng_event *ev, ts_err *err) {
 }
 
 static int cpu_graph_run(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *binds, int64_t pos0, int n_tok,
-                         ts_err *err) {
+                         int64_t n_kv, ts_err *err) {
     ts_engine *e = q->eng;
     cpu_eng *c = e->impl;
     uint8_t *stack_base[64];
@@ -115,7 +115,7 @@ static int cpu_graph_run(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *bi
     for (int s = 0; s < g->n_slots; s++)
         base[s] = binds[s].buf ? (uint8_t *)binds[s].buf->impl + binds[s].off : NULL;
     for (int i = 0; i < g->n_nodes; i++)
-        ts_cpu_exec_node(g->impl, c->pool, &g->nodes[i], binds, base, pos0, n_tok);
+        ts_cpu_exec_node(g->impl, c->pool, &g->nodes[i], binds, base, pos0, n_tok, n_kv);
     if (base != stack_base)
         free(base);
     TS_ENG_COUNT(e, nodes, (uint64_t)g->n_nodes);

@@ -103,7 +103,7 @@ void ts_cpu_exec_free(ts_cpu_exec *x) {
 static void *at(uint8_t *const *base, ts_eng_ref r) { return r.slot < 0 ? NULL : base[r.slot] + r.off; }
 
 void ts_cpu_exec_node(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *n, const ts_eng_bind *binds,
-                      uint8_t *const *base, int64_t pos0, int n_tok) {
+                      uint8_t *const *base, int64_t pos0, int n_tok, int64_t n_kv) {
     switch (n->op) {
     case TS_OP_MATMUL: {
         const ts_eng_bind *b = &binds[n->matmul.w.slot];
@@ -169,6 +169,7 @@ void ts_cpu_exec_node(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *n,
             .n_swa = n->attention.n_swa,
             .kv_f16 = n->attention.kv_f16,
             .kv_stride = (int64_t)n->attention.n_head_kv * n->attention.head_dim,
+            .n_kv = n_kv, /* 0 causal; > 0 the window mode of ts_forward_window */
         };
         /* the forward's own choice of kernel, so that a position computes
          * bit for bit what the CPU forward computes */

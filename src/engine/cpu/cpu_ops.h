@@ -28,10 +28,11 @@ uint64_t ts_cpu_exec_bytes(const ts_eng_node *nodes, int n_nodes, int width, int
 ts_cpu_exec *ts_cpu_exec_new(const ts_eng_node *nodes, int n_nodes, int width, int n_threads, ts_err *err);
 void ts_cpu_exec_free(ts_cpu_exec *x);
 
-/* Runs node n over n_tok tokens at pos0. base[s] is the host address of
+/* Runs node n over n_tok tokens at pos0 (attention: n_kv 0 causal, > 0
+ * every query sees cache rows [0, n_kv), ts_attn_params.n_kv). base[s] is the host address of
  * slot s (its buffer + binding offset); binds gives the weight type and
  * layout of matmul slots. pool has the n_threads the exec was made for. */
 void ts_cpu_exec_node(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *n, const ts_eng_bind *binds,
-                      uint8_t *const *base, int64_t pos0, int n_tok);
+                      uint8_t *const *base, int64_t pos0, int n_tok, int64_t n_kv);
 
 #endif

@@ -65,6 +65,7 @@ typedef struct loop_cmd {
     ts_eng_graph *g;
     ts_eng_bind *binds; /* owned copy */
     int64_t pos0;
+    int64_t n_kv; /* 0 causal, > 0 window attention over rows [0, n_kv) */
     int n_tok;
 } loop_cmd;
 
@@ -130,7 +131,7 @@ static int run_graph(ts_engine *e, loop_cmd *c) {
         base[s] = c->binds[s].buf ? (uint8_t *)c->binds[s].buf->impl + c->binds[s].off : NULL;
     pthread_mutex_lock(&L->compute);
     for (int i = 0; i < g->n_nodes; i++)
-        ts_cpu_exec_node(g->impl, L->pool, &g->nodes[i], c->binds, base, c->pos0, c->n_tok);
+        ts_cpu_exec_node(g->impl, L->pool, &g->nodes[i], c->binds, base, c->pos0, c->n_tok, c->n_kv);
     pthread_mutex_unlock(&L->compute);
     if (base != stack_base)
         free(base);
@@ -339,7 +340,7 @@ static int loop_marker(ts_eng_queue *q, ts_eng_event *ev, ts_err *err) {
 }
 
 static int loop_graph(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *binds, int64_t pos0, int n_tok,
-                      ts_err *err) {
+                      int64_t n_kv, ts_err *err) {
     loop_cmd *c = new_cmd(C_GRAPH, err);
     if (!c)
         return -1;
@@ -349,7 +350,7 @@ static int loop_graph(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *binds
         return ts_err_set(err, "out of memory enqueuing a graph");
     }
     memcpy(c->binds, binds, (size_t)g->n_slots * sizeof *binds);
-    c->g = g, c->pos0 = pos0, c->n_tok = n_tok;
+    c->g = g, c->pos0 = pos0, c->n_tok = n_tok, c->n_kv = n_kv;
     return push(q, c);
 }
 

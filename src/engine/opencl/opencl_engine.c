@@ -14,7 +14,7 @@
  * per open; kernel objects are shared, so setting arguments and enqueuing
  * happen under one lock.
  *
- * What it takes: every op; matmul weights in F32, F16, Q8_0 and Q4_0 (GGUF
+ * What it takes: every op; matmul weights in F32, F16, Q8_0, Q4_0 and Q4_1 (GGUF
  * rows; other types are converted at load by the probe's answer). Widths:
  * any up to 4096, 64/128/256 preferred. The crossing cost is measured when
  * the device opens (an empty marker's round trip, best of 5). Stall time is
@@ -159,9 +159,13 @@ static int enum_devices(dev_ref *out, int cap, ts_err *err) {
 
 /* ---- engine state ---- */
 
-enum { K_MM_F32, K_MM_F16, K_MM_Q8_0, K_MM_Q4_0, K_RMSNORM, K_ROPE, K_KV, K_ATTN, K_SWIGLU, K_GEGLU, K_ADD, K_COUNT };
-static const char *const kernel_names[K_COUNT] = {"mm_f32",   "mm_f16",    "mm_q8_0", "mm_q4_0", "rmsnorm", "rope",
-                                                  "kv_store", "attention", "swiglu",  "geglu",   "add"};
+enum {
+    K_MM_F32, K_MM_F16, K_MM_Q8_0, K_MM_Q4_0, K_MM_Q4_1,
+    K_RMSNORM, K_ROPE, K_KV, K_ATTN, K_SWIGLU, K_GEGLU, K_ADD, K_COUNT
+};
+static const char *const kernel_names[K_COUNT] = {"mm_f32",  "mm_f16", "mm_q8_0",  "mm_q4_0",   "mm_q4_1",
+                                                  "rmsnorm", "rope",   "kv_store", "attention", "swiglu",
+                                                  "geglu",   "add"};
 
 typedef struct ocl_eng {
     cl_platform_id plat;
@@ -461,9 +465,10 @@ static int launch(ts_engine *e, ocl_q *q, int k, const karg *args, int n_args, c
 static size_t round_up(size_t v, size_t m) { return (v + m - 1) / m * m; }
 
 static int run_node(ts_engine *e, ocl_q *q, const ts_eng_graph *g, const ts_eng_node *n, const ts_eng_bind *binds,
-                    int64_t pos0, int n_tok, ts_err *err) {
+                    int64_t pos0, int n_tok, int64_t n_kv, ts_err *err) {
     ocl_eng *o = e->impl;
     const cl_long p0 = pos0;
+    const cl_long win_kv = n_kv; /* attention: 0 causal, > 0 keys [0, n_kv) for every query */
     const cl_int T = n_tok;
     /* buffer and byte offset of a ref; absent refs get slot 0's buffer (an
      * argument must be a valid object) and a has_w flag of 0 */
@@ -478,6 +483,7 @@ static int run_node(ts_engine *e, ocl_q *q, const ts_eng_graph *g, const ts_eng_
         case TS_TYPE_F16: k = K_MM_F16; break;
         case TS_TYPE_Q8_0: k = K_MM_Q8_0; break;
         case TS_TYPE_Q4_0: k = K_MM_Q4_0; break;
+        case TS_TYPE_Q4_1: k = K_MM_Q4_1; break;
         default: return ts_err_set(err, "opencl: no matmul kernel for weight type %u", b->wtype);
         }
         if (b->layout != TS_WL_ROWS)
@@ -531,9 +537,9 @@ static int run_node(ts_engine *e, ocl_q *q, const ts_eng_graph *g, const ts_eng_
                swa = n->attention.n_swa, f16 = n->attention.kv_f16, nctx = n->attention.n_ctx;
         cl_float sc = n->attention.scale, cap = n->attention.softcap;
         const karg a[] = {A(qm), A(qo),  A(kc), A(kco), A(vc), A(vco), A(out), A(oo), A(scr),
-                          A(nh), A(nkv), A(hd), A(swa), A(sc), A(cap), A(f16), A(p0), A(nctx)};
+                          A(nh), A(nkv), A(hd), A(swa), A(sc), A(cap), A(f16), A(p0), A(nctx), A(win_kv)};
         const size_t gs[2] = {(size_t)nh * o->wg, (size_t)n_tok}, l[2] = {o->wg, 1};
-        return launch(e, q, K_ATTN, a, 18, 2, gs, l, err);
+        return launch(e, q, K_ATTN, a, 19, 2, gs, l, err);
     }
     case TS_OP_SWIGLU:
     case TS_OP_GEGLU: {
@@ -560,13 +566,13 @@ static int run_node(ts_engine *e, ocl_q *q, const ts_eng_graph *g, const ts_eng_
 }
 
 static int ocl_graph_run(ts_eng_queue *qq, ts_eng_graph *g, const ts_eng_bind *binds, int64_t pos0, int n_tok,
-                         ts_err *err) {
+                         int64_t n_kv, ts_err *err) {
     ts_engine *e = qq->eng;
     ocl_eng *o = e->impl;
     pthread_mutex_lock(&o->klock);
     int rc = 0;
     for (int i = 0; i < g->n_nodes && !rc; i++) {
-        rc = run_node(e, qq->impl, g, &g->nodes[i], binds, pos0, n_tok, err);
+        rc = run_node(e, qq->impl, g, &g->nodes[i], binds, pos0, n_tok, n_kv, err);
         if (rc)
             ts_err_prefix(err, "node %d (%s)", i, ts_op_name(g->nodes[i].op));
         else
@@ -651,7 +657,8 @@ static void describe(ts_eng_desc *d, const dev_ref *r, int index) {
     d->max_width = 4096;
     d->min_width = d->kind == TS_ENG_KIND_GPU ? 32 : 1;
     d->ops = (1u << TS_OP_COUNT) - 1;
-    d->weight_types = (1ull << TS_TYPE_F32) | (1ull << TS_TYPE_F16) | (1ull << TS_TYPE_Q8_0) | (1ull << TS_TYPE_Q4_0);
+    d->weight_types = (1ull << TS_TYPE_F32) | (1ull << TS_TYPE_F16) | (1ull << TS_TYPE_Q8_0) | (1ull << TS_TYPE_Q4_0) |
+                      (1ull << TS_TYPE_Q4_1);
     d->host_visible_device_mem = false;
     d->cpu_layouts = false;
     d->stall_measured = false;

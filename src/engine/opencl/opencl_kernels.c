@@ -12,10 +12,12 @@
  *   Q8_0  34-byte blocks {half d; char q[32]}        w = d * q
  *   Q4_0  18-byte blocks {half d; uchar q[16]}       w[j] = d * ((q[j] & 15) - 8),
  *                                                    w[j+16] = d * ((q[j] >> 4) - 8)
+ *   Q4_1  20-byte blocks {half d, m; uchar q[16]}    w[j] = d * (q[j] & 15) + m,
+ *                                                    w[j+16] = d * (q[j] >> 4) + m
  * One work-item computes one (row, token) dot: each block's integer-weight
  * dot with x is summed, then scaled by d (the weights are d * small ints,
  * exact in f32, so only the summation order differs from the CPU's f32
- * reference).
+ * reference); Q4_1 adds m times the block's sum of x.
  *
  * Reductions (rmsnorm, attention) use one work-group of TS_WG (<= 64,
  * a power of two) work-items per row or (token, head).
@@ -83,6 +85,28 @@ const char ts_ocl_source[] =
     "      s = fma((float)((int)(q[j] >> 4) - 8), xs[j + 16], s);\n"
     "    }\n"
     "    acc = fma(d, s, acc);\n"
+    "  }\n"
+    "  GP(float, yb, yoff)[(long)t * n_out + r] = acc;\n"
+    "}\n"
+    "kernel void mm_q4_1(global const uchar *wb, ulong woff, ulong rb, global const float *xb, ulong xoff,\n"
+    "                    global float *yb, ulong yoff, int n_in, int n_out, int n_tok) {\n"
+    "  int r = get_global_id(0), t = get_global_id(1);\n"
+    "  if (r >= n_out || t >= n_tok) return;\n"
+    "  global const uchar *w = CGP(uchar, wb, woff + (ulong)r * rb);\n"
+    "  global const float *x = CGP(float, xb, xoff) + (long)t * n_in;\n"
+    "  float acc = 0.0f;\n"
+    "  for (int b = 0; b < n_in / 32; b++) {\n"
+    "    global const uchar *blk = w + b * 20;\n"
+    "    float d = vload_half(0, (global const half *)blk), m = vload_half(1, (global const half *)blk);\n"
+    "    global const uchar *q = blk + 4;\n"
+    "    global const float *xs = x + b * 32;\n"
+    "    float s = 0.0f, sx = 0.0f;\n"
+    "    for (int j = 0; j < 16; j++) {\n"
+    "      s = fma((float)(q[j] & 15), xs[j], s);\n"
+    "      s = fma((float)(q[j] >> 4), xs[j + 16], s);\n"
+    "      sx += xs[j] + xs[j + 16];\n"
+    "    }\n"
+    "    acc = fma(d, s, fma(m, sx, acc));\n"
     "  }\n"
     "  GP(float, yb, yoff)[(long)t * n_out + r] = acc;\n"
     "}\n"
@@ -155,12 +179,14 @@ const char ts_ocl_source[] =
     "kernel void attention(global const float *qb, ulong qoff, global const uchar *kcb, ulong kcoff,\n"
     "                      global const uchar *vcb, ulong vcoff, global float *ob, ulong ooff,\n"
     "                      global float *scr, int n_head, int n_head_kv, int hd, int n_swa, float scale,\n"
-    "                      float softcap, int f16, long pos0, int n_ctx) {\n"
+    "                      float softcap, int f16, long pos0, int n_ctx, long win_kv) {\n"
     "  local float red[64];\n"
     "  int h = get_group_id(0), t = get_group_id(1), lid = get_local_id(0), ls = get_local_size(0);\n"
     "  long p = pos0 + t;\n"
     "  long lo = (n_swa > 0 && p - n_swa + 1 > 0) ? p - n_swa + 1 : 0;\n"
-    "  int n_kv = (int)(p - lo + 1);\n"
+    /* win_kv > 0: non-causal window, every query sees rows [0, win_kv) */
+    "  int n_kv = win_kv > 0 ? (int)win_kv : (int)(p - lo + 1);\n"
+    "  if (win_kv > 0) lo = 0;\n"
     "  int kvh = h / (n_head / n_head_kv);\n"
     "  long kvs = (long)n_head_kv * hd;\n"
     "  global const float *q = CGP(float, qb, qoff) + ((long)t * n_head + h) * hd;\n"

@@ -318,7 +318,7 @@ static void for_each_case(case_fn fn, void *ctx, int include_matmul) {
     op_case c;
     char label[96];
     if (include_matmul) {
-        const uint32_t types[] = {TS_TYPE_F32, TS_TYPE_F16, TS_TYPE_Q8_0, TS_TYPE_Q4_0};
+        const uint32_t types[] = {TS_TYPE_F32, TS_TYPE_F16, TS_TYPE_Q8_0, TS_TYPE_Q4_0, TS_TYPE_Q4_1};
         const int toks[] = {1, 5, 13};
         for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
             for (size_t k = 0; k < sizeof toks / sizeof *toks; k++) {

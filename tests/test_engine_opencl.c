@@ -136,8 +136,8 @@ static void test_ops(ts_engine *e) {
     /* refused: weights it does not take, CPU panel layouts */
     op_case c;
     ts_err err = {{0}};
-    case_matmul(&c, TS_TYPE_Q4_1, 64, 16, 4, 4, 0);
-    CHECK(op_run(e, &c, &err) && strstr(err.msg, "does not take Q4_1"), "Q4_1: %s", err.msg);
+    case_matmul(&c, TS_TYPE_BF16, 64, 16, 4, 4, 0);
+    CHECK(op_run(e, &c, &err) && strstr(err.msg, "does not take BF16"), "BF16: %s", err.msg);
     op_free(&c);
     case_matmul(&c, TS_TYPE_Q8_0, 64, 16, 4, 4, 0);
     c.meta[0].layout = TS_WL_PANELS;
@@ -295,7 +295,8 @@ static void test_queues(void) {
         uint32_t in, want;
         int64_t n_in;
     } pc[] = {{TS_TYPE_Q4_0, TS_TYPE_Q4_0, 64},
-              {TS_TYPE_Q4_1, TS_TYPE_Q8_0, 64},
+              {TS_TYPE_Q4_1, TS_TYPE_Q4_1, 64},
+              {TS_TYPE_Q5_0, TS_TYPE_Q8_0, 64},
               {TS_TYPE_Q6_K, TS_TYPE_Q8_0, 256},
               {TS_TYPE_BF16, TS_TYPE_F16, 64},
               {TS_TYPE_F32, TS_TYPE_F32, 64}};
@@ -358,10 +359,10 @@ int main(int argc, char **argv) {
     gs[0].n_swa = 7;
     const uint32_t taken[7] = {TS_TYPE_Q8_0, TS_TYPE_Q4_0, TS_TYPE_F16, TS_TYPE_Q4_0,
                                TS_TYPE_Q8_0, TS_TYPE_Q4_0, TS_TYPE_F16};
-    const uint32_t mixed[7] = {TS_TYPE_Q8_0, TS_TYPE_Q4_0, TS_TYPE_F16, TS_TYPE_Q4_1,
-                               TS_TYPE_Q8_0, TS_TYPE_Q4_1, TS_TYPE_F32};
+    const uint32_t mixed[7] = {TS_TYPE_Q8_0, TS_TYPE_Q4_1, TS_TYPE_F16, TS_TYPE_BF16,
+                               TS_TYPE_Q8_0, TS_TYPE_BF16, TS_TYPE_F32};
     test_prefill("opencl", "gemma-like", gs, taken, 0);
-    test_prefill("opencl", "llama-like, Q4_1 converted", ls, mixed, 4);
+    test_prefill("opencl", "llama-like, Q4_1 taken, BF16 converted", ls, mixed, 4);
     test_queues();
     if (g_fail) {
         fprintf(stderr, "%d check(s) failed\n", g_fail);

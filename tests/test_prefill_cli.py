@@ -21,7 +21,7 @@ DEV_KEYS = ["prefill_dev_tokens", "prefill_dev_nodes", "prefill_cpu_tokens", "de
             "graph_builds", "crossings", "device"]
 # what the OpenCL device's matmul takes (tessera devices): the CPU computing
 # with the weights converted to these types is the like-for-like reference
-OCL_TYPES = "cpu,wtypes=f32+f16+q4_0+q8_0"
+OCL_TYPES = "cpu,wtypes=f32+f16+q4_0+q4_1+q8_0"
 PROMPT = ("The history of the printing press begins in the fifteenth century, when Johannes Gutenberg developed "
           "movable type in Mainz. His invention spread quickly across Europe, and within fifty years printers were "
           "active in more than two hundred cities. The cost of books fell")

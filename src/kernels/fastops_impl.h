@@ -30,6 +30,7 @@
  * 1.5 * 2^23 trick (round to nearest even, exact for |n| < 2^22). */
 static inline float FASTOPS_NAME(expf)(float x) {
     const float big = 12582912.0f;
+    if (x != x) return x; /* NaN in, NaN out: converting it to int below would be undefined */
     const float xc = x < -87.0f ? -87.0f : x;
     const float t = xc * 1.44269504088896341f + big;
     const float n = t - big;

@@ -60,7 +60,10 @@ foreach(pf_case fallback_nosuch fallback_no_icd commands_loop)
            COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_prefill_cli.py ${pf_case} $<TARGET_FILE:tessera>
                    ${TS_MODELS_DIR})
 endforeach()
-if(TS_OPENCL)
+# Not under the sanitizers: these are numeric comparisons (minutes under ASan
+# with PoCL); the OpenCL engine's own code runs under ASan in
+# test_engine_opencl, test_engine_window_opencl and diffusion_device_opencl_*.
+if(TS_OPENCL AND NOT TS_SANITIZE)
   foreach(pf_case opencl_smollm opencl_gemma)
     add_test(NAME prefill_cli_${pf_case}
              COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_prefill_cli.py ${pf_case} $<TARGET_FILE:tessera>
@@ -70,9 +73,14 @@ if(TS_OPENCL)
   endforeach()
 endif()
 # Gate 1 under the CPU's other kernel paths: the device must follow them.
-add_test(NAME prefill_gate1_SmolLM2_act_q8 COMMAND test_prefill_device gate1
+# (Numeric variants, not under the sanitizers, where the same code paths run
+# in test_engine_act_q8 / test_engine_scalar and the scalar gate alone takes
+# four minutes.)
+if(NOT TS_SANITIZE)
+  add_test(NAME prefill_gate1_SmolLM2_act_q8 COMMAND test_prefill_device gate1
          ${TS_MODELS_DIR}/SmolLM2-135M-Instruct.Q4_1.gguf)
 set_tests_properties(prefill_gate1_SmolLM2_act_q8 PROPERTIES ENVIRONMENT "TS_ACT=q8")
 add_test(NAME prefill_gate1_SmolLM2_scalar COMMAND test_prefill_device gate1
          ${TS_MODELS_DIR}/SmolLM2-135M-Instruct.Q4_1.gguf)
 set_tests_properties(prefill_gate1_SmolLM2_scalar PROPERTIES ENVIRONMENT "TS_CPU_LEVEL=scalar")
+endif()

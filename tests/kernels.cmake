@@ -60,7 +60,10 @@ endif()
 #   test_tiny_oracle_avx2: the transformers oracle on the tiny models (f32
 #     weights: the AVX2 f32 dots and attention, no panels).
 # Only in the main build (the kernel-only cross build has no models).
-if(TARGET tessera_core AND NOT CMAKE_CROSSCOMPILING AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
+# (Not under the sanitizers: numeric variants whose kernels test_kernels_rp_gemm
+# already runs there.)
+if(TARGET tessera_core AND NOT TS_SANITIZE AND NOT CMAKE_CROSSCOMPILING
+   AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   add_test(NAME test_perf_model_avx2 COMMAND test_perf_model ${TS_MODELS_DIR})
   add_test(NAME test_real_pinned_avx2
            COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_real_pinned.py

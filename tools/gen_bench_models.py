@@ -20,11 +20,11 @@ embedding in the file type and its output projection in Q6_K. Norm weights
 are F32 ones. Blocks are written
 directly as random bytes with sane f16 scales (no quantization step), so the
 1B files take a few seconds each. The tokenizer metadata is the real SmolLM2
-one copied from models/SmolLM2-135M-Instruct.Q4_1.gguf (for the 1B shape too:
-its ids stay below 49152, which is all a benchmark needs); for LLaDA it is
-padded to the full vocabulary with [PAD<id>] tokens (as llama.cpp's converter
-pads ids missing from a tokenizer) and the mask / EOS / EoT tokens put at
-LLaDA's ids, so that every id a decoder may produce detokenizes.
+one copied from models/SmolLM2-135M-Instruct.Q4_1.gguf, padded to the
+shape's vocabulary with [PAD<id>] tokens (as llama.cpp's converter pads ids
+missing from a tokenizer; llama.cpp refuses an embedding taller than the
+token list); for LLaDA the mask / EOS / EoT tokens are put at LLaDA's ids,
+so that every id a decoder may produce detokenizes.
 
 usage: gen_bench_models.py [OUT_DIR (default models/bench)] [--models-dir models] [--only NAME ...]
 """
@@ -97,6 +97,21 @@ def llama3_factors(base, n_rot, l3):
     return np.array(out, dtype=np.float32)
 
 
+def padded_tok_fields(tok_fields, n_vocab):
+    """The tokenizer padded to n_vocab with [PAD<id>] (UNUSED) tokens, as
+    llama.cpp's converter pads ids a tokenizer lacks: llama.cpp takes the
+    vocabulary size from the token list and refuses a token_embd of another
+    height, so the 1B shape needs it to load there too."""
+    out = []
+    for key, val, vt, sub in tok_fields:
+        if key == "tokenizer.ggml.tokens":
+            val = val + [f"[PAD{i}]" for i in range(len(val), n_vocab)]
+        elif key == "tokenizer.ggml.token_type":
+            val = val + [5] * (n_vocab - len(val))  # UNUSED
+        out.append((key, val, vt, sub))
+    return out
+
+
 def diffusion_tok_fields(tok_fields, n_vocab, dif):
     """The tokenizer padded to n_vocab with [PAD<id>] (UNUSED) tokens and
     the diffusion specials (CONTROL) at their ids; EOS / EoT / mask ids set."""
@@ -152,6 +167,8 @@ def write(path, shape_name, ftype, tok_fields, seed):
         w.add_bool(f"{arch}.attention.causal", False)
         w.add_bool("diffusion.shift_logits", False)
         tok_fields = diffusion_tok_fields(tok_fields, V, sp["diffusion"])
+    else:
+        tok_fields = padded_tok_fields(tok_fields, V)
     for key, val, vt, sub in tok_fields:
         w.add_key_value(key, val, vt, sub_type=sub)
 

@@ -36,8 +36,8 @@ import numpy as np
 class Server:
     """A diffusion_tool serve process: window forwards on one KV cache."""
 
-    def __init__(self, tool, model, threads=1):
-        self.p = subprocess.Popen([tool, "serve", model, "-t", str(threads)], stdin=subprocess.PIPE,
+    def __init__(self, tool, model, threads=1, extra=()):
+        self.p = subprocess.Popen([tool, "serve", model, "-t", str(threads)] + list(extra), stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE)
         self._send("I")
         f = self._line().split()

@@ -1,6 +1,6 @@
 /* diffusion_tool.c - test and benchmark helper of the diffusion decoders.
  *
- *   diffusion_tool serve MODEL [-t N] [-b N] [-c N]
+ *   diffusion_tool serve MODEL [-t N] [-b N] [-c N] [--kv-f32]
  *       Window-forward server for the numpy references (tests/diffusion_ref.py):
  *       reads one request per line on stdin, on one ts_state:
  *         I                           -> "n_vocab mask shift n_eog eog..."
@@ -12,10 +12,12 @@
  *   diffusion_tool decode MODEL PROMPT_IDS [--decoder block|vanilla]
  *                 [--cache prefix|dual|none] [--gen N] [--block N] [--steps N]
  *                 [--threshold X] [--eps E] [--alg NAME] [--temp T] [--seed S]
- *                 [--no-early-stop] [-t N]
+ *                 [--no-early-stop] [-t N] [--kv-f32]
  *       ts_diffuse over the model's denoiser (the library's decoder, not the
  *       public API); prints one JSON object: "gen" (the whole decoded canvas
  *       after the prompt, mask ids where nothing was decoded) and the counters.
+ *   --kv-f32 (serve, decode): an f32 KV cache instead of f16, so that the
+ *       logits are within ~1e-6 of HF's f32 forward (tests/test_diffusion_hf.py).
  *   diffusion_tool time MODEL --widths 32,64,128 [--prompt N] [--repeat R] [-t N]
  *       Latency of one denoising forward (a window of W masks after an
  *       N-token prefix, all W logits rows) per width: JSON lines with the
@@ -37,7 +39,7 @@
 #include "model/model.h"
 
 static int usage(void) {
-    fprintf(stderr, "usage: diffusion_tool serve MODEL [-t N] [-b N] [-c N] | decode MODEL IDS [options] | "
+    fprintf(stderr, "usage: diffusion_tool serve MODEL [-t N] [-b N] [-c N] [--kv-f32] | decode MODEL IDS [options] | "
                     "predict [options]\n");
     return 2;
 }
@@ -45,6 +47,7 @@ static int usage(void) {
 typedef struct opts {
     ts_diff_cfg c;
     int32_t n_threads, n_batch, n_ctx, n_prompt;
+    bool kv_f32;
 } opts;
 
 static const char *alg_names[] = {"low_confidence", "maskgit_plus", "topk_margin", "entropy"};
@@ -56,11 +59,16 @@ static int parse_opts(int argc, char **argv, int i0, opts *o) {
     o->n_batch = 0;
     o->n_ctx = 0;
     o->n_prompt = 100;
+    o->kv_f32 = false;
     o->c.steps = 0; /* default: n_gen (one token per step) */
     for (int i = i0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--no-early-stop")) {
             o->c.early_stop = false;
+            continue;
+        }
+        if (!strcmp(a, "--kv-f32")) {
+            o->kv_f32 = true;
             continue;
         }
         if (i + 1 >= argc) return -1;
@@ -120,6 +128,7 @@ static int serve(const char *path, const opts *o) {
     const ts_hparams *hp = ts_mdl_hparams(m);
     ts_state_params sp = ts_state_default_params();
     sp.n_threads = o->n_threads;
+    sp.kv_f32 = o->kv_f32;
     sp.n_ctx = o->n_ctx > 0 ? o->n_ctx : hp->n_ctx_train;
     sp.n_batch = o->n_batch > 0 ? o->n_batch : sp.n_ctx;
     ts_state *s = ts_state_new(m, &sp, &e);
@@ -217,6 +226,7 @@ static int decode(const char *path, const char *ids, opts *o) {
     }
     ts_state_params sp = ts_state_default_params();
     sp.n_threads = o->n_threads;
+    sp.kv_f32 = o->kv_f32;
     sp.n_ctx = np + o->c.n_gen;
     sp.n_batch = o->n_batch > 0 ? o->n_batch : need;
     ts_state *s = ts_state_new(m, &sp, &e);

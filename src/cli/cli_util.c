@@ -97,3 +97,42 @@ int32_t *cli_tokenize_text(const ts_model *m, const char *text, size_t len, bool
     fprintf(stderr, "error: the tokenizer returned an inconsistent count\n");
     return NULL;
 }
+
+/* ---- option values ---- */
+
+int cli_parse_i32(const char *flag, const char *s, int32_t lo, int32_t *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > INT32_MAX) {
+        fprintf(stderr, "error: %s: '%s' is not an integer >= %d\n", flag, s, (int)lo);
+        return -1;
+    }
+    *out = (int32_t)v;
+    return 0;
+}
+
+int cli_parse_f32(const char *flag, const char *s, float lo, float hi, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "error: %s: '%s' is not a number in [%g, %g]\n", flag, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_u64(const char *flag, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (*s == '-') errno = ERANGE;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || end == s || *end) {
+        fprintf(stderr, "error: %s: '%s' is not an unsigned integer\n", flag, s);
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}

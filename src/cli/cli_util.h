@@ -28,4 +28,11 @@ void cli_log(ts_log_level level, const char *msg, void *user_data);
 int32_t *cli_tokenize_text(const ts_model *m, const char *text, size_t len, bool add_special, bool parse_special,
                       int64_t *n);
 
+/* Option values: the number in s, or -1 with "error: FLAG: ..." printed.
+ * Integers in [lo, INT32_MAX]; floats in [lo, hi] (NaN refused); unsigned
+ * 64-bit integers in any base strtoull takes (a leading '-' refused). */
+int cli_parse_i32(const char *flag, const char *s, int32_t lo, int32_t *out);
+int cli_parse_f32(const char *flag, const char *s, float lo, float hi, float *out);
+int cli_parse_u64(const char *flag, const char *s, uint64_t *out);
+
 #endif

@@ -3,7 +3,6 @@
  * LLaDA decoder or the block decoder with a prefix / dual / no KV cache.
  * Streams each finished block's text to stdout, then the counters (a stats
  * line, or one JSON object with --stats json) on stderr. */
-#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -66,30 +65,6 @@ static void help(FILE *f) {
             (int)d.n_gen, (int)d.block, (double)d.threshold, (unsigned long long)d.seed);
 }
 
-static int parse_i32(const char *flag, const char *s, int32_t lo, int32_t *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > INT32_MAX) {
-        fprintf(stderr, "error: %s: '%s' is not an integer >= %d\n", flag, s, (int)lo);
-        return -1;
-    }
-    *out = (int32_t)v;
-    return 0;
-}
-
-static int parse_f32(const char *flag, const char *s, float lo, float hi, float *out) {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "error: %s: '%s' is not a number in [%g, %g]\n", flag, s, (double)lo, (double)hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 typedef struct diff_opts {
     const char *model, *prompt, *file, *system, *chat_template, *prefill_device;
     int32_t chunk, prefill_min_tokens;
@@ -127,27 +102,19 @@ static int parse(int argc, char **argv, diff_opts *o) {
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->file = v;
         else if (!strcmp(a, "--system")) o->system = v;
         else if (!strcmp(a, "--prefill-device")) o->prefill_device = v;
-        else if (!strcmp(a, "--chunk")) rc = parse_i32(a, v, 1, &o->chunk);
-        else if (!strcmp(a, "--prefill-min-tokens")) rc = parse_i32(a, v, 1, &o->prefill_min_tokens);
+        else if (!strcmp(a, "--chunk")) rc = cli_parse_i32(a, v, 1, &o->chunk);
+        else if (!strcmp(a, "--prefill-min-tokens")) rc = cli_parse_i32(a, v, 1, &o->prefill_min_tokens);
         else if (!strcmp(a, "--chat-template")) o->chat_template = v;
-        else if (!strcmp(a, "-n") || !strcmp(a, "--gen")) rc = parse_i32(a, v, 1, &o->dp.n_gen);
-        else if (!strcmp(a, "--block")) rc = parse_i32(a, v, 1, &o->dp.block);
-        else if (!strcmp(a, "--steps")) rc = parse_i32(a, v, 1, &o->dp.steps);
-        else if (!strcmp(a, "--threshold")) rc = parse_f32(a, v, -1e30f, 1.0f, &o->dp.threshold);
-        else if (!strcmp(a, "--eps")) rc = parse_f32(a, v, 0.0f, 0.999999f, &o->dp.eps);
-        else if (!strcmp(a, "--temp")) rc = parse_f32(a, v, 0.0f, 1e6f, &o->dp.temp);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = parse_i32(a, v, 1, &o->n_threads);
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) rc = parse_i32(a, v, 1, &o->n_ctx);
-        else if (!strcmp(a, "--seed")) {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(v, &end, 0);
-            if (errno || end == v || *end || *v == '-') {
-                fprintf(stderr, "error: --seed: '%s' is not an unsigned integer\n", v);
-                rc = -1;
-            }
-            o->dp.seed = (uint64_t)s;
-        } else if (!strcmp(a, "--decoder")) {
+        else if (!strcmp(a, "-n") || !strcmp(a, "--gen")) rc = cli_parse_i32(a, v, 1, &o->dp.n_gen);
+        else if (!strcmp(a, "--block")) rc = cli_parse_i32(a, v, 1, &o->dp.block);
+        else if (!strcmp(a, "--steps")) rc = cli_parse_i32(a, v, 1, &o->dp.steps);
+        else if (!strcmp(a, "--threshold")) rc = cli_parse_f32(a, v, -1e30f, 1.0f, &o->dp.threshold);
+        else if (!strcmp(a, "--eps")) rc = cli_parse_f32(a, v, 0.0f, 0.999999f, &o->dp.eps);
+        else if (!strcmp(a, "--temp")) rc = cli_parse_f32(a, v, 0.0f, 1e6f, &o->dp.temp);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = cli_parse_i32(a, v, 1, &o->n_threads);
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) rc = cli_parse_i32(a, v, 1, &o->n_ctx);
+        else if (!strcmp(a, "--seed")) rc = cli_parse_u64(a, v, &o->dp.seed);
+        else if (!strcmp(a, "--decoder")) {
             if (!strcmp(v, "block")) o->dp.decoder = TS_DIFFUSION_BLOCK;
             else if (!strcmp(v, "vanilla")) o->dp.decoder = TS_DIFFUSION_VANILLA;
             else {

@@ -4,7 +4,6 @@
  * ts_generate_params). */
 #include "gen_common.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -97,45 +96,6 @@ static void print_help(enum gen_cmd cmd, FILE *f) {
                 d.temp, d.top_k, d.top_p, d.min_p, d.repeat_penalty, d.repeat_last_n);
 }
 
-/* ---- number parsing ---- */
-
-static int parse_i32(const char *flag, const char *s, int32_t lo, int32_t *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > INT32_MAX) {
-        fprintf(stderr, "error: %s: '%s' is not an integer >= %d\n", flag, s, (int)lo);
-        return -1;
-    }
-    *out = (int32_t)v;
-    return 0;
-}
-
-static int parse_f32(const char *flag, const char *s, float lo, float hi, float *out) {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "error: %s: '%s' is not a number in [%g, %g]\n", flag, s, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int parse_u64(const char *flag, const char *s, uint64_t *out) {
-    char *end;
-    errno = 0;
-    if (*s == '-') errno = ERANGE;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || end == s || *end) {
-        fprintf(stderr, "error: %s: '%s' is not an unsigned integer\n", flag, s);
-        return -1;
-    }
-    *out = (uint64_t)v;
-    return 0;
-}
-
 static uint64_t random_seed(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -222,29 +182,29 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
                 rc = -1;
             }
             o->stats_json = true;
-        } else if (FLAG("-n", "--n-predict")) rc = parse_i32(name, val, -1, &o->n_predict);
-        else if (FLAG("-t", "--threads")) rc = parse_i32(name, val, 1, &o->n_threads);
-        else if (FLAG("-c", "--ctx-size")) rc = parse_i32(name, val, cmd == GEN_PPL ? 4 : 1, &o->n_ctx);
-        else if (FLAG("-b", "--batch-size")) rc = parse_i32(name, val, 1, &o->n_batch);
-        else if (!strcmp(name, "--chunks")) rc = parse_i32(name, val, 1, &o->chunks);
+        } else if (FLAG("-n", "--n-predict")) rc = cli_parse_i32(name, val, -1, &o->n_predict);
+        else if (FLAG("-t", "--threads")) rc = cli_parse_i32(name, val, 1, &o->n_threads);
+        else if (FLAG("-c", "--ctx-size")) rc = cli_parse_i32(name, val, cmd == GEN_PPL ? 4 : 1, &o->n_ctx);
+        else if (FLAG("-b", "--batch-size")) rc = cli_parse_i32(name, val, 1, &o->n_batch);
+        else if (!strcmp(name, "--chunks")) rc = cli_parse_i32(name, val, 1, &o->chunks);
         else if (!strcmp(name, "--prefill-device")) o->prefill_device = val;
         else if (!strcmp(name, "--chunk")) {
-            rc = parse_i32(name, val, 1, &o->chunk);
+            rc = cli_parse_i32(name, val, 1, &o->chunk);
             if (!rc && o->chunk > 65536) {
                 fprintf(stderr, "error: --chunk: '%s' is above 65536\n", val);
                 rc = -1;
             }
-        } else if (!strcmp(name, "--prefill-min-tokens")) rc = parse_i32(name, val, 1, &o->prefill_min_tokens);
-        else if (!strcmp(name, "--temp")) rc = parse_f32(name, val, -INFINITY, 1e6f, &o->sp.temp);
-        else if (!strcmp(name, "--top-k")) rc = parse_i32(name, val, INT32_MIN, &o->sp.top_k);
-        else if (!strcmp(name, "--top-p")) rc = parse_f32(name, val, 0.0f, 1.0f, &o->sp.top_p);
-        else if (!strcmp(name, "--min-p")) rc = parse_f32(name, val, 0.0f, 1.0f, &o->sp.min_p);
-        else if (!strcmp(name, "--repeat-penalty")) rc = parse_f32(name, val, 0.0f, 1e6f, &o->sp.repeat_penalty);
-        else if (!strcmp(name, "--repeat-last-n")) rc = parse_i32(name, val, -1, &o->sp.repeat_last_n);
+        } else if (!strcmp(name, "--prefill-min-tokens")) rc = cli_parse_i32(name, val, 1, &o->prefill_min_tokens);
+        else if (!strcmp(name, "--temp")) rc = cli_parse_f32(name, val, -INFINITY, 1e6f, &o->sp.temp);
+        else if (!strcmp(name, "--top-k")) rc = cli_parse_i32(name, val, INT32_MIN, &o->sp.top_k);
+        else if (!strcmp(name, "--top-p")) rc = cli_parse_f32(name, val, 0.0f, 1.0f, &o->sp.top_p);
+        else if (!strcmp(name, "--min-p")) rc = cli_parse_f32(name, val, 0.0f, 1.0f, &o->sp.min_p);
+        else if (!strcmp(name, "--repeat-penalty")) rc = cli_parse_f32(name, val, 0.0f, 1e6f, &o->sp.repeat_penalty);
+        else if (!strcmp(name, "--repeat-last-n")) rc = cli_parse_i32(name, val, -1, &o->sp.repeat_last_n);
         else if (!strcmp(name, "--presence-penalty"))
-            rc = parse_f32(name, val, -1e6f, 1e6f, &o->sp.presence_penalty);
+            rc = cli_parse_f32(name, val, -1e6f, 1e6f, &o->sp.presence_penalty);
         else if (!strcmp(name, "--seed")) {
-            rc = parse_u64(name, val, &o->sp.seed);
+            rc = cli_parse_u64(name, val, &o->sp.seed);
             o->seed_set = true;
         }
 #undef FLAG

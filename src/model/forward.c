@@ -471,7 +471,7 @@ static void stage_kv_store(ts_state *s, int il, int64_t pos0, int nb) {
 
 /* n_kv = 0: causal; n_kv > 0: every query attends to cache rows [0, n_kv)
  * (ts_forward_window). */
-static void stage_attention_mode(ts_state *s, const ts_layer *L, int il, int64_t pos0, int nb, int64_t n_kv) {
+static void stage_attention(ts_state *s, const ts_layer *L, int il, int64_t pos0, int nb, int64_t n_kv) {
     const ts_mdl *m = s->m;
     const ts_hparams *hp = &m->hp;
     ts_attn_params ap = {
@@ -491,10 +491,6 @@ static void stage_attention_mode(ts_state *s, const ts_layer *L, int il, int64_t
     else
         ts_attention(s->pool, &ap, s->q, kv_layer(s, s->k_cache, il), kv_layer(s, s->v_cache, il), pos0, nb,
                      s->attn, s->scratch, s->scratch_stride);
-}
-
-static void stage_attention(ts_state *s, const ts_layer *L, int il, int64_t pos0, int nb) {
-    stage_attention_mode(s, L, il, pos0, nb, 0);
 }
 
 /* x += post_norm(attn Wo) */
@@ -535,22 +531,31 @@ static void stage_logits(ts_state *s, int t0, int nb, float *out) {
     if (m->hp.final_logit_softcap > 0.0f) ts_softcap_f32(out, (int64_t)n * V, m->hp.final_logit_softcap);
 }
 
-/* One micro-batch of nb tokens at positions s->n_past ... */
-static void eval_batch(ts_state *s, const int32_t *tokens, int nb, float *logits_out, bool last) {
+/* nb tokens at positions pos0 ...: the embedding and the logits on the CPU,
+ * the layers on the CPU stages or, on_device, through engine/prefill.c
+ * over the same buffers and KV cache (placement is the only difference).
+ * Attention is causal (n_kv 0) or sees cache rows [0, n_kv) (a diffusion
+ * window). logits_out: nb rows, or NULL; when last, the last row also goes
+ * to s->logits. */
+static int eval_span(ts_state *s, const int32_t *tokens, int nb, int64_t pos0, int64_t n_kv, bool on_device,
+                     float *logits_out, bool last, ts_err *err) {
     const ts_mdl *m = s->m;
     const ts_hparams *hp = &m->hp;
-    const int64_t pos0 = s->n_past;
     stage_embed(s, tokens, nb);
-    for (int il = 0; il < hp->n_layer; il++) {
-        const ts_layer *L = &m->layers[il];
-        stage_norm_rows(s, s->xn, s->x, L->attn_norm, hp->n_embd, nb);
-        stage_qkv(s, L, nb);
-        stage_qk_norm(s, L, nb);
-        stage_rope(s, L, pos0, nb);
-        stage_kv_store(s, il, pos0, nb);
-        stage_attention(s, L, il, pos0, nb);
-        stage_o_proj(s, L, nb);
-        stage_ffn(s, L, nb);
+    if (on_device) {
+        if (ts_eng_prefill_run_window(s->pf, pos0, nb, n_kv, err) < 0) return -1;
+    } else {
+        for (int il = 0; il < hp->n_layer; il++) {
+            const ts_layer *L = &m->layers[il];
+            stage_norm_rows(s, s->xn, s->x, L->attn_norm, hp->n_embd, nb);
+            stage_qkv(s, L, nb);
+            stage_qk_norm(s, L, nb);
+            stage_rope(s, L, pos0, nb);
+            stage_kv_store(s, il, pos0, nb);
+            stage_attention(s, L, il, pos0, nb, n_kv);
+            stage_o_proj(s, L, nb);
+            stage_ffn(s, L, nb);
+        }
     }
     const int64_t V = hp->n_vocab;
     if (logits_out) {
@@ -559,21 +564,15 @@ static void eval_batch(ts_state *s, const int32_t *tokens, int nb, float *logits
     } else if (last) {
         stage_logits(s, nb - 1, nb, s->logits);
     }
+    return 0;
 }
 
-/* One device chunk of nb tokens at positions s->n_past ...: the embedding
- * and the logits on the CPU, every layer through engine/prefill.c over the
- * same buffers and KV cache (what eval_batch does, placed elsewhere). */
-static int eval_device(ts_state *s, const int32_t *tokens, int nb, float *logits_out, bool last, ts_err *err) {
-    stage_embed(s, tokens, nb);
-    if (ts_eng_prefill_run(s->pf, s->n_past, nb, err) < 0) return -1;
-    const int64_t V = s->m->hp.n_vocab;
-    if (logits_out) {
-        stage_logits(s, 0, nb, logits_out);
-        if (last) memcpy(s->logits, logits_out + (int64_t)(nb - 1) * V, (size_t)V * sizeof(float));
-    } else if (last) {
-        stage_logits(s, nb - 1, nb, s->logits);
-    }
+/* Every id in [0, n_vocab). */
+static int check_tokens(const ts_state *s, const int32_t *tokens, int32_t n, ts_err *err) {
+    const int32_t n_vocab = s->m->hp.n_vocab;
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= n_vocab)
+            return ts_err_set(err, "token id %d at index %d out of range [0, %d)", tokens[i], i, n_vocab);
     return 0;
 }
 
@@ -590,10 +589,8 @@ int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all,
     if (!tokens) return ts_err_set(err, "tokens is NULL");
     if ((int64_t)s->n_past + n > s->n_ctx)
         return ts_err_set(err, "context full: %d cached + %d new tokens exceed n_ctx %d", s->n_past, n, s->n_ctx);
+    if (check_tokens(s, tokens, n, err) < 0) return -1;
     const int32_t n_vocab = s->m->hp.n_vocab;
-    for (int32_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= n_vocab)
-            return ts_err_set(err, "token id %d at index %d out of range [0, %d)", tokens[i], i, n_vocab);
 
     for (int32_t done = 0; done < n;) {
         int nb = n - done < s->n_batch ? n - done : s->n_batch;
@@ -604,14 +601,14 @@ int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all,
              * the rest on the CPU in micro-batches */
             const int w = n - done < s->pf_width ? n - done : s->pf_width;
             if (pf_takes(s, w)) {
-                if (eval_device(s, tokens + done, w, out, done + w == n, err) < 0) return -1;
+                if (eval_span(s, tokens + done, w, s->n_past, 0, true, out, done + w == n, err) < 0) return -1;
                 s->n_past += w;
                 done += w;
                 continue;
             }
             if (nb > w) nb = w;
         }
-        eval_batch(s, tokens + done, nb, out, done + nb == n);
+        eval_span(s, tokens + done, nb, s->n_past, 0, false, out, done + nb == n, NULL); /* cannot fail on the CPU */
         s->n_past += nb;
         done += nb;
     }
@@ -619,49 +616,6 @@ int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all,
 }
 
 /* ---- bidirectional window (diffusion LLMs) ----------------------------- */
-
-/* The layer loop of eval_batch with non-causal attention over cache rows
- * [0, n_kv), for nb tokens at positions pos0 ..., on the CPU stages (a
- * window the prefill device takes goes to eval_window_device instead). */
-static void eval_window(ts_state *s, const int32_t *tokens, int nb, int64_t pos0, int64_t n_kv, float *logits_out) {
-    const ts_mdl *m = s->m;
-    const ts_hparams *hp = &m->hp;
-    stage_embed(s, tokens, nb);
-    for (int il = 0; il < hp->n_layer; il++) {
-        const ts_layer *L = &m->layers[il];
-        stage_norm_rows(s, s->xn, s->x, L->attn_norm, hp->n_embd, nb);
-        stage_qkv(s, L, nb);
-        stage_qk_norm(s, L, nb);
-        stage_rope(s, L, pos0, nb);
-        stage_kv_store(s, il, pos0, nb);
-        stage_attention_mode(s, L, il, pos0, nb, n_kv);
-        stage_o_proj(s, L, nb);
-        stage_ffn(s, L, nb);
-    }
-    const int64_t V = hp->n_vocab;
-    if (logits_out) {
-        stage_logits(s, 0, nb, logits_out);
-        memcpy(s->logits, logits_out + (int64_t)(nb - 1) * V, (size_t)V * sizeof(float));
-    } else {
-        stage_logits(s, nb - 1, nb, s->logits);
-    }
-}
-
-/* eval_window with the layers on the prefill device (non-causal runs of
- * engine/prefill.c over the same buffers and cache). */
-static int eval_window_device(ts_state *s, const int32_t *tokens, int nb, int64_t pos0, int64_t n_kv,
-                              float *logits_out, ts_err *err) {
-    stage_embed(s, tokens, nb);
-    if (ts_eng_prefill_run_window(s->pf, pos0, nb, n_kv, err) < 0) return -1;
-    const int64_t V = s->m->hp.n_vocab;
-    if (logits_out) {
-        stage_logits(s, 0, nb, logits_out);
-        memcpy(s->logits, logits_out + (int64_t)(nb - 1) * V, (size_t)V * sizeof(float));
-    } else {
-        stage_logits(s, nb - 1, nb, s->logits);
-    }
-    return 0;
-}
 
 int ts_forward_window(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, float *logits_all,
                       ts_err *err) {
@@ -682,20 +636,16 @@ int ts_forward_window(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos
     if (hp->n_swa > 0)
         return ts_err_set(err, "window evaluation does not support sliding-window layers (%s, n_swa %d)",
                           hp->arch_name, hp->n_swa);
-    for (int32_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
-            return ts_err_set(err, "token id %d at index %d out of range [0, %d)", tokens[i], i, hp->n_vocab);
+    if (check_tokens(s, tokens, n, err) < 0) return -1;
     /* a window as wide as a prefill chunk runs its layers on the device
      * (same rule as ts_forward's chunks: >= the minimum, <= the width, ==
      * the width where the device requires widths); the embedding, output
-     * norm and logits stay on the CPU, as in eval_device */
-    if (s->pf && n >= s->pf_min && n <= s->pf_width && pf_takes(s, n))
-        return eval_window_device(s, tokens, n, pos0, n_kv, logits_all, err);
+     * norm and logits stay on the CPU */
+    const bool on_device = n <= s->pf_width && pf_takes(s, n);
     /* the CPU rewrites rows pos0.. of the cache: a prefill device that keeps
      * its own copy must not trust its rows from there on */
-    if (s->pf) ts_eng_prefill_kv_truncate(s->pf, pos0);
-    eval_window(s, tokens, n, pos0, n_kv, logits_all);
-    return 0;
+    if (s->pf && !on_device) ts_eng_prefill_kv_truncate(s->pf, pos0);
+    return eval_span(s, tokens, n, pos0, n_kv, on_device, logits_all, true, err);
 }
 
 int ts_state_set_n_past(ts_state *s, int32_t n, ts_err *err) {

@@ -20,6 +20,7 @@
 #include "text/chat.h"
 #include "text/sampler.h"
 #include "text/tokenizer.h"
+#include "core/clock.h"
 
 typedef struct ts_logger {
     ts_log_fn fn;
@@ -101,8 +102,5 @@ ts_status ts_struct_out(void *out, const void *full, size_t full_size);
 
 /* Worker threads for a request (0 = physical cores, capped at TS_THREADS_MAX). */
 int32_t ts_api_threads(int32_t n);
-
-/* Milliseconds on a monotonic clock. */
-double ts_api_now_ms(void);
 
 #endif

@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "api/api_internal.h"
@@ -155,8 +154,3 @@ int32_t ts_api_threads(int32_t n) {
     return p > TS_THREADS_MAX ? TS_THREADS_MAX : p;
 }
 
-double ts_api_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}

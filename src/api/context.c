@@ -249,10 +249,10 @@ static ts_status prefill(ts_context *c, const int32_t *tokens, int32_t n, float 
     if (st != TS_OK) return st;
     run_begin(c);
     const int32_t nb = ts_state_n_batch(c->st);
-    double t0 = ts_api_now_ms();
+    double t0 = ts_now_ms();
     for (int32_t i = 0; i < n; i += nb) {
         if (atomic_exchange(&c->cancel, false)) {
-            c->run.prefill_ms += ts_api_now_ms() - t0;
+            c->run.prefill_ms += ts_now_ms() - t0;
             return ts_ctx_fail(c, TS_ERR_CANCELLED, "evaluation cancelled after %d of %d tokens", (int)i, (int)n);
         }
         int32_t k = n - i < nb ? n - i : nb;
@@ -266,14 +266,14 @@ static ts_status prefill(ts_context *c, const int32_t *tokens, int32_t n, float 
         c->run.crossings += (int64_t)(d1.crossings - d0.crossings);
         c->run.stall_ns += d1.stall_ns - d0.stall_ns;
         if (frc < 0) {
-            c->run.prefill_ms += ts_api_now_ms() - t0;
+            c->run.prefill_ms += ts_now_ms() - t0;
             return ts_ctx_fail(c, TS_ERR_INTERNAL, "eval: %s", e.msg);
         }
         for (int32_t j = 0; j < k; j++) ts_sampler_accept(c->smpl, tokens[i + j]);
         c->has_logits = true;
         c->run.n_prompt += k;
     }
-    c->run.prefill_ms += ts_api_now_ms() - t0;
+    c->run.prefill_ms += ts_now_ms() - t0;
     return TS_OK;
 }
 
@@ -374,7 +374,7 @@ static ts_status generate(ts_context *c, const ts_generate_params *gp) {
     int64_t n_gen = 0;
     ts_detok dt;
     ts_detok_init(&dt);
-    double t0 = ts_api_now_ms();
+    double t0 = ts_now_ms();
     for (;;) {
         if (atomic_exchange(&c->cancel, false)) {
             stop = TS_STOP_CANCELLED;
@@ -419,7 +419,7 @@ static ts_status generate(ts_context *c, const ts_generate_params *gp) {
     int64_t nf = ts_detok_flush(&dt, c->piece, c->piece_cap);
     if (nf > 0) emit(gp, c->piece, (size_t)nf, -1);
     c->run.n_gen = n_gen;
-    c->run.decode_ms = ts_api_now_ms() - t0;
+    c->run.decode_ms = ts_now_ms() - t0;
     c->run.stop = stop;
     c->run.done = true;
     if (stop == TS_STOP_CONTEXT_FULL)

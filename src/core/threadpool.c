@@ -10,6 +10,7 @@
  * at least one of them sees the other (no lost wake-up); FUTEX_WAIT also
  * re-checks the value atomically in the kernel. */
 #include "core/threadpool.h"
+#include "core/clock.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -75,12 +76,6 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void futex_wait(_Atomic uint32_t *addr, uint32_t val) {
     /* returns on wake, on a value change (EAGAIN) or a signal: callers loop */
     syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
@@ -103,7 +98,7 @@ static int64_t waiter_budget(const ts_threadpool *p, waiter *w) {
     if ((++w->n_waits & 255) == 0) {
         struct rusage ru;
         if (getrusage(RUSAGE_THREAD, &ru) == 0) {
-            const int64_t t = now_ns();
+            const int64_t t = (int64_t)ts_now_ns();
             if (w->t_check && t > w->t_check) {
                 const double rate = (double)(ru.ru_nivcsw - w->nivcsw) * 1e9 / (double)(t - w->t_check);
                 if (rate > 200.0) w->nospin = 1;
@@ -120,13 +115,13 @@ static int64_t waiter_budget(const ts_threadpool *p, waiter *w) {
 static uint32_t spin_while_eq(int64_t budget, _Atomic uint32_t *addr, uint32_t val) {
     uint32_t v = atomic_load_explicit(addr, memory_order_acquire);
     if (v != val || budget <= 0) return v;
-    const int64_t t0 = now_ns();
+    const int64_t t0 = (int64_t)ts_now_ns();
     for (unsigned it = 1;; it++) {
         cpu_relax();
         v = atomic_load_explicit(addr, memory_order_acquire);
         if (v != val) return v;
         if ((it & 63) == 0) {
-            const int64_t dt = now_ns() - t0;
+            const int64_t dt = (int64_t)ts_now_ns() - t0;
             if (dt > budget) return v;
             /* Past a short pure spin, give the core away between checks: if
              * the thread we wait for shares this core (more runnable threads

@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "diffusion/diffusion.h"
+#include "core/rng.h"
 
 int32_t ts_diff_schedule(int32_t n_mask, int32_t n_left, int32_t steps, int32_t i, float eps) {
     if (steps <= 0 || n_left <= 0) return 0;
@@ -27,16 +28,9 @@ int32_t ts_diff_schedule(int32_t n_mask, int32_t n_left, int32_t steps, int32_t 
     return k < (double)n_left ? (int32_t)k : n_left;
 }
 
-/* splitmix64: the Gumbel noise's generator (seeded per call, so runs repeat). */
-static uint64_t rng_next(uint64_t *st) {
-    uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in (0, 1), never 0 or 1, so -log(-log(u)) is finite. */
-static double rng_uniform(uint64_t *st) { return ((double)(rng_next(st) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+/* The Gumbel noise: uniform in (0, 1) from ts_splitmix64 (seeded per call,
+ * so runs repeat), never 0 or 1, so -log(-log(u)) is finite. */
+static double rng_uniform(uint64_t *st) { return ((double)(ts_splitmix64(st) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 
 double ts_diff_confidence(const float *row, int32_t n_vocab, int32_t mask_id, enum ts_diff_alg alg, float temp,
                           uint64_t *rng, int32_t *token) {

@@ -5,9 +5,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "diffusion/diffusion.h"
+#include "core/clock.h"
 
 ts_diff_cfg ts_diff_default_cfg(void) {
     ts_diff_cfg c;
@@ -22,12 +22,6 @@ ts_diff_cfg ts_diff_default_cfg(void) {
     c.seed = 0xC0FFEE;
     c.early_stop = true;
     return c;
-}
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
 static int32_t n_blocks_of(const ts_diff_cfg *c) { return (int32_t)(((int64_t)c->n_gen + c->block - 1) / c->block); }
@@ -182,10 +176,10 @@ static int run_block(run *r, ts_err *err) {
     const int32_t nb = n_blocks_of(c);
     const double thr = c->threshold;
     if (cached) { /* the prompt's K/V, once */
-        double t0 = now_ms();
+        double t0 = ts_now_ms();
         if (forward(r, 0, r->np, r->np, false, err) < 0) return -1;
         if (d->set_prefix && d->set_prefix(d->ctx, r->np, err) < 0) return -1;
-        r->st->prefill_ms = now_ms() - t0;
+        r->st->prefill_ms = ts_now_ms() - t0;
     }
     for (int32_t b = 0; b < nb; b++) {
         const int32_t s = r->np + b * c->block, e = block_end(s, c->block, r->L);
@@ -263,9 +257,9 @@ int ts_diffuse(const ts_denoiser *d, const int32_t *prompt, int32_t n_prompt, co
     memcpy(r.canvas, prompt, (size_t)n_prompt * sizeof *r.canvas);
     for (int32_t p = n_prompt; p < r.L; p++) r.canvas[p] = d->mask_id;
 
-    double t0 = now_ms();
+    double t0 = ts_now_ms();
     rc = c->decoder == TS_DIFF_VANILLA ? run_vanilla(&r, err) : run_block(&r, err);
-    stats->denoise_ms = now_ms() - t0 - stats->prefill_ms;
+    stats->denoise_ms = ts_now_ms() - t0 - stats->prefill_ms;
     memcpy(gen, r.canvas + n_prompt, (size_t)c->n_gen * sizeof *gen);
 done:
     free(r.canvas);

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
 #include "engine/engine_impl.h"
 #include "kernels/repack.h"
@@ -42,12 +41,6 @@ const char *ts_op_name(ts_op op) {
 }
 
 /* ---- small helpers ------------------------------------------------------ */
-
-uint64_t ts_eng_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 void ts_eng_count(ts_engine *e, uint64_t *field, uint64_t v) {
     pthread_mutex_lock(&e->lock);

@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "engine/engine.h"
+#include "core/clock.h"
 
 /* Options parsed from the name ("loop:npu,window=64M,delay_us=200"). */
 typedef struct ts_eng_opts {
@@ -118,7 +119,6 @@ void ts_eng_window_release(ts_engine *e, uint64_t bytes);
 void ts_eng_copy_str(char *dst, size_t n, const char *src);
 
 /* Monotonic nanoseconds. */
-uint64_t ts_eng_now_ns(void);
 
 /* Bytes node n reads/writes through each of its refs for n_tok rows and
  * cache capacity; used by engine.c's checks and by probes. Returns the

@@ -14,6 +14,7 @@
  * in ts_sampler_new; ts_sampler_sample allocates nothing.
  */
 #include "text/sampler.h"
+#include "core/rng.h"
 
 #include <float.h>
 #include <math.h>
@@ -48,14 +49,7 @@ ts_sampler_params ts_sampler_default_params(void) {
     return p;
 }
 
-/* ---- PRNG: splitmix64 expands the seed into xoshiro256** state ---- */
-
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+/* ---- PRNG: splitmix64 (core/rng.h) expands the seed into xoshiro256** state ---- */
 
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
@@ -76,7 +70,7 @@ static double rng_uniform(uint64_t s[4]) { return (double)(xoshiro_next(s) >> 11
 
 static void seed_rng(ts_sampler *s) {
     uint64_t x = s->p.seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    for (int i = 0; i < 4; i++) s->rng[i] = ts_splitmix64(&x);
 }
 
 /* ---- lifecycle ---- */

@@ -149,12 +149,12 @@ static int exec_cmd(ts_engine *e, loop_cmd *c) {
     case C_WAIT: {
         if (L->nowait)
             break; /* the broken hook: ordering is lost */
-        const uint64_t t0 = ts_eng_now_ns();
+        const uint64_t t0 = ts_now_ns();
         pthread_mutex_lock(&L->ev_lock);
         while (!((loop_ev *)c->ev->impl)->done)
             pthread_cond_wait(&L->ev_cond, &L->ev_lock);
         pthread_mutex_unlock(&L->ev_lock);
-        const uint64_t dt = ts_eng_now_ns() - t0;
+        const uint64_t dt = ts_now_ns() - t0;
         if (c->flags & TS_WAIT_WEIGHTS)
             TS_ENG_COUNT(e, stall_ns, dt);
         else

@@ -673,12 +673,12 @@ static uint64_t measure_crossing(ocl_eng *o) {
     uint64_t best = UINT64_MAX;
     for (int i = 0; i < 5; i++) {
         cl_event ev;
-        const uint64_t t0 = ts_eng_now_ns();
+        const uint64_t t0 = ts_now_ns();
         if (cl.clEnqueueMarkerWithWaitList(q, 0, NULL, &ev) != CL_SUCCESS)
             break;
         cl.clFlush(q);
         cl.clWaitForEvents(1, &ev);
-        const uint64_t dt = ts_eng_now_ns() - t0;
+        const uint64_t dt = ts_now_ns() - t0;
         cl.clReleaseEvent(ev);
         if (dt < best)
             best = dt;

@@ -18,42 +18,13 @@
 #include <string.h>
 
 #include "model/model.h"
+#include "tool_util.h"
 
 #define MAX_WINDOWS 16
 
 static int die(const char *what, const ts_err *e) {
     fprintf(stderr, "dllm_tool: %s: %s\n", what, e ? e->msg : "");
     return 1;
-}
-
-/* Comma-separated ids into a new array; -1 on junk. */
-static int parse_ids(const char *s, int32_t **out, int32_t *n) {
-    int32_t cap = 16, k = 0;
-    int32_t *v = malloc((size_t)cap * sizeof *v);
-    if (!v) return -1;
-    while (*s) {
-        char *end;
-        long x = strtol(s, &end, 10);
-        if (end == s) {
-            free(v);
-            return -1;
-        }
-        if (k == cap) {
-            cap *= 2;
-            int32_t *nv = realloc(v, (size_t)cap * sizeof *v);
-            if (!nv) {
-                free(v);
-                return -1;
-            }
-            v = nv;
-        }
-        v[k++] = (int32_t)x;
-        s = end;
-        while (*s == ',' || *s == ' ') s++;
-    }
-    *out = v;
-    *n = k;
-    return 0;
 }
 
 typedef struct {
@@ -124,7 +95,7 @@ int main(int argc, char **argv) {
     }
 
     int32_t *toks = NULL, n_tok = 0;
-    if (tok_arg && parse_ids(tok_arg, &toks, &n_tok)) {
+    if (tok_arg && tool_parse_ids(tok_arg, &toks, &n_tok)) {
         ts_mdl_free(m);
         fprintf(stderr, "dllm_tool: bad --tokens\n");
         return 2;
@@ -144,7 +115,7 @@ int main(int argc, char **argv) {
         const window *w = &win[i];
         int32_t *ids = NULL, n_ids = 0;
         if (w->ids) {
-            if (parse_ids(w->ids, &ids, &n_ids) || n_ids != w->n) {
+            if (tool_parse_ids(w->ids, &ids, &n_ids) || n_ids != w->n) {
                 free(ids);
                 fprintf(stderr, "dllm_tool: window %d: expected %d ids after '@'\n", i, w->n);
                 rc = 2;

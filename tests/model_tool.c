@@ -18,40 +18,13 @@
 #include <string.h>
 
 #include "model/model.h"
+#include "tool_util.h"
 
 static int die(const char *what, const ts_err *e) {
     fprintf(stderr, "ts_model_tool: %s: %s\n", what, e ? e->msg : "");
     return 1;
 }
 
-static int parse_tokens(const char *s, int32_t **out, int32_t *n) {
-    int32_t cap = 16, k = 0;
-    int32_t *v = malloc((size_t)cap * sizeof *v);
-    if (!v) return -1;
-    while (*s) {
-        char *end;
-        long x = strtol(s, &end, 10);
-        if (end == s) {
-            free(v);
-            return -1;
-        }
-        if (k == cap) {
-            cap *= 2;
-            int32_t *nv = realloc(v, (size_t)cap * sizeof *v);
-            if (!nv) {
-                free(v);
-                return -1;
-            }
-            v = nv;
-        }
-        v[k++] = (int32_t)x;
-        s = end;
-        while (*s == ',' || *s == ' ') s++;
-    }
-    *out = v;
-    *n = k;
-    return 0;
-}
 
 static int32_t argmax(const float *x, int32_t n) {
     int32_t best = 0;
@@ -137,7 +110,7 @@ int main(int argc, char **argv) {
     }
 
     int32_t *toks = NULL, n_tok = 0;
-    if (!tok_arg || parse_tokens(tok_arg, &toks, &n_tok) || n_tok < 1) {
+    if (!tok_arg || tool_parse_ids(tok_arg, &toks, &n_tok) || n_tok < 1) {
         ts_mdl_free(m);
         fprintf(stderr, "ts_model_tool: --tokens must list at least one id\n");
         return 2;

@@ -136,3 +136,18 @@ int cli_parse_u64(const char *flag, const char *s, uint64_t *out) {
     *out = (uint64_t)v;
     return 0;
 }
+
+/* ---- JSON output ---- */
+
+void cli_json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}

@@ -35,4 +35,8 @@ int cli_parse_i32(const char *flag, const char *s, int32_t lo, int32_t *out);
 int cli_parse_f32(const char *flag, const char *s, float lo, float hi, float *out);
 int cli_parse_u64(const char *flag, const char *s, uint64_t *out);
 
+/* s as a JSON string literal (control bytes escaped, bytes >= 0x80 passed
+ * through as they are: paths and names may hold any byte). */
+void cli_json_str(FILE *f, const char *s);
+
 #endif

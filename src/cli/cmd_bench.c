@@ -111,21 +111,6 @@ static void mean_sd(const double *v, int n, double *mean, double *sd) {
     *sd = n > 1 ? sqrt(q / (n - 1)) : 0.0;
 }
 
-/* A JSON string literal of s (paths may hold any byte: control bytes
- * escaped, bytes >= 0x80 passed through as they are). */
-static void json_str(const char *s) {
-    putchar('"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            printf("\\%c", *p);
-        else if (*p < 0x20)
-            printf("\\u%04x", *p);
-        else
-            putchar(*p);
-    }
-    putchar('"');
-}
-
 /* "llama 135M Q4_1": architecture, parameter count, and the type of the
  * first layer's FFN gate (most of the weights), as llama-bench's model_type. */
 static void model_type(const ts_model *m, const ts_model_info *info, char *buf, size_t cap) {
@@ -347,9 +332,9 @@ int cli_bench(int argc, char **argv) {
                     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tmv);
                     printf("%s  {\"build_number\": 0, \"build_commit\": \"tessera-%s\", \"model_filename\": ",
                            first ? "" : ",\n", ts_version());
-                    json_str(o.models[mi]);
+                    cli_json_str(stdout, o.models[mi]);
                     printf(", \"model_type\": ");
-                    json_str(mtype);
+                    cli_json_str(stdout, mtype);
                     printf(", \"model_size\": %llu, \"model_n_params\": %llu, \"n_batch\": %d, \"n_ubatch\": %d, "
                            "\"n_threads\": %d, \"type_k\": \"f16\", \"type_v\": \"f16\", \"n_prompt\": %d, "
                            "\"n_gen\": %d, \"test_time\": \"%s\", \"avg_ns\": %.0f, \"stddev_ns\": %.0f, "
@@ -361,7 +346,7 @@ int cli_bench(int argc, char **argv) {
                     for (int i = 0; i < o.reps; i++) printf("%s%.6f", i ? ", " : "", ts[i]);
                     printf("], \"prefill_device\": ");
                     if (st0.device)
-                        json_str(st0.device);
+                        cli_json_str(stdout, st0.device);
                     else
                         printf("null");
                     printf(", \"prefill_dev_tokens\": %lld, \"dev_stall_ms\": %.3f}", (long long)dev_tokens,

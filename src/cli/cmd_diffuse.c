@@ -232,15 +232,10 @@ static void print_stats(const diff_opts *o, const ts_diffusion_stats *s, const t
             (int)p->block, (int)(p->steps > 0 ? p->steps : p->n_gen), (double)p->threshold, (double)p->eps,
             (double)p->temp, (unsigned long long)p->seed, (int)cs->n_threads, (int)cs->n_ctx, (int)cs->n_batch,
             cs->peak_rss_mib, (long long)s->dev_forwards, (long long)s->dev_tokens);
-    /* the device that ran window forwards (device names are plain words and options) */
-    if (cs->device) {
-        fputc('"', stderr);
-        for (const unsigned char *c = (const unsigned char *)cs->device; *c; c++)
-            if (*c >= 0x20 && *c != '"' && *c != '\\') fputc(*c, stderr);
-        fputs("\"}\n", stderr);
-    } else {
-        fputs("null}\n", stderr);
-    }
+    /* the device that ran window forwards */
+    if (cs->device) cli_json_str(stderr, cs->device);
+    else fputs("null", stderr);
+    fputs("}\n", stderr);
 }
 
 int cli_diffuse(int argc, char **argv) {

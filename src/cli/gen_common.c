@@ -284,11 +284,5 @@ void gen_print_dev_json(FILE *f, const ts_stats *st) {
         fputs("null", f);
         return;
     }
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)st->device; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
-        else fputc(*p, f);
-    }
-    fputc('"', f);
+    cli_json_str(f, st->device);
 }

@@ -18,32 +18,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli_util.h" /* the CLI's UTF-8 decoder: the server is part of the same executable */
 #include "srv.h"
 
 bool tsrv_utf8_valid(const char *b, size_t n) {
     const unsigned char *s = (const unsigned char *)b;
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t len;
-        uint32_t cp;
-        if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f;
-        else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f;
-        else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07;
-        else return false;
-        if (n - i < len) return false;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80) return false;
-            cp = cp << 6 | (s[i + k] & 0x3f);
-        }
-        if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-            return false;
-        i += len;
-    }
+    for (size_t i = 0, len; i < n; i += len)
+        if (!(len = cli_utf8_len(s + i, n - i, NULL))) return false;
     return true;
 }
 

@@ -306,7 +306,7 @@ typedef struct ts_eng_node {
         struct {                      /* TS_OP_SWIGLU, TS_OP_GEGLU */
             ts_eng_ref gate, up, out; /* [n_tok][n]; out may equal gate */
             int64_t n;
-            bool fast; /* cpu/loop SWIGLU: ts_swiglu_fast instead of ts_swiglu_f32 */
+            bool fast; /* cpu/loop: ts_swiglu_fast / ts_geglu_fast instead of the f32 references */
         } glu;
         struct { /* TS_OP_ADD: y[t] += x[t]; TS_OP_ADD_ROW: y[t] += x[0] */
             ts_eng_ref y, x;

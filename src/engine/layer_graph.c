@@ -89,7 +89,7 @@ int ts_eng_layer_nodes(const ts_eng_layer_shape *s, ts_eng_node *out) {
                                      .up = R(TS_LS_UP),
                                      .out = R(TS_LS_GATE),
                                      .n = F,
-                                     .fast = s->fast_kernels && !s->gelu}};
+                                     .fast = s->fast_kernels}};
     MM(TS_LS_W_DOWN, TS_LS_GATE, TS_LS_O, F, E);
     if (s->post_norms)
         NORM(TS_LS_O, TS_LS_O, TS_LS_FFN_POST_NORM, E, 1);

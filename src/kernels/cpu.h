@@ -76,7 +76,8 @@ typedef struct ts_kern {
     /* fast attention block and SwiGLU (kernels/fastops.h); NULL: the
      * portable copies */
     ts_attn_block_fn attn_block;
-    ts_swiglu_fn swiglu;
+    ts_glu_fn swiglu;
+    ts_glu_fn geglu;
 } ts_kern;
 
 /* The table of the active level (never NULL). */

@@ -1,4 +1,4 @@
-/* fastops.c - drivers of the fast attention and SwiGLU (fastops.h): work
+/* fastops.c - drivers of the fast attention and SwiGLU / GeGLU (fastops.h): work
  * split over the pool, per-level kernel from the dispatch table. */
 #include "kernels/fastops.h"
 
@@ -39,23 +39,32 @@ void ts_attention_fast(ts_threadpool *pool, const ts_attn_params *ap, const floa
 }
 
 typedef struct {
-    ts_swiglu_fn fn;
+    ts_glu_fn fn;
     float *out;
     const float *gate, *up;
-} swiglu_ctx;
+} glu_ctx;
 
-static void swiglu_part(void *ctx, int64_t b, int64_t e, int tid) {
+static void glu_part(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
-    const swiglu_ctx *c = ctx;
+    const glu_ctx *c = ctx;
     c->fn(c->out + b, c->gate + b, c->up + b, e - b);
+}
+
+static void glu_run(ts_threadpool *pool, ts_glu_fn fn, float *out, const float *gate, const float *up, int64_t n) {
+    glu_ctx c = {fn, out, gate, up};
+    /* below ~16k values the hand-off costs more than it saves */
+    if (n < 16384)
+        glu_part(&c, 0, n, 0);
+    else
+        ts_parallel_for_grain(pool, n, 4096, glu_part, &c);
 }
 
 void ts_swiglu_fast(ts_threadpool *pool, float *out, const float *gate, const float *up, int64_t n) {
     const ts_kern *k = ts_kern_get();
-    swiglu_ctx c = {k->swiglu ? k->swiglu : ts_swiglu_generic, out, gate, up};
-    /* below ~16k values the hand-off costs more than it saves */
-    if (n < 16384)
-        swiglu_part(&c, 0, n, 0);
-    else
-        ts_parallel_for_grain(pool, n, 4096, swiglu_part, &c);
+    glu_run(pool, k->swiglu ? k->swiglu : ts_swiglu_generic, out, gate, up, n);
+}
+
+void ts_geglu_fast(ts_threadpool *pool, float *out, const float *gate, const float *up, int64_t n) {
+    const ts_kern *k = ts_kern_get();
+    glu_run(pool, k->geglu ? k->geglu : ts_geglu_generic, out, gate, up, n);
 }

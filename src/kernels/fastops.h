@@ -23,7 +23,7 @@
  *
  * The per-item kernel is compiled once per ISA level (kernels/fastops_impl.h
  * included by ref/fastops_generic.c and x86/fastops_avx*.c with their
- * flags) and chosen through the dispatch table (cpu.h: attn_block, swiglu).
+ * flags) and chosen through the dispatch table (cpu.h: attn_block, swiglu, geglu).
  */
 #ifndef TS_KERNELS_FASTOPS_H
 #define TS_KERNELS_FASTOPS_H
@@ -51,8 +51,13 @@ typedef struct ts_attn_job {
  * per-thread scratch of ts_attention_fast_scratch floats. */
 typedef void (*ts_attn_block_fn)(const ts_attn_job *j, int kvh, int t0, int t1, float *scratch);
 
-/* out[i] = silu(gate[i]) * up[i] with ts_fast_expf (out may alias gate). */
-typedef void (*ts_swiglu_fn)(float *out, const float *gate, const float *up, int64_t n);
+/* The gated activations, element-wise (out may alias gate), with the
+ * polynomial exp below:
+ *   swiglu: out[i] = silu(gate[i]) * up[i]
+ *   geglu:  out[i] = gelu_tanh(gate[i]) * up[i], computed as
+ *           g * sigmoid(2z), z = sqrt(2/pi) (g + 0.044715 g^3), which is
+ *           0.5 g (1 + tanh z) without tanh's cancellation near -1 */
+typedef void (*ts_glu_fn)(float *out, const float *gate, const float *up, int64_t n);
 
 /* Floats of per-thread scratch ts_attention_fast needs for ap. */
 int64_t ts_attention_fast_scratch(const ts_attn_params *ap);
@@ -63,11 +68,14 @@ void ts_attention_fast(ts_threadpool *pool, const ts_attn_params *ap, const floa
                        const void *v_cache, int64_t pos0, int n_tok, float *out, float *scratch,
                        int64_t scratch_stride);
 
-/* Element-wise SwiGLU of the active level, split over the pool for large n. */
+/* Element-wise SwiGLU / GeGLU of the active level, split over the pool for
+ * large n. */
 void ts_swiglu_fast(ts_threadpool *pool, float *out, const float *gate, const float *up, int64_t n);
+void ts_geglu_fast(ts_threadpool *pool, float *out, const float *gate, const float *up, int64_t n);
 
 /* The portable versions (the fallback of levels without their own). */
 void ts_attn_block_generic(const ts_attn_job *j, int kvh, int t0, int t1, float *scratch);
 void ts_swiglu_generic(float *out, const float *gate, const float *up, int64_t n);
+void ts_geglu_generic(float *out, const float *gate, const float *up, int64_t n);
 
 #endif

@@ -1,4 +1,4 @@
-/* fastops_impl.h - the body of the fast attention block and SwiGLU (see
+/* fastops_impl.h - the body of the fast attention block and SwiGLU / GeGLU (see
  * fastops.h), written as plain loops that the compiler vectorises, and
  * included by one file per ISA level, which defines FASTOPS_NAME(x) to name
  * its copies (ref/fastops_generic.c: no ISA flags; x86/fastops_avx2.c,
@@ -97,14 +97,26 @@ static inline void FASTOPS_NAME(pv16)(float *acc, float alpha, const float *s, c
     for (int d_ = 0; d_ + 16 <= (hd); d_ += 16) FASTOPS_PV16((acc) + d_, alpha, s, (vt) + d_, j0, j1, hd)
 #endif
 
+/* sigmoid(a) = 1 / (1 + e^-a), with e^-a computed as e^-|a| to stay in the
+ * exp's domain: for a < 0, 1/(1 + e^-a) = e^a / (1 + e^a) */
+static inline float FASTOPS_NAME(sigmoid)(float a) {
+    const float e = FASTOPS_NAME(expf)(-fabsf(a));
+    return a >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+}
+
 void FASTOPS_NAME(swiglu)(float *out, const float *gate, const float *up, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         const float g = gate[i];
-        /* silu(g) = g / (1 + e^-g); e^-g computed as e^-|g| to stay in the
-         * exp's domain: for g < 0, 1/(1 + e^-g) = e^g / (1 + e^g) */
-        const float e = FASTOPS_NAME(expf)(-fabsf(g));
-        const float sig = g >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
-        out[i] = g * sig * up[i];
+        out[i] = g * FASTOPS_NAME(sigmoid)(g) * up[i];
+    }
+}
+
+/* gelu_tanh(g) = 0.5 g (1 + tanh z) = g sigmoid(2z), z = sqrt(2/pi) (g + 0.044715 g^3) */
+void FASTOPS_NAME(geglu)(float *out, const float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float g = gate[i];
+        const float z2 = 1.5957691216057308f * (g + 0.044715f * g * g * g); /* 2 sqrt(2/pi) */
+        out[i] = g * FASTOPS_NAME(sigmoid)(z2) * up[i];
     }
 }
 

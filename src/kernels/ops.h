@@ -80,6 +80,11 @@ void ts_rope_inv_freq(double *inv_freq, int n_rot, double base, double freq_scal
  * pairs (i, i + n_rot/2). cs is scratch for n_rot floats (cos/sin table). */
 void ts_rope_f32(float *x, int n_head, int head_dim, int n_rot, bool neox, const double *inv_freq,
                  int64_t pos, float *cs);
+/* The two halves of ts_rope_f32, for callers that rotate several tensors at
+ * one position: the table cs[n_rot] (cos, sin of each pair's angle) and the
+ * rotation by it. */
+void ts_rope_cs(const double *inv_freq, int n_rot, int64_t pos, float *cs);
+void ts_rope_apply(float *x, int n_head, int head_dim, int n_rot, bool neox, const float *cs);
 
 /* ---- matmul ---------------------------------------------------------- */
 

@@ -305,7 +305,7 @@ ts_state *ts_state_new(const ts_mdl *m, const ts_state_params *p, ts_err *err) {
     s->gate = alloc3(B, hp->n_ff, 1, sizeof(float));
     s->up = alloc3(B, hp->n_ff, 1, sizeof(float));
     s->logits = alloc3(hp->n_vocab, 1, 1, sizeof(float));
-    s->rope_cs = alloc3(m->n_rot, 1, 1, sizeof(float));
+    for (int i = 0; i < 2; i++) s->rope[i].cs = alloc3(B, m->n_rot, 1, sizeof(float));
 
     /* Per-thread scratch: one dequantized weight row (the widest matmul
      * input), or attention's K/V row, accumulator and scores over n_ctx.
@@ -328,7 +328,7 @@ ts_state *ts_state_new(const ts_mdl *m, const ts_state_params *p, ts_err *err) {
     }
 
     if (!s->k_cache || !s->v_cache || !s->x || !s->xn || !s->o || !s->q || !s->attn || !s->k || !s->v ||
-        !s->gate || !s->up || !s->logits || !s->rope_cs || !s->scratch) {
+        !s->gate || !s->up || !s->logits || !s->rope[0].cs || !s->rope[1].cs || !s->scratch) {
         ts_err_set(err, "out of memory allocating the state (n_ctx %d, n_batch %d)", s->n_ctx, s->n_batch);
         goto fail;
     }
@@ -356,7 +356,8 @@ void ts_state_free(ts_state *s) {
     free(s->gate);
     free(s->up);
     free(s->logits);
-    free(s->rope_cs);
+    free(s->rope[0].cs);
+    free(s->rope[1].cs);
     free(s->scratch);
     free(s);
 }
@@ -387,9 +388,27 @@ static void stage_embed(ts_state *s, const int32_t *tokens, int nb) {
     }
 }
 
-/* dst[t] = rmsnorm(src[t]) * w for each token (rows of n floats). */
+typedef struct {
+    float *dst;
+    const float *src, *w;
+    int64_t n;
+    float eps;
+} norm_job;
+
+static void norm_rows(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const norm_job *j = ctx;
+    for (int64_t t = t0; t < t1; t++) ts_rmsnorm_f32(j->dst + t * j->n, j->src + t * j->n, j->w, j->n, j->eps);
+}
+
+/* dst[t] = rmsnorm(src[t]) * w for each of nb rows of n floats; rows are
+ * independent, so large batches are split over the pool (same bits). */
 static void stage_norm_rows(const ts_state *s, float *dst, const float *src, const float *w, int64_t n, int nb) {
-    for (int t = 0; t < nb; t++) ts_rmsnorm_f32(dst + t * n, src + t * n, w, n, s->m->hp.norm_eps);
+    norm_job j = {dst, src, w, n, s->m->hp.norm_eps};
+    if ((int64_t)nb * n < 32768)
+        norm_rows(&j, 0, nb, 0);
+    else
+        ts_parallel_for_grain(s->pool, nb, 8, norm_rows, &j);
 }
 
 static void add_bias(float *y, const float *b, int64_t n, int nb) {
@@ -432,14 +451,30 @@ static void stage_qk_norm(ts_state *s, const ts_layer *L, int nb) {
     if (L->k_norm) stage_norm_rows(s, s->k, s->k, L->k_norm, hd, nb * hp->n_head_kv);
 }
 
+/* The cos/sin tables of positions pos0 .. pos0+nb-1 for the layer's
+ * frequencies: computed by the first layer of a batch that uses them (a
+ * model has at most two sets: global and sliding-window) and reused by the
+ * others, instead of 2 x n_layer x n_rot/2 double sin/cos per token. */
+static const float *rope_table(ts_state *s, const double *inv_freq, int64_t pos0, int nb) {
+    const int n_rot = s->m->n_rot, i = inv_freq == s->m->inv_freq_swa;
+    ts_rope_tab *rt = &s->rope[i];
+    if (rt->freq != inv_freq || rt->pos0 != pos0 || rt->nb < nb) {
+        for (int t = 0; t < nb; t++) ts_rope_cs(inv_freq, n_rot, pos0 + t, rt->cs + (int64_t)t * n_rot);
+        rt->freq = inv_freq;
+        rt->pos0 = pos0;
+        rt->nb = nb;
+    }
+    return rt->cs;
+}
+
 static void stage_rope(ts_state *s, const ts_layer *L, int64_t pos0, int nb) {
     const ts_hparams *hp = &s->m->hp;
     const bool neox = hp->rope_type == TS_ROPE_NEOX;
+    const int n_rot = s->m->n_rot;
+    const float *cs = rope_table(s, L->inv_freq, pos0, nb);
     for (int t = 0; t < nb; t++) {
-        ts_rope_f32(s->q + t * s->n_q_dim, hp->n_head, hp->head_dim, s->m->n_rot, neox, L->inv_freq, pos0 + t,
-                    s->rope_cs);
-        ts_rope_f32(s->k + t * s->n_kv_dim, hp->n_head_kv, hp->head_dim, s->m->n_rot, neox, L->inv_freq, pos0 + t,
-                    s->rope_cs);
+        ts_rope_apply(s->q + t * s->n_q_dim, hp->n_head, hp->head_dim, n_rot, neox, cs + (int64_t)t * n_rot);
+        ts_rope_apply(s->k + t * s->n_kv_dim, hp->n_head_kv, hp->head_dim, n_rot, neox, cs + (int64_t)t * n_rot);
     }
 }
 
@@ -509,7 +544,9 @@ static void stage_ffn(ts_state *s, const ts_layer *L, int nb) {
     const ts_wmat *w[2] = {&L->w_gate, &L->w_up};
     float *y[2] = {s->gate, s->up};
     matmul_n(s, 2, w, y, s->xn, nb);
-    if (s->m->ffn_gelu)
+    if (s->m->ffn_gelu && s->lin)
+        ts_geglu_fast(s->pool, s->gate, s->gate, s->up, nb * F);
+    else if (s->m->ffn_gelu)
         ts_geglu_tanh_f32(s->gate, s->gate, s->up, nb * F);
     else if (s->lin)
         ts_swiglu_fast(s->pool, s->gate, s->gate, s->up, nb * F);

@@ -70,6 +70,15 @@ struct ts_mdl {
 int ts_mdl_prepare_fast(ts_mdl *m, bool in_place, ts_err *err);
 void ts_mdl_release_fast(ts_mdl *m);
 
+/* cos/sin tables of one batch's positions for one set of rope frequencies
+ * (forward.c rope_table) */
+typedef struct {
+    float *cs;                   /* [n_batch][n_rot] */
+    const double *freq;          /* the frequencies they were made for; NULL: none yet */
+    int64_t pos0;
+    int nb;
+} ts_rope_tab;
+
 struct ts_state {
     const ts_mdl *m;
     ts_threadpool *pool;
@@ -99,7 +108,7 @@ struct ts_state {
     struct ts_linear_ws *lin;    /* fast matmul work space; NULL: reference path */
     float *scratch;              /* [n_threads][scratch_stride] */
     int64_t scratch_stride;
-    float *rope_cs;              /* [n_rot] cos/sin table */
+    ts_rope_tab rope[2];         /* per frequency set (global, sliding window) */
 
     /* prefill on a device (forward.c, engine/prefill.h): full chunks of
      * pf_width tokens run their layers there, over the buffers above

@@ -30,14 +30,22 @@ void ts_rope_inv_freq(double *inv_freq, int n_rot, double base, double freq_scal
     }
 }
 
-void ts_rope_f32(float *x, int n_head, int head_dim, int n_rot, bool neox, const double *inv_freq,
-                 int64_t pos, float *cs) {
-    const int n_pairs = n_rot / 2;
-    for (int i = 0; i < n_pairs; i++) {
+void ts_rope_cs(const double *inv_freq, int n_rot, int64_t pos, float *cs) {
+    for (int i = 0; i < n_rot / 2; i++) {
         double a = (double)pos * inv_freq[i];
         cs[2 * i] = (float)cos(a);
         cs[2 * i + 1] = (float)sin(a);
     }
+}
+
+void ts_rope_f32(float *x, int n_head, int head_dim, int n_rot, bool neox, const double *inv_freq,
+                 int64_t pos, float *cs) {
+    ts_rope_cs(inv_freq, n_rot, pos, cs);
+    ts_rope_apply(x, n_head, head_dim, n_rot, neox, cs);
+}
+
+void ts_rope_apply(float *x, int n_head, int head_dim, int n_rot, bool neox, const float *cs) {
+    const int n_pairs = n_rot / 2;
     for (int h = 0; h < n_head; h++) {
         float *xh = x + (int64_t)h * head_dim;
         for (int i = 0; i < n_pairs; i++) {

@@ -323,7 +323,7 @@ TS_API ts_sampling_params ts_sampling_default_params(void);
 typedef struct ts_context_params {
     size_t struct_size;
     int32_t n_ctx;           /* KV capacity in tokens; 0: min(n_ctx_train, 4096) */
-    int32_t n_batch;         /* prompt micro-batch; 0: 64 (capped at n_ctx) */
+    int32_t n_batch;         /* prompt micro-batch; 0: 512 (capped at n_ctx) */
     int32_t n_threads;       /* worker threads; 0: the physical cores */
     bool kv_f32;             /* KV cache in f32 instead of f16 */
     ts_decoder_type decoder;

@@ -70,7 +70,7 @@ CASES = [
      ["--block", "8", "--threshold", "0.01", "--no-early-stop"]),
     ("vanilla", 24, {"decoder": "vanilla", "block": 8, "steps": 12},
      ["--decoder", "vanilla", "--block", "8", "--steps", "12"]),
-    # a window of the whole canvas, far above the default n_batch (64): the
+    # a window of the whole canvas, wider than a small n_batch: the
     # slots' batch must be sized to their context
     ("vanilla, canvas of 200", 200, {"decoder": "vanilla", "block": 200, "steps": 20},
      ["--decoder", "vanilla", "--block", "200", "--steps", "20"]),

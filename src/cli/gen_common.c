@@ -75,7 +75,7 @@ static void print_help(enum gen_cmd cmd, FILE *f) {
         fprintf(f, "      --stats json         print the counters (and the device's) as one JSON object on stderr\n");
     if (cmd != GEN_PPL)
         fprintf(f, "  -c, --ctx-size N         context length in tokens (default min(trained, 4096))\n");
-    fprintf(f, "  -b, --batch-size N       prompt micro-batch (default 64)\n");
+    fprintf(f, "  -b, --batch-size N       prompt micro-batch (default 512, capped at the context)\n");
     fprintf(f, "  -h, --help               this help\n");
     if (cmd != GEN_PPL)
         fprintf(f,

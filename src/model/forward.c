@@ -31,7 +31,7 @@
 /* ---- state ------------------------------------------------------------ */
 
 ts_state_params ts_state_default_params(void) {
-    ts_state_params p = {.n_ctx = 0, .n_batch = 64, .n_threads = 0, .kv_f32 = false};
+    ts_state_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0, .kv_f32 = false};
     return p;
 }
 

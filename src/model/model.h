@@ -91,7 +91,7 @@ typedef struct ts_state ts_state;
 
 typedef struct ts_state_params {
     int32_t n_ctx;      /* KV capacity in tokens; 0 = min(n_ctx_train, 4096) */
-    int32_t n_batch;    /* micro-batch for prompt processing (-b), default 64 */
+    int32_t n_batch;    /* micro-batch for prompt processing (-b), default 512 */
     int32_t n_threads;  /* default: physical cores */
     bool kv_f32;        /* KV cache in f32 instead of f16 (tests) */
     /* prefill on a device (engine/prefill.h; docs/ENGINE.md). NULL: CPU only.

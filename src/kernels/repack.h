@@ -77,6 +77,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define TS_RP_ROWS 16 /* rows per panel */
 #define TS_RP_TT 8    /* max tokens per activation tile */
@@ -117,6 +118,21 @@ void ts_rp_row(uint32_t type, int64_t n_in, const uint8_t *packed, int64_t r, fl
  * holding token t starts (tokens 8k .. 8k+7 share a tile). */
 size_t ts_rp_tiles_bytes(int64_t n_in, int n_tok, int hi);
 size_t ts_rp_tile_offset(int64_t n_in, int t, int hi);
+
+/* Writes the side fields of one (token, block) (see above) from its scale s
+ * and the sums of X over elements 0..15 and 16..31; every quantizer level
+ * ends a block with it. Field by field: building them in an array and
+ * copying that made the copy's 8-byte loads wait on the array's 4-byte
+ * stores (a failed store-to-load forward per block, ~9% of the profile of
+ * 135M prefill). */
+static inline void ts_rp_put_side(uint8_t *side, float s, int32_t sum_lo, int32_t sum_hi) {
+    const int32_t sum = sum_lo + sum_hi;
+    const float ds = s * (float)sum;
+    const int32_t f[6] = {-8 * sum, -128 * sum, -16 * sum, -32 * sum_lo, -32 * sum_hi, 0};
+    memcpy(side, &s, 4);
+    memcpy(side + 4, &ds, 4);
+    for (int i = 0; i < 6; i++) memcpy(side + 8 + 4 * i, &f[i], 4);
+}
 
 /* The scalar references (and fallbacks) of the two kernel kinds. */
 ts_rp_gemm_fn ts_rp_gemm_ref(uint32_t type); /* NULL when unsupported */

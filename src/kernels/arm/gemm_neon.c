@@ -267,13 +267,7 @@ void ts_rp_quant_neon(const float *x, int64_t n_in, int hi, uint8_t *tile, int n
             store16(q1, X[0], X[1], X[2], X[3]);
             store16(q1 + 16, X[4], X[5], X[6], X[7]);
         }
-        const int32_t sum_lo = vaddvq_s32(vaddq_s32(vaddq_s32(X[0], X[1]), vaddq_s32(X[2], X[3])));
-        const int32_t sum_hi = vaddvq_s32(vaddq_s32(vaddq_s32(X[4], X[5]), vaddq_s32(X[6], X[7])));
-        const int32_t sum = sum_lo + sum_hi;
-        const float ds = s * (float)sum;
-        const int32_t fields[6] = {-8 * sum, -128 * sum, -16 * sum, -32 * sum_lo, -32 * sum_hi, 0};
-        memcpy(side, &s, 4);
-        memcpy(side + 4, &ds, 4);
-        memcpy(side + 8, fields, sizeof fields);
+        ts_rp_put_side(side, s, vaddvq_s32(vaddq_s32(vaddq_s32(X[0], X[1]), vaddq_s32(X[2], X[3]))),
+                       vaddvq_s32(vaddq_s32(vaddq_s32(X[4], X[5]), vaddq_s32(X[6], X[7]))));
     }
 }

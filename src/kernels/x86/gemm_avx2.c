@@ -317,13 +317,6 @@ void ts_rp_quant_avx2(const float *x, int64_t n_in, int hi, uint8_t *tile, int n
         } else {
             store_bytes(q1, X[0], X[1], X[2], X[3]);
         }
-        const int32_t sum_lo = hsum_epi32(_mm256_add_epi32(X[0], X[1]));
-        const int32_t sum_hi = hsum_epi32(_mm256_add_epi32(X[2], X[3]));
-        const int32_t sum = sum_lo + sum_hi;
-        const float ds = s * (float)sum;
-        const int32_t fields[6] = {-8 * sum, -128 * sum, -16 * sum, -32 * sum_lo, -32 * sum_hi, 0};
-        memcpy(side, &s, 4);
-        memcpy(side + 4, &ds, 4);
-        memcpy(side + 8, fields, sizeof fields);
+        ts_rp_put_side(side, s, hsum_epi32(_mm256_add_epi32(X[0], X[1])), hsum_epi32(_mm256_add_epi32(X[2], X[3])));
     }
 }

@@ -217,12 +217,6 @@ void ts_rp_quant_avx512(const float *x, int64_t n_in, int hi, uint8_t *tile, int
             _mm_storeu_si128((__m128i_u *)q1, _mm512_cvtepi32_epi8(Z0));
             _mm_storeu_si128((__m128i_u *)(q1 + 16), _mm512_cvtepi32_epi8(Z1));
         }
-        const int32_t sum_lo = _mm512_reduce_add_epi32(Z0), sum_hi = _mm512_reduce_add_epi32(Z1);
-        const int32_t sum = sum_lo + sum_hi;
-        const float ds = s * (float)sum;
-        const int32_t fields[6] = {-8 * sum, -128 * sum, -16 * sum, -32 * sum_lo, -32 * sum_hi, 0};
-        memcpy(side, &s, 4);
-        memcpy(side + 4, &ds, 4);
-        memcpy(side + 8, fields, sizeof fields);
+        ts_rp_put_side(side, s, _mm512_reduce_add_epi32(Z0), _mm512_reduce_add_epi32(Z1));
     }
 }

@@ -74,9 +74,9 @@ static void test_pool(const char *spin) {
 
 /* ---- panels ---- */
 
-static const uint32_t rp_types[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q5_0,
-                                    TS_TYPE_Q8_0, TS_TYPE_Q4_K, TS_TYPE_Q6_K};
-#define N_RP_TYPES 6
+static const uint32_t rp_types[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q5_0, TS_TYPE_Q8_0,
+                                    TS_TYPE_Q4_K, TS_TYPE_Q5_K, TS_TYPE_Q6_K};
+#define N_RP_TYPES 7
 
 /* random rows of type ty: n_out rows of n_in into q (row_bytes each); types
  * without a quantizer get random bytes with sane f16 scales */
@@ -102,6 +102,7 @@ static void make_rows(uint32_t ty, int64_t n_in, int64_t n_out, uint8_t *q, size
             switch (ty) {
             case TS_TYPE_Q5_0: put_f16(blk, 0.05f * s * (1 + frand() * 0.5f)); break;
             case TS_TYPE_Q4_K:
+            case TS_TYPE_Q5_K:
                 put_f16(blk, 0.01f * s * (1 + frand() * 0.5f));
                 put_f16(blk + 2, 0.005f * s * (1 + frand() * 0.5f));
                 break;
@@ -121,8 +122,11 @@ static void test_panels(void) {
         static uint8_t q[NO * 600], packed[48 * 600];
         make_rows(ty, NI, NO, q, rb);
         ts_wmat w = {ty, q, NI, NO, rb, NULL};
-        /* panels are as large as the rows they hold (Q4_K: 148 / 144) */
-        CHECK(ts_rp_matrix_bytes(ty, NI, NO) == (ty == TS_TYPE_Q4_K ? 48 * rb / 144 * 148 : 48 * rb),
+        /* panels are as large as the rows they hold (Q4_K: 148 / 144, Q5_K:
+         * 180 / 176: the K-quants' packed 6-bit scales become bytes) */
+        CHECK(ts_rp_matrix_bytes(ty, NI, NO) == (ty == TS_TYPE_Q4_K   ? 48 * rb / 144 * 148
+                                                 : ty == TS_TYPE_Q5_K ? 48 * rb / 176 * 180
+                                                                      : 48 * rb),
               "%s: matrix bytes", ts_type_info(ty)->name);
         const size_t pb = ts_rp_panel_bytes(ty, NI);
         for (int p = 0; p < 3; p++) {
@@ -280,7 +284,7 @@ static void test_linear(int hi) {
         setenv("TS_ACT", "q8", 1);
     enum { NI = 512, NO = 80, MAXT = 70 };
     const uint32_t types[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q8_0, TS_TYPE_Q5_0, TS_TYPE_Q4_K,
-                              TS_TYPE_Q6_K, TS_TYPE_F32,  TS_TYPE_F16,  TS_TYPE_BF16};
+                              TS_TYPE_Q5_K, TS_TYPE_Q6_K, TS_TYPE_F32,  TS_TYPE_F16,  TS_TYPE_BF16};
     const int nts = (int)(sizeof types / sizeof types[0]);
     static float x[MAXT * NI], y[3][MAXT * NO], y1[3][MAXT * NO], yr[MAXT * NO];
     static float scratch[4 * NI], wf[3][NO * NI];

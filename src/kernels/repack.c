@@ -23,6 +23,7 @@ bool ts_rp_supported(uint32_t type) {
     case TS_TYPE_Q5_0:
     case TS_TYPE_Q8_0:
     case TS_TYPE_Q4_K:
+    case TS_TYPE_Q5_K:
     case TS_TYPE_Q6_K: return true;
     default: return false;
     }
@@ -30,7 +31,7 @@ bool ts_rp_supported(uint32_t type) {
 
 /* elements per panel block (32, or a K-quant super-block of 256) */
 static int64_t block_elems(uint32_t type) {
-    return type == TS_TYPE_Q4_K || type == TS_TYPE_Q6_K ? 256 : 32;
+    return type == TS_TYPE_Q4_K || type == TS_TYPE_Q5_K || type == TS_TYPE_Q6_K ? 256 : 32;
 }
 
 /* bytes per panel block (16 rows) */
@@ -41,6 +42,7 @@ static size_t block_bytes(uint32_t type) {
     case TS_TYPE_Q5_0: return 352;
     case TS_TYPE_Q8_0: return 544;
     case TS_TYPE_Q4_K: return 2368;
+    case TS_TYPE_Q5_K: return 2880;
     case TS_TYPE_Q6_K: return 3360;
     default: return 0;
     }
@@ -65,9 +67,9 @@ static inline float rd_f16(const uint8_t *p) {
 
 typedef struct {
     uint8_t q[256];      /* unsigned quants */
-    uint8_t d[2], m[2];  /* raw f16: d, and m (Q4_1) / dmin (Q4_K) */
-    uint8_t sc[16];      /* Q4_K: 8 sub-block scales; Q6_K: 16 group scales (int8 bits) */
-    uint8_t mn[8];       /* Q4_K: 8 sub-block mins */
+    uint8_t d[2], m[2];  /* raw f16: d, and m (Q4_1) / dmin (Q4_K, Q5_K) */
+    uint8_t sc[16];      /* Q4_K, Q5_K: 8 sub-block scales; Q6_K: 16 group scales (int8 bits) */
+    uint8_t mn[8];       /* Q4_K, Q5_K: 8 sub-block mins */
 } dec_block;
 
 static void k4_scale_min(const uint8_t *q, int j, uint8_t *sc, uint8_t *m) {
@@ -115,6 +117,17 @@ static void decode(uint32_t type, const uint8_t *b, dec_block *o) {
                 o->q[64 * k + 32 + l] = b[16 + 32 * k + l] >> 4;
             }
         break;
+    case TS_TYPE_Q5_K: /* as Q4_K, nibbles at 48, and bit s of qh[l] -> bit 4 of sub-block s's element l */
+        memcpy(o->d, b, 2);
+        memcpy(o->m, b + 2, 2);
+        for (int j = 0; j < 8; j++) k4_scale_min(b + 4, j, &o->sc[j], &o->mn[j]);
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < 32; l++) {
+                const uint8_t qs = b[48 + 32 * k + l], qh = b[16 + l];
+                o->q[64 * k + l] = (uint8_t)((qs & 0x0f) | (((qh >> (2 * k)) & 1) << 4));
+                o->q[64 * k + 32 + l] = (uint8_t)((qs >> 4) | (((qh >> (2 * k + 1)) & 1) << 4));
+            }
+        break;
     case TS_TYPE_Q6_K:
         for (int n = 0; n < 2; n++)
             for (int r = 0; r < 4; r++)
@@ -134,7 +147,7 @@ static void decode(uint32_t type, const uint8_t *b, dec_block *o) {
  * For every type the 32 quants of a 32-block are eight byte-vectors v = 0..7
  * of 64 bytes; byte 4r + c of vector v belongs to row r, element 4v + c.
  * 4-bit types store them as four vectors of nibbles (vector j: v = 2j low,
- * v = 2j + 1 high); Q5_0 adds a 64-byte vector whose byte 4r + c holds in bit
+ * v = 2j + 1 high); Q5_0 (and each Q5_K sub-block) adds a 64-byte vector whose byte 4r + c holds in bit
  * v the 5th bit of element 4v + c; Q6_K adds two whose byte 4r + c holds in
  * bits 2(v%4), 2(v%4)+1 of vector v/4 the top two bits of element 4v + c.
  *
@@ -143,6 +156,8 @@ static void decode(uint32_t type, const uint8_t *b, dec_block *o) {
  *   Q5_0  nib 0 | hbit 256 | d 320
  *   Q8_0  bytes 0 (vector v at 64v) | d 512
  *   Q4_K  per sub-block j: nib 256j | d 2048 | dmin 2080 | sc 2112 + 16j | min 2240 + 16j
+ *   Q5_K  per sub-block j: nib 320j | hbit 320j + 256 (as Q5_0's) | d 2560 | dmin 2592 | sc 2624 + 16j |
+ *         min 2752 + 16j
  *   Q6_K  per sub-block j: nib 416j | hbits 416j + 256 | sc_lo 416j + 384 | sc_hi 416j + 400 | d 3328
  */
 
@@ -190,6 +205,19 @@ void ts_rp_pack_panel(uint32_t type, int64_t n_in, const uint8_t *src, size_t ro
                 memcpy(o + 2048 + 2 * r, d.d, 2);
                 memcpy(o + 2080 + 2 * r, d.m, 2);
                 break;
+            case TS_TYPE_Q5_K:
+                for (int j = 0; j < 8; j++) {
+                    uint8_t *oj = o + 320 * j;
+                    const uint8_t *q = d.q + 32 * j;
+                    put_nibbles(oj, r, q);
+                    for (int v = 0; v < 8; v++)
+                        for (int c = 0; c < 4; c++) oj[256 + 4 * r + c] |= (uint8_t)(((q[4 * v + c] >> 4) & 1) << v);
+                    o[2624 + 16 * j + r] = d.sc[j];
+                    o[2752 + 16 * j + r] = d.mn[j];
+                }
+                memcpy(o + 2560 + 2 * r, d.d, 2);
+                memcpy(o + 2592 + 2 * r, d.m, 2);
+                break;
             case TS_TYPE_Q6_K:
                 for (int j = 0; j < 8; j++) {
                     uint8_t *oj = o + 416 * j;
@@ -209,14 +237,25 @@ void ts_rp_pack_panel(uint32_t type, int64_t n_in, const uint8_t *src, size_t ro
     }
 }
 
+/* where Q4_K's and Q5_K's per-row fields sit in a panel block */
+typedef struct {
+    int d, dmin, sc, mn;
+} kq_off;
+static kq_off kq_offsets(uint32_t type) {
+    return type == TS_TYPE_Q5_K ? (kq_off){2560, 2592, 2624, 2752} : (kq_off){2048, 2080, 2112, 2240};
+}
+
 /* unsigned quant of (row r, element k of 32-block `sub`) in panel block o */
 static inline int panel_u(uint32_t type, const uint8_t *o, int r, int sub, int k) {
     const int v = k / 4, c = k % 4;
     if (type == TS_TYPE_Q8_0) return o[64 * v + 4 * r + c];
-    const uint8_t *nb = o + (type == TS_TYPE_Q4_K ? 256 * sub : type == TS_TYPE_Q6_K ? 416 * sub : 0);
+    const uint8_t *nb = o + (type == TS_TYPE_Q4_K   ? 256 * sub
+                             : type == TS_TYPE_Q5_K ? 320 * sub
+                             : type == TS_TYPE_Q6_K ? 416 * sub
+                                                    : 0);
     const uint8_t byte = nb[64 * (v / 2) + 4 * r + c];
     int u = v % 2 ? byte >> 4 : byte & 0x0f;
-    if (type == TS_TYPE_Q5_0) u |= ((o[256 + 4 * r + c] >> v) & 1) << 4;
+    if (type == TS_TYPE_Q5_0 || type == TS_TYPE_Q5_K) u |= ((nb[256 + 4 * r + c] >> v) & 1) << 4;
     if (type == TS_TYPE_Q6_K) u |= ((nb[256 + 64 * (v / 4) + 4 * r + c] >> (2 * (v % 4))) & 3) << 4;
     return u;
 }
@@ -250,10 +289,12 @@ void ts_rp_row(uint32_t type, int64_t n_in, const uint8_t *packed, int64_t r, fl
             for (int k = 0; k < 32; k++) y[k] = (float)(panel_u(type, o, rr, 0, k) - 128) * d;
             break;
         }
-        case TS_TYPE_Q4_K: {
-            const float d = rd_f16(o + 2048 + 2 * rr), dmin = rd_f16(o + 2080 + 2 * rr);
+        case TS_TYPE_Q4_K:
+        case TS_TYPE_Q5_K: {
+            const kq_off ko = kq_offsets(type);
+            const float d = rd_f16(o + ko.d + 2 * rr), dmin = rd_f16(o + ko.dmin + 2 * rr);
             for (int j = 0; j < 8; j++) {
-                const float dl = d * (float)o[2112 + 16 * j + rr], ml = dmin * (float)o[2240 + 16 * j + rr];
+                const float dl = d * (float)o[ko.sc + 16 * j + rr], ml = dmin * (float)o[ko.mn + 16 * j + rr];
                 for (int k = 0; k < 32; k++) {
                     const float p = dl * (float)panel_u(type, o, rr, j, k);
                     y[32 * j + k] = p - ml;
@@ -376,9 +417,11 @@ static void rp_gemm_ref(uint32_t type, int64_t n_in, const uint8_t *panel, const
                     acc = fmaf(rd_f16(o + 288 + 2 * r), ds, acc);
                     break;
                 }
-                case TS_TYPE_Q4_K: {
-                    const float dl = rd_f16(o + 2048 + 2 * r) * (float)o[2112 + 16 * sub + r];
-                    const float ml = rd_f16(o + 2080 + 2 * r) * (float)o[2240 + 16 * sub + r];
+                case TS_TYPE_Q4_K:
+                case TS_TYPE_Q5_K: {
+                    const kq_off ko = kq_offsets(type);
+                    const float dl = rd_f16(o + ko.d + 2 * r) * (float)o[ko.sc + 16 * sub + r];
+                    const float ml = rd_f16(o + ko.dmin + 2 * r) * (float)o[ko.mn + 16 * sub + r];
                     const int32_t i = block_dot(type, o, r, sub, q1, q2, hi, 0, 32, 0);
                     acc = fmaf((float)i, dl * s, acc);
                     acc = fmaf(-ml, ds, acc);
@@ -411,6 +454,7 @@ REF_ENTRY(rp_q4_1_ref, TS_TYPE_Q4_1)
 REF_ENTRY(rp_q5_0_ref, TS_TYPE_Q5_0)
 REF_ENTRY(rp_q8_0_ref, TS_TYPE_Q8_0)
 REF_ENTRY(rp_q4_k_ref, TS_TYPE_Q4_K)
+REF_ENTRY(rp_q5_k_ref, TS_TYPE_Q5_K)
 REF_ENTRY(rp_q6_k_ref, TS_TYPE_Q6_K)
 
 ts_rp_gemm_fn ts_rp_gemm_ref(uint32_t type) {
@@ -420,6 +464,7 @@ ts_rp_gemm_fn ts_rp_gemm_ref(uint32_t type) {
     case TS_TYPE_Q5_0: return rp_q5_0_ref;
     case TS_TYPE_Q8_0: return rp_q8_0_ref;
     case TS_TYPE_Q4_K: return rp_q4_k_ref;
+    case TS_TYPE_Q5_K: return rp_q5_k_ref;
     case TS_TYPE_Q6_K: return rp_q6_k_ref;
     default: return NULL;
     }

@@ -10,7 +10,7 @@
  * needed, and a decoded weight vector is reused by up to 8 tokens.
  *
  * ---- weights ----
- * Supported types: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K. A panel holds rows
+ * Supported types: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K. A panel holds rows
  * 16p .. 16p+15 (rows past n_out are zero) as a sequence of panel blocks
  * (32 elements; 256 for the K-quants) whose exact byte layout is described
  * in repack.c. Every 32-element block's quants are eight byte-vectors
@@ -24,7 +24,7 @@
  *
  * Weight w = a * (u - o) (+ offset), by type:
  *   Q4_0  d (u - 8)     Q4_1  d u + m      Q5_0  d (u - 16)    Q8_0  d (u - 128)
- *   Q4_K  (d sc_j) u - (dmin m_j)   (sub-block j of 32)
+ *   Q4_K, Q5_K  (d sc_j) u - (dmin m_j)   (sub-block j of 32)
  *   Q6_K  (d sc_g) (u - 32)         (group g of 16)
  *
  * ---- activations ----
@@ -63,7 +63,7 @@
  *         (hi: computed as 256 * sum u q1 + (sum u q2 - o * sumX))
  *     Q4_0 Q5_0 Q8_0:  acc = fmaf((float)i, d * s, acc)
  *     Q4_1:            acc = fmaf((float)i, d * s, acc); acc = fmaf(m, s * sumX, acc)
- *     Q4_K:            acc = fmaf((float)i, (d * sc_j) * s, acc);
+ *     Q4_K, Q5_K:      acc = fmaf((float)i, (d * sc_j) * s, acc);
  *                      acc = fmaf(-(dmin * m_j), s * sumX, acc)
  *     Q6_K:            per half h = 0, 1 (16 elements, its own i and sumX):
  *                      acc = fmaf((float)i_h, (d * sc_h) * s, acc)

@@ -1,6 +1,6 @@
 /* gemm_avx512.c - the panel GEMM and activation-tile quantizer of repack.h
  * with AVX-512 VNNI: 16 output rows (one zmm of int32 / f32 lanes) x up to 8
- * tokens per call, for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K panels.
+ * tokens per call, for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K panels.
  *
  * Per 32-element block and token: the block's integer dot for all 16 rows is
  * 8 vpdpbusd (each: 16 lanes += 4 weight bytes x the token's 4 activation
@@ -43,11 +43,11 @@ AI void store_rows(float *y, __m512 v, int n_rows) {
         _mm512_mask_storeu_ps(y, (__mmask16)((1u << n_rows) - 1), v);
 }
 
-enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K };
+enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K, K_Q5_K };
 
 /* the pair of byte-vectors v, v + 1 (v even) of a 32-block whose quants
- * start at q (panel block at w; layouts in repack.c) */
-AI void weight_pair(const int kind, const uint8_t *w, const uint8_t *q, const int v, __m512i *u0, __m512i *u1) {
+ * start at q (layouts in repack.c; a 5-bit type's hbit vector follows its nibbles) */
+AI void weight_pair(const int kind, const uint8_t *q, const int v, __m512i *u0, __m512i *u1) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     if (kind == K_Q8_0) {
         *u0 = _mm512_loadu_si512((const void *)(q + 64 * v));
@@ -57,8 +57,8 @@ AI void weight_pair(const int kind, const uint8_t *w, const uint8_t *q, const in
     const __m512i raw = _mm512_loadu_si512((const void *)(q + 32 * v));
     *u0 = _mm512_and_si512(raw, m4);
     *u1 = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-    if (kind == K_Q5_0) { /* bit v of the hbit vector -> bit 4 */
-        const __m512i hb = _mm512_loadu_si512((const void *)(w + 256)), m = _mm512_set1_epi8(0x10);
+    if (kind == K_Q5_0 || kind == K_Q5_K) { /* bit v of the hbit vector -> bit 4 */
+        const __m512i hb = _mm512_loadu_si512((const void *)(q + 256)), m = _mm512_set1_epi8(0x10);
         const __m512i h0 = v <= 4 ? _mm512_slli_epi32(hb, 4 - v) : _mm512_srli_epi32(hb, v - 4);
         const __m512i h1 = v + 1 <= 4 ? _mm512_slli_epi32(hb, 3 - v) : _mm512_srli_epi32(hb, v - 3);
         *u0 = _mm512_ternarylogic_epi32(*u0, h0, m, 0xf8); /* u0 | (h0 & m) */
@@ -79,7 +79,7 @@ AI __m512 ld_f16x16(const uint8_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si25
 
 /* One 32-block (or one 16-element half of it, Q6_K: v in [vb, ve)) for nt
  * tokens: integer dots, then the f32 update with row scales S (16 lanes) */
-AI void block_part(const int kind, const int hi, const uint8_t *w, const uint8_t *q, const uint8_t *x, const int nt,
+AI void block_part(const int kind, const int hi, const uint8_t *q, const uint8_t *x, const int nt,
                    const int vb, const int ve, const int off_at, const __m512 S, __m512 *f) {
     const uint8_t *x2 = x + 32 * nt, *side = x + (hi ? 64 : 32) * nt;
     /* With few tokens one accumulator per token would be a chain of 8
@@ -98,7 +98,7 @@ AI void block_part(const int kind, const int hi, const uint8_t *w, const uint8_t
     }
     for (int v = vb; v < ve; v += 2) {
         __m512i u0, u1;
-        weight_pair(kind, w, q, v, &u0, &u1);
+        weight_pair(kind, q, v, &u0, &u1);
         const int k = (v / 2) % ns;
         for (int t = 0; t < nt; t++) {
             a[k][t] = _mm512_dpbusd_epi32(a[k][t], u0, bcast32(x + 32 * t + 4 * v));
@@ -121,9 +121,9 @@ AI void block_part(const int kind, const int hi, const uint8_t *w, const uint8_t
 
 AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
                    float *y, int64_t ys, int n_rows) {
-    const int kq = kind == K_Q4_K || kind == K_Q6_K;
+    const int kq = kind == K_Q4_K || kind == K_Q5_K || kind == K_Q6_K;
     const size_t wb = kind == K_Q4_0 ? 288 : kind == K_Q4_1 ? 320 : kind == K_Q5_0 ? 352 : kind == K_Q8_0 ? 544
-                    : kind == K_Q4_K ? 2368 : 3360;
+                    : kind == K_Q4_K ? 2368 : kind == K_Q5_K ? 2880 : 3360;
     const size_t xb = (hi ? 96 : 64) * (size_t)nt;
     __m512 f[TS_RP_TT];
     for (int t = 0; t < nt; t++) f[t] = _mm512_setzero_ps();
@@ -133,17 +133,20 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
             if (kind == K_Q6_K) {
                 const uint8_t *q = w + 416 * sub;
                 const __m512 d = ld_f16x16(w + 3328);
-                block_part(kind, hi, w, q, x, nt, 0, 4, 20, _mm512_mul_ps(d, cvt_bytes_s(q + 384)), f);
-                block_part(kind, hi, w, q, x, nt, 4, 8, 24, _mm512_mul_ps(d, cvt_bytes_s(q + 400)), f);
-            } else if (kind == K_Q4_K) {
-                const __m512 dl = _mm512_mul_ps(ld_f16x16(w + 2048), cvt_bytes_u(w + 2112 + 16 * sub));
-                const __m512 ml = _mm512_mul_ps(ld_f16x16(w + 2080), cvt_bytes_u(w + 2240 + 16 * sub));
-                block_part(kind, hi, w, w + 256 * sub, x, nt, 0, 8, 0, dl, f);
+                block_part(kind, hi, q, x, nt, 0, 4, 20, _mm512_mul_ps(d, cvt_bytes_s(q + 384)), f);
+                block_part(kind, hi, q, x, nt, 4, 8, 24, _mm512_mul_ps(d, cvt_bytes_s(q + 400)), f);
+            } else if (kind == K_Q4_K || kind == K_Q5_K) {
+                const int q5 = kind == K_Q5_K; /* offsets: repack.c */
+                const __m512 dl = _mm512_mul_ps(ld_f16x16(w + (q5 ? 2560 : 2048)),
+                                                cvt_bytes_u(w + (q5 ? 2624 : 2112) + 16 * sub));
+                const __m512 ml = _mm512_mul_ps(ld_f16x16(w + (q5 ? 2592 : 2080)),
+                                                cvt_bytes_u(w + (q5 ? 2752 : 2240) + 16 * sub));
+                block_part(kind, hi, w + (q5 ? 320 : 256) * sub, x, nt, 0, 8, 0, dl, f);
                 for (int t = 0; t < nt; t++) f[t] = _mm512_fnmadd_ps(ml, bcastf(side + TS_RP_SIDE * t + 4), f[t]);
             } else {
                 const int doff = kind == K_Q8_0 ? 512 : kind == K_Q5_0 ? 320 : 256;
                 const int off_at = kind == K_Q4_0 ? 8 : kind == K_Q8_0 ? 12 : kind == K_Q5_0 ? 16 : 0;
-                block_part(kind, hi, w, w, x, nt, 0, 8, off_at, ld_f16x16(w + doff), f);
+                block_part(kind, hi, w, x, nt, 0, 8, off_at, ld_f16x16(w + doff), f);
                 if (kind == K_Q4_1) {
                     const __m512 m = ld_f16x16(w + 288);
                     for (int t = 0; t < nt; t++) f[t] = _mm512_fmadd_ps(m, bcastf(side + TS_RP_SIDE * t + 4), f[t]);
@@ -180,6 +183,7 @@ RP_ENTRY(ts_rp_q4_1_avx512, K_Q4_1)
 RP_ENTRY(ts_rp_q5_0_avx512, K_Q5_0)
 RP_ENTRY(ts_rp_q8_0_avx512, K_Q8_0)
 RP_ENTRY(ts_rp_q4_k_avx512, K_Q4_K)
+RP_ENTRY(ts_rp_q5_k_avx512, K_Q5_K)
 RP_ENTRY(ts_rp_q6_k_avx512, K_Q6_K)
 
 /* ---- activation quantizer: the arithmetic of ts_rp_quant_ref ---- */

@@ -134,6 +134,9 @@ int ts_mdl_prepare_fast(ts_mdl *m, bool in_place, ts_err *err) {
 #ifdef MADV_HUGEPAGE
     (void)madvise(buf, map_size - (size_t)(buf - raw), MADV_HUGEPAGE); /* advisory */
 #endif
+    /* the f32 vectors first, so that nothing reads the mapping after the
+     * matrices' pages are dropped */
+    if (copy_vectors(m, err)) goto fail;
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         ts_wmat *w = mats[i];
@@ -141,12 +144,14 @@ int ts_mdl_prepare_fast(ts_mdl *m, bool in_place, ts_err *err) {
         if (ts_linear_pack(w, buf + off, err)) goto fail;
         w->packed = buf + off;
         off += (ts_rp_matrix_bytes(w->type, w->n_in, w->n_out) + 63) / 64 * 64;
+        /* drop each matrix's rows as soon as its panels exist: the load's
+         * peak stays near one copy of the weights instead of two */
+        drop_pages(w->data, (size_t)w->n_out * w->row_bytes);
     }
     m->packed_bytes = total;
     if (m->hp.tied_output) m->output = m->tok_embd;
-    /* Only now drop the rows: reading one tensor maps its neighbours' pages
+    /* And again at the end: reading one tensor maps its neighbours' pages
      * too (fault-around), which may be tensors packed before it. */
-    if (copy_vectors(m, err)) goto fail;
     for (int i = 0; i < n; i++)
         if (mats[i]->packed) drop_pages(mats[i]->data, (size_t)mats[i]->n_out * mats[i]->row_bytes);
     free(mats);

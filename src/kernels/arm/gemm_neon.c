@@ -61,12 +61,13 @@ AI float32x4_t cvt4_s(const uint8_t *p) {
     return vcvtq_f32_s32(vmovl_s16(h));
 }
 
-enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K };
+enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K, K_Q5_K };
 
 /* The weights of one 32-block, rows 4k .. 4k+3 (k = quarter): u[v] = byte
  * vector v (elements 4v .. 4v+3 of each row) as int8 (u, or Q8_0's q). q:
- * the block's quants, w: its panel block; layouts in repack.c. */
-AI void decode_quarter(const int kind, const uint8_t *w, const uint8_t *q, const int k, int8x16_t u[8]) {
+ * the block's quants (a 5-bit type's hbit vector follows its nibbles);
+ * layouts in repack.c. */
+AI void decode_quarter(const int kind, const uint8_t *q, const int k, int8x16_t u[8]) {
     if (kind == K_Q8_0) {
         for (int v = 0; v < 8; v++) /* the panel holds u; q = u - 128 = u ^ 0x80 */
             u[v] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(q + 64 * v + 16 * k), vdupq_n_u8(0x80)));
@@ -79,8 +80,8 @@ AI void decode_quarter(const int kind, const uint8_t *w, const uint8_t *q, const
         b[2 * j] = vandq_u8(raw, m4);
         b[2 * j + 1] = vshrq_n_u8(raw, 4);
     }
-    if (kind == K_Q5_0) { /* bit v of the hbit vector -> bit 4 of vector v */
-        const uint8x16_t hb = vld1q_u8(w + 256 + 16 * k), k10 = vdupq_n_u8(0x10);
+    if (kind == K_Q5_0 || kind == K_Q5_K) { /* bit v of the hbit vector -> bit 4 of vector v */
+        const uint8x16_t hb = vld1q_u8(q + 256 + 16 * k), k10 = vdupq_n_u8(0x10);
         for (int v = 0; v < 8; v++)
             b[v] = vorrq_u8(b[v], vandq_u8(vtstq_u8(hb, vdupq_n_u8((uint8_t)(1u << v))), k10));
     } else if (kind == K_Q6_K) { /* bits 2(v%4), +1 of hbit vector v/4 -> bits 4, 5 */
@@ -137,9 +138,9 @@ AI void block_part(const int hi, const int8x16_t u[8], const uint8_t *x, const i
 /* rows 4k .. 4k+3 of the panel against nt tokens */
 AI void quarter_tile(const int kind, const int hi, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
                      const int k, float32x4_t *f) {
-    const int kq = kind == K_Q4_K || kind == K_Q6_K;
+    const int kq = kind == K_Q4_K || kind == K_Q5_K || kind == K_Q6_K;
     const size_t wb = kind == K_Q4_0 ? 288 : kind == K_Q4_1 ? 320 : kind == K_Q5_0 ? 352 : kind == K_Q8_0 ? 544
-                    : kind == K_Q4_K ? 2368 : 3360;
+                    : kind == K_Q4_K ? 2368 : kind == K_Q5_K ? 2880 : 3360;
     const size_t xb = (hi ? 96 : 64) * (size_t)nt;
     int8x16_t u[8];
     for (int t = 0; t < nt; t++) f[t] = vdupq_n_f32(0.0f);
@@ -148,21 +149,24 @@ AI void quarter_tile(const int kind, const int hi, int64_t n, const uint8_t *w, 
             const uint8_t *side = x + (hi ? 64 : 32) * nt;
             if (kind == K_Q6_K) {
                 const uint8_t *q = w + 416 * sub;
-                decode_quarter(kind, w, q, k, u);
+                decode_quarter(kind, q, k, u);
                 const float32x4_t d = ld_f16x4(w + 3328 + 8 * k);
                 block_part(hi, u, x, nt, 0, 4, 20, vmulq_f32(d, cvt4_s(q + 384 + 4 * k)), f);
                 block_part(hi, u, x, nt, 4, 8, 24, vmulq_f32(d, cvt4_s(q + 400 + 4 * k)), f);
-            } else if (kind == K_Q4_K) {
-                decode_quarter(kind, w, w + 256 * sub, k, u);
-                const float32x4_t dl = vmulq_f32(ld_f16x4(w + 2048 + 8 * k), cvt4_u(w + 2112 + 16 * sub + 4 * k));
-                const float32x4_t ml = vmulq_f32(ld_f16x4(w + 2080 + 8 * k), cvt4_u(w + 2240 + 16 * sub + 4 * k));
+            } else if (kind == K_Q4_K || kind == K_Q5_K) {
+                const int q5 = kind == K_Q5_K; /* offsets: repack.c */
+                decode_quarter(kind, w + (q5 ? 320 : 256) * sub, k, u);
+                const float32x4_t dl = vmulq_f32(ld_f16x4(w + (q5 ? 2560 : 2048) + 8 * k),
+                                                 cvt4_u(w + (q5 ? 2624 : 2112) + 16 * sub + 4 * k));
+                const float32x4_t ml = vmulq_f32(ld_f16x4(w + (q5 ? 2592 : 2080) + 8 * k),
+                                                 cvt4_u(w + (q5 ? 2752 : 2240) + 16 * sub + 4 * k));
                 block_part(hi, u, x, nt, 0, 8, 0, dl, f);
                 for (int t = 0; t < nt; t++) f[t] = vfmsq_f32(f[t], ml, bcastf(side + TS_RP_SIDE * t + 4));
             } else {
                 const int doff = kind == K_Q8_0 ? 512 : kind == K_Q5_0 ? 320 : 256;
                 /* Q8_0: none, the signed weights carry it (top of file) */
                 const int off_at = kind == K_Q4_0 ? 8 : kind == K_Q5_0 ? 16 : 0;
-                decode_quarter(kind, w, w, k, u);
+                decode_quarter(kind, w, k, u);
                 block_part(hi, u, x, nt, 0, 8, off_at, ld_f16x4(w + doff + 8 * k), f);
                 if (kind == K_Q4_1) {
                     const float32x4_t m = ld_f16x4(w + 288 + 8 * k);
@@ -218,6 +222,7 @@ RP_ENTRY(ts_rp_q4_1_neon, K_Q4_1)
 RP_ENTRY(ts_rp_q5_0_neon, K_Q5_0)
 RP_ENTRY(ts_rp_q8_0_neon, K_Q8_0)
 RP_ENTRY(ts_rp_q4_k_neon, K_Q4_K)
+RP_ENTRY(ts_rp_q5_k_neon, K_Q5_K)
 RP_ENTRY(ts_rp_q6_k_neon, K_Q6_K)
 
 /* ---- activation quantizer: the arithmetic of ts_rp_quant_ref ---- */

@@ -2,7 +2,7 @@
  * for AVX2 + FMA + F16C (no VNNI): 16 output rows (two ymm of 8 int32 / f32
  * lanes: rows 0..7 and 8..15, the two 32-byte halves of every 64-byte
  * weight vector) x up to 8 tokens per call, for Q4_0, Q4_1, Q5_0, Q8_0,
- * Q4_K and Q6_K panels. This file alone gets -mavx2 -mfma -mf16c.
+ * Q4_K, Q5_K and Q6_K panels. This file alone gets -mavx2 -mfma -mf16c.
  *
  * Integer dots without vpdpbusd: vpmaddubsw multiplies the unsigned weight
  * bytes u by the signed activation bytes (broadcast, 4 per row) and adds
@@ -70,7 +70,7 @@ AI void store_lanes(float *y, __m256 v, int n_rows) {
     }
 }
 
-enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K };
+enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K, K_Q5_K };
 
 /* Decoded weights of one 32-block: u[v][h] = the unsigned quants of byte
  * vector v (elements 4v..4v+3), rows 8h..8h+7; Q8_0 keeps the low nibbles
@@ -80,9 +80,9 @@ typedef struct {
     __m256i uh[8][2];
 } wblock;
 
-/* the weights of the 32-block whose quants start at q (panel block at w;
- * layouts in repack.c) */
-AI void decode_block(const int kind, const uint8_t *w, const uint8_t *q, wblock *b) {
+/* the weights of the 32-block whose quants start at q (layouts in repack.c;
+ * a 5-bit type's hbit vector follows its nibbles) */
+AI void decode_block(const int kind, const uint8_t *q, wblock *b) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int h = 0; h < 2; h++) {
         if (kind == K_Q8_0) {
@@ -98,8 +98,8 @@ AI void decode_block(const int kind, const uint8_t *w, const uint8_t *q, wblock 
             b->u[2 * j][h] = _mm256_and_si256(raw, m4);
             b->u[2 * j + 1][h] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
         }
-        if (kind == K_Q5_0) { /* bit v of the hbit vector -> bit 4 of vector v */
-            const __m256i hb = ld256(w + 256 + 32 * h), m = _mm256_set1_epi8(0x10);
+        if (kind == K_Q5_0 || kind == K_Q5_K) { /* bit v of the hbit vector -> bit 4 of vector v */
+            const __m256i hb = ld256(q + 256 + 32 * h), m = _mm256_set1_epi8(0x10);
             for (int v = 0; v < 8; v++) {
                 /* a shift by < 8 inside 32-bit lanes: bit 4 of each byte
                  * comes from bit v of the same byte */
@@ -124,7 +124,7 @@ AI void decode_block(const int kind, const uint8_t *w, const uint8_t *q, wblock 
 AI void dot_plane(const int kind, const wblock *b, const uint8_t *xq, const int vb, const int ve, __m256i out[2]) {
     const __m256i ones = _mm256_set1_epi16(1);
     /* vectors per int16 group (the saturation bounds at the top) */
-    const int g = kind == K_Q5_0 ? 4 : kind == K_Q6_K ? 2 : 8;
+    const int g = kind == K_Q5_0 || kind == K_Q5_K ? 4 : kind == K_Q6_K ? 2 : 8;
     __m256i r0 = _mm256_setzero_si256(), r1 = _mm256_setzero_si256();
     for (int v0 = vb; v0 < ve; v0 += g) {
         __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
@@ -176,9 +176,9 @@ AI void block_part(const int kind, const int hi, const wblock *b, const uint8_t 
 
 AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
                    float *y, int64_t ys, int n_rows) {
-    const int kq = kind == K_Q4_K || kind == K_Q6_K;
+    const int kq = kind == K_Q4_K || kind == K_Q5_K || kind == K_Q6_K;
     const size_t wb = kind == K_Q4_0 ? 288 : kind == K_Q4_1 ? 320 : kind == K_Q5_0 ? 352 : kind == K_Q8_0 ? 544
-                    : kind == K_Q4_K ? 2368 : 3360;
+                    : kind == K_Q4_K ? 2368 : kind == K_Q5_K ? 2880 : 3360;
     const size_t xb = (hi ? 96 : 64) * (size_t)nt;
     __m256 f[TS_RP_TT][2];
     for (int t = 0; t < nt; t++) f[t][0] = f[t][1] = _mm256_setzero_ps();
@@ -188,18 +188,21 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
             const uint8_t *side = x + (hi ? 64 : 32) * nt;
             if (kind == K_Q6_K) {
                 const uint8_t *q = w + 416 * sub;
-                decode_block(kind, w, q, &b);
+                decode_block(kind, q, &b);
                 __m256 S[2];
                 for (int h = 0; h < 2; h++) S[h] = _mm256_mul_ps(ld_f16x8(w + 3328 + 16 * h), cvt8_s(q + 384 + 8 * h));
                 block_part(kind, hi, &b, x, nt, 0, 4, 20, S, f);
                 for (int h = 0; h < 2; h++) S[h] = _mm256_mul_ps(ld_f16x8(w + 3328 + 16 * h), cvt8_s(q + 400 + 8 * h));
                 block_part(kind, hi, &b, x, nt, 4, 8, 24, S, f);
-            } else if (kind == K_Q4_K) {
-                decode_block(kind, w, w + 256 * sub, &b);
+            } else if (kind == K_Q4_K || kind == K_Q5_K) {
+                const int q5 = kind == K_Q5_K; /* offsets: repack.c */
+                decode_block(kind, w + (q5 ? 320 : 256) * sub, &b);
                 __m256 dl[2], ml[2];
                 for (int h = 0; h < 2; h++) {
-                    dl[h] = _mm256_mul_ps(ld_f16x8(w + 2048 + 16 * h), cvt8_u(w + 2112 + 16 * sub + 8 * h));
-                    ml[h] = _mm256_mul_ps(ld_f16x8(w + 2080 + 16 * h), cvt8_u(w + 2240 + 16 * sub + 8 * h));
+                    dl[h] = _mm256_mul_ps(ld_f16x8(w + (q5 ? 2560 : 2048) + 16 * h),
+                                          cvt8_u(w + (q5 ? 2624 : 2112) + 16 * sub + 8 * h));
+                    ml[h] = _mm256_mul_ps(ld_f16x8(w + (q5 ? 2592 : 2080) + 16 * h),
+                                          cvt8_u(w + (q5 ? 2752 : 2240) + 16 * sub + 8 * h));
                 }
                 block_part(kind, hi, &b, x, nt, 0, 8, 0, dl, f);
                 for (int t = 0; t < nt; t++) {
@@ -209,7 +212,7 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
             } else {
                 const int doff = kind == K_Q8_0 ? 512 : kind == K_Q5_0 ? 320 : 256;
                 const int off_at = kind == K_Q4_0 ? 8 : kind == K_Q8_0 ? 12 : kind == K_Q5_0 ? 16 : 0;
-                decode_block(kind, w, w, &b);
+                decode_block(kind, w, &b);
                 const __m256 S[2] = {ld_f16x8(w + doff), ld_f16x8(w + doff + 16)};
                 block_part(kind, hi, &b, x, nt, 0, 8, off_at, S, f);
                 if (kind == K_Q4_1) {
@@ -254,6 +257,7 @@ RP_ENTRY(ts_rp_q4_1_avx2, K_Q4_1)
 RP_ENTRY(ts_rp_q5_0_avx2, K_Q5_0)
 RP_ENTRY(ts_rp_q8_0_avx2, K_Q8_0)
 RP_ENTRY(ts_rp_q4_k_avx2, K_Q4_K)
+RP_ENTRY(ts_rp_q5_k_avx2, K_Q5_K)
 RP_ENTRY(ts_rp_q6_k_avx2, K_Q6_K)
 
 /* ---- activation quantizer: the arithmetic of ts_rp_quant_ref ---- */

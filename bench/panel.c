@@ -2,12 +2,13 @@
  * alone, on one thread, over weights that stay in L2: what a kernel can do
  * when memory is not the limit.
  *
- *   bench_panel [iters]
+ *   bench_panel [iters] [panels]
  *
  * For each panel type, 1 and 8 tokens per tile, both activation precisions:
- * 64 panels of 16 rows x 2048 inputs (1.1 - 2.1 MiB), swept `iters` times
- * (default 2000 / tokens); prints weight bytes per second and ns per
- * 32-input block of 16 rows. Weights and activations are random bytes and
+ * `panels` (default 64) panels of 16 rows x 2048 inputs (64: 1.1 - 2.1 MiB,
+ * in L2; 20000: 360 - 670 MiB, streamed from memory as decode does), swept
+ * `iters` times (default 2000 / tokens); prints weight bytes per second and
+ * ns per 32-input block of 16 rows. Weights and activations are random bytes and
  * values: the kernels' time does not depend on them. */
 #include <stdint.h>
 #include <stdio.h>
@@ -19,10 +20,12 @@
 #include "kernels/repack.h"
 #include "quant/quant.h"
 
-enum { N_IN = 2048, N_PANELS = 64 };
+enum { N_IN = 2048 };
 
 int main(int argc, char **argv) {
     const long iters_arg = argc > 1 ? strtol(argv[1], NULL, 10) : 0;
+    const long np_arg = argc > 2 ? strtol(argv[2], NULL, 10) : 0;
+    const int N_PANELS = np_arg > 0 && np_arg < 1000000 ? (int)np_arg : 64;
     const ts_kern *k = ts_kern_get();
     static const uint32_t types[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q5_0, TS_TYPE_Q8_0, TS_TYPE_Q4_K, TS_TYPE_Q6_K};
     float *x = malloc(sizeof(float) * N_IN * TS_RP_TT);
@@ -40,9 +43,9 @@ int main(int argc, char **argv) {
         const uint32_t ty = types[ti];
         ts_rp_gemm_fn fn = k->rp_gemm[ty] ? k->rp_gemm[ty] : ts_rp_gemm_ref(ty);
         const size_t pb = ts_rp_panel_bytes(ty, N_IN);
-        uint8_t *w = malloc(pb * N_PANELS);
+        uint8_t *w = malloc(pb * (size_t)N_PANELS);
         if (!w) return 1;
-        for (size_t i = 0; i < pb * N_PANELS; i++) {
+        for (size_t i = 0; i < pb * (size_t)N_PANELS; i++) {
             s = s * 6364136223846793005u + 1442695040888963407u;
             w[i] = (uint8_t)(s >> 56);
         }
@@ -57,7 +60,7 @@ int main(int argc, char **argv) {
                 const double dt = (double)(ts_now_ns() - t0) * 1e-9;
                 const double blocks = (double)iters * N_PANELS * (N_IN / 32);
                 printf("| %s | %d | %s | %.1f | %.2f |\n", ts_type_info(ty)->name, nt, hi ? "16-bit" : "8-bit",
-                       (double)pb * N_PANELS * (double)iters / dt * 1e-9, dt * 1e9 / blocks);
+                       (double)pb * (double)N_PANELS * (double)iters / dt * 1e-9, dt * 1e9 / blocks);
             }
         free(w);
     }

@@ -236,11 +236,15 @@ void ts_linear(ts_threadpool *pool, ts_linear_ws *ws, int n_mat, const ts_wmat *
         else
             prep_tokens(&j, 0, n_tok, 0);
     }
-    /* Chunks: ~16 per thread keeps the tail short when one thread is slowed
-     * by another process; one item for a single token is 16 rows, too little
-     * to amortise the atomic, hence the floor of 4 items. */
+    /* Chunks: with a batch, ~16 per thread keep the tail short when one
+     * thread is slowed by another process. A single token (decode) streams
+     * each weight once, and every chunk restarts the memory stream; two
+     * chunks per thread read faster (1B Q4_0 decode 64.7 -> 72 t/s, 135M
+     * 318 -> 409) and were no slower beside a busy process
+     * (docs/PERFORMANCE.md). One item is 16 rows, too little to amortise the
+     * atomic, hence the floor of 4 items for a single token. */
     const int nt = ts_threadpool_n_threads(pool);
-    int64_t grain = n_items / (16 * (int64_t)nt);
+    int64_t grain = n_items / ((n_tok == 1 ? 2 : 16) * (int64_t)nt);
     if (grain < (n_tok == 1 ? 4 : 1)) grain = n_tok == 1 ? 4 : 1;
     ts_parallel_for_grain(pool, n_items, grain, run_items, &j);
 }

@@ -75,8 +75,8 @@ static void test_pool(const char *spin) {
 /* ---- panels ---- */
 
 static const uint32_t rp_types[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q5_0, TS_TYPE_Q8_0,
-                                    TS_TYPE_Q4_K, TS_TYPE_Q5_K, TS_TYPE_Q6_K};
-#define N_RP_TYPES 7
+                                    TS_TYPE_Q3_K, TS_TYPE_Q4_K, TS_TYPE_Q5_K, TS_TYPE_Q6_K};
+#define N_RP_TYPES 8
 
 /* random rows of type ty: n_out rows of n_in into q (row_bytes each); types
  * without a quantizer get random bytes with sane f16 scales */
@@ -107,6 +107,7 @@ static void make_rows(uint32_t ty, int64_t n_in, int64_t n_out, uint8_t *q, size
                 put_f16(blk + 2, 0.005f * s * (1 + frand() * 0.5f));
                 break;
             case TS_TYPE_Q6_K: put_f16(blk + 208, 0.0005f * s * (1 + frand() * 0.5f)); break;
+            case TS_TYPE_Q3_K: put_f16(blk + 108, 0.01f * s * (1 + frand() * 0.5f)); break;
             default: break;
             }
         }
@@ -123,9 +124,11 @@ static void test_panels(void) {
         make_rows(ty, NI, NO, q, rb);
         ts_wmat w = {ty, q, NI, NO, rb, NULL};
         /* panels are as large as the rows they hold (Q4_K: 148 / 144, Q5_K:
-         * 180 / 176: the K-quants' packed 6-bit scales become bytes) */
+         * 180 / 176, Q3_K: 114 / 110: the K-quants' packed 6-bit scales
+         * become bytes) */
         CHECK(ts_rp_matrix_bytes(ty, NI, NO) == (ty == TS_TYPE_Q4_K   ? 48 * rb / 144 * 148
                                                  : ty == TS_TYPE_Q5_K ? 48 * rb / 176 * 180
+                                                 : ty == TS_TYPE_Q3_K ? 48 * rb / 110 * 114
                                                                       : 48 * rb),
               "%s: matrix bytes", ts_type_info(ty)->name);
         const size_t pb = ts_rp_panel_bytes(ty, NI);
@@ -283,7 +286,7 @@ static void test_linear(int hi) {
     else
         setenv("TS_ACT", "q8", 1);
     enum { NI = 512, NO = 80, MAXT = 70 };
-    const uint32_t types[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q8_0, TS_TYPE_Q5_0, TS_TYPE_Q4_K,
+    const uint32_t types[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q8_0, TS_TYPE_Q5_0, TS_TYPE_Q3_K, TS_TYPE_Q4_K,
                               TS_TYPE_Q5_K, TS_TYPE_Q6_K, TS_TYPE_F32,  TS_TYPE_F16,  TS_TYPE_BF16};
     const int nts = (int)(sizeof types / sizeof types[0]);
     static float x[MAXT * NI], y[3][MAXT * NO], y1[3][MAXT * NO], yr[MAXT * NO];

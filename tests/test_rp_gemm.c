@@ -4,7 +4,7 @@
  * ts_rp_gemm_ref / ts_rp_quant_ref of kernels/repack.h. Bound: EXACT (bit for bit), since repack.h defines
  * the integers and the f32 operation order every level must follow.
  *
- * Cases, per type (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K) and precision (hi,
+ * Cases, per type (Q4_0, Q4_1, Q5_0, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K) and precision (hi,
  * lo):
  *   - weights: random quant bytes, and all-extreme ones (every u at its
  *     maximum 15 / 31 / 63 / 255, or 0, or a random mix of both) which push
@@ -36,7 +36,7 @@
 #define NMAX 768 /* largest n_in tested */
 
 static const uint32_t types[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q5_0, TS_TYPE_Q8_0,
-                                 TS_TYPE_Q4_K, TS_TYPE_Q5_K, TS_TYPE_Q6_K};
+                                 TS_TYPE_Q3_K, TS_TYPE_Q4_K, TS_TYPE_Q5_K, TS_TYPE_Q6_K};
 #define N_TYPES (sizeof types / sizeof types[0])
 
 /* ---- weights ---- */
@@ -68,7 +68,7 @@ static uint8_t wbyte(uint32_t ty, int m) {
 /* n_rows GGUF rows of n_in elements: quant bytes by mode, sane scales */
 static void make_rows(uint32_t ty, int64_t n_in, int n_rows, int mode, uint8_t *q) {
     const size_t rb = ts_row_size(ty, n_in);
-    const int kq = ty == TS_TYPE_Q4_K || ty == TS_TYPE_Q5_K || ty == TS_TYPE_Q6_K;
+    const int kq = ty == TS_TYPE_Q3_K || ty == TS_TYPE_Q4_K || ty == TS_TYPE_Q5_K || ty == TS_TYPE_Q6_K;
     const size_t bs = ts_row_size(ty, kq ? 256 : 32);
     for (size_t i = 0; i < rb * (size_t)n_rows; i++) q[i] = wbyte(ty, mode);
     for (size_t b = 0; b < rb * (size_t)n_rows / bs; b++) {
@@ -85,6 +85,10 @@ static void make_rows(uint32_t ty, int64_t n_in, int n_rows, int mode, uint8_t *
         case TS_TYPE_Q6_K:
             for (int k = 192; k < 208; k++) blk[k] = (uint8_t)rng(); /* int8 group scales */
             put_f16(blk + 208, rand_f16());
+            break;
+        case TS_TYPE_Q3_K:
+            for (int k = 96; k < 108; k++) blk[k] = (uint8_t)rng(); /* packed 6-bit group scales */
+            put_f16(blk + 108, rand_f16());
             break;
         default: put_f16(blk, rand_f16()); break; /* Q4_0 Q5_0 Q8_0: d first */
         }
@@ -220,7 +224,7 @@ static void test_gemm(const ts_kern *k) {
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const uint32_t ty = types[ti];
         if (!k->rp_gemm[ty]) continue;
-        const int kq = ty == TS_TYPE_Q4_K || ty == TS_TYPE_Q5_K || ty == TS_TYPE_Q6_K;
+        const int kq = ty == TS_TYPE_Q3_K || ty == TS_TYPE_Q4_K || ty == TS_TYPE_Q5_K || ty == TS_TYPE_Q6_K;
         const int64_t sizes[2] = {kq ? 256 : 32, kq ? NMAX : 288};
         for (int hi = 0; hi < 2; hi++)
             for (int mode = 0; mode < W_MODES; mode++)

@@ -23,6 +23,7 @@ bool ts_rp_supported(uint32_t type) {
     case TS_TYPE_Q5_0:
     case TS_TYPE_Q8_0:
     case TS_TYPE_Q4_K:
+    case TS_TYPE_Q3_K:
     case TS_TYPE_Q5_K:
     case TS_TYPE_Q6_K: return true;
     default: return false;
@@ -31,7 +32,7 @@ bool ts_rp_supported(uint32_t type) {
 
 /* elements per panel block (32, or a K-quant super-block of 256) */
 static int64_t block_elems(uint32_t type) {
-    return type == TS_TYPE_Q4_K || type == TS_TYPE_Q5_K || type == TS_TYPE_Q6_K ? 256 : 32;
+    return type == TS_TYPE_Q3_K || type == TS_TYPE_Q4_K || type == TS_TYPE_Q5_K || type == TS_TYPE_Q6_K ? 256 : 32;
 }
 
 /* bytes per panel block (16 rows) */
@@ -41,6 +42,7 @@ static size_t block_bytes(uint32_t type) {
     case TS_TYPE_Q4_1: return 320;
     case TS_TYPE_Q5_0: return 352;
     case TS_TYPE_Q8_0: return 544;
+    case TS_TYPE_Q3_K: return 1824;
     case TS_TYPE_Q4_K: return 2368;
     case TS_TYPE_Q5_K: return 2880;
     case TS_TYPE_Q6_K: return 3360;
@@ -68,7 +70,7 @@ static inline float rd_f16(const uint8_t *p) {
 typedef struct {
     uint8_t q[256];      /* unsigned quants */
     uint8_t d[2], m[2];  /* raw f16: d, and m (Q4_1) / dmin (Q4_K, Q5_K) */
-    uint8_t sc[16];      /* Q4_K, Q5_K: 8 sub-block scales; Q6_K: 16 group scales (int8 bits) */
+    uint8_t sc[16];      /* Q4_K, Q5_K: 8 sub-block scales; Q3_K, Q6_K: 16 group scales (int8 bits) */
     uint8_t mn[8];       /* Q4_K, Q5_K: 8 sub-block mins */
 } dec_block;
 
@@ -117,6 +119,19 @@ static void decode(uint32_t type, const uint8_t *b, dec_block *o) {
                 o->q[64 * k + 32 + l] = b[16 + 32 * k + l] >> 4;
             }
         break;
+    case TS_TYPE_Q3_K: /* u = 2-bit q + 4 * hmask bit (w = d sc (u - 4)), sc = 6-bit scale - 32 */
+        for (int n = 0; n < 2; n++)
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l < 32; l++)
+                    o->q[128 * n + 32 * j + l] =
+                        (uint8_t)(((b[32 + 32 * n + l] >> (2 * j)) & 3) | (((b[l] >> (4 * n + j)) & 1) << 2));
+        for (int s = 0; s < 16; s++) {
+            const int lo = s < 8 ? (b[96 + s] & 0x0f) : (b[96 + s - 8] >> 4);
+            const int hi = (b[96 + 8 + s % 4] >> (2 * (s / 4))) & 3;
+            o->sc[s] = (uint8_t)(int8_t)((lo | (hi << 4)) - 32);
+        }
+        memcpy(o->d, b + 108, 2);
+        break;
     case TS_TYPE_Q5_K: /* as Q4_K, nibbles at 48, and bit s of qh[l] -> bit 4 of sub-block s's element l */
         memcpy(o->d, b, 2);
         memcpy(o->m, b + 2, 2);
@@ -156,6 +171,9 @@ static void decode(uint32_t type, const uint8_t *b, dec_block *o) {
  *   Q5_0  nib 0 | hbit 256 | d 320
  *   Q8_0  bytes 0 (vector v at 64v) | d 512
  *   Q4_K  per sub-block j: nib 256j | d 2048 | dmin 2080 | sc 2112 + 16j | min 2240 + 16j
+ *   Q3_K  per sub-block j: 2-bit 224j (two vectors: bits 2(v%4), +1 of vector v/4 hold element
+ *         4v + c's low 2 bits) | hbit 224j + 128 (bit v -> bit 2) | sc_lo 224j + 192 | sc_hi 224j + 208 |
+ *         d 1792 (scales as int8: the 6-bit scale - 32)
  *   Q5_K  per sub-block j: nib 320j | hbit 320j + 256 (as Q5_0's) | d 2560 | dmin 2592 | sc 2624 + 16j |
  *         min 2752 + 16j
  *   Q6_K  per sub-block j: nib 416j | hbits 416j + 256 | sc_lo 416j + 384 | sc_hi 416j + 400 | d 3328
@@ -205,6 +223,20 @@ void ts_rp_pack_panel(uint32_t type, int64_t n_in, const uint8_t *src, size_t ro
                 memcpy(o + 2048 + 2 * r, d.d, 2);
                 memcpy(o + 2080 + 2 * r, d.m, 2);
                 break;
+            case TS_TYPE_Q3_K:
+                for (int j = 0; j < 8; j++) {
+                    uint8_t *oj = o + 224 * j;
+                    const uint8_t *q = d.q + 32 * j;
+                    for (int v = 0; v < 8; v++)
+                        for (int c = 0; c < 4; c++) {
+                            oj[64 * (v / 4) + 4 * r + c] |= (uint8_t)((q[4 * v + c] & 3) << (2 * (v % 4)));
+                            oj[128 + 4 * r + c] |= (uint8_t)(((q[4 * v + c] >> 2) & 1) << v);
+                        }
+                    oj[192 + r] = d.sc[2 * j];
+                    oj[208 + r] = d.sc[2 * j + 1];
+                }
+                memcpy(o + 1792 + 2 * r, d.d, 2);
+                break;
             case TS_TYPE_Q5_K:
                 for (int j = 0; j < 8; j++) {
                     uint8_t *oj = o + 320 * j;
@@ -249,6 +281,10 @@ static kq_off kq_offsets(uint32_t type) {
 static inline int panel_u(uint32_t type, const uint8_t *o, int r, int sub, int k) {
     const int v = k / 4, c = k % 4;
     if (type == TS_TYPE_Q8_0) return o[64 * v + 4 * r + c];
+    if (type == TS_TYPE_Q3_K) {
+        const uint8_t *b = o + 224 * sub;
+        return ((b[64 * (v / 4) + 4 * r + c] >> (2 * (v % 4))) & 3) | (((b[128 + 4 * r + c] >> v) & 1) << 2);
+    }
     const uint8_t *nb = o + (type == TS_TYPE_Q4_K   ? 256 * sub
                              : type == TS_TYPE_Q5_K ? 320 * sub
                              : type == TS_TYPE_Q6_K ? 416 * sub
@@ -300,6 +336,15 @@ void ts_rp_row(uint32_t type, int64_t n_in, const uint8_t *packed, int64_t r, fl
                     y[32 * j + k] = p - ml;
                 }
             }
+            break;
+        }
+        case TS_TYPE_Q3_K: {
+            const float d = rd_f16(o + 1792 + 2 * rr);
+            for (int j = 0; j < 8; j++)
+                for (int k = 0; k < 32; k++) {
+                    const float dl = d * (float)(int8_t)o[224 * j + (k < 16 ? 192 : 208) + rr];
+                    y[32 * j + k] = dl * (float)(panel_u(type, o, rr, j, k) - 4);
+                }
             break;
         }
         case TS_TYPE_Q6_K: {
@@ -427,6 +472,16 @@ static void rp_gemm_ref(uint32_t type, int64_t n_in, const uint8_t *panel, const
                     acc = fmaf(-ml, ds, acc);
                     break;
                 }
+                case TS_TYPE_Q3_K: { /* offset 4: (-32 sumX_half) / 8, exact */
+                    const float d = rd_f16(o + 1792 + 2 * r);
+                    for (int h = 0; h < 2; h++) {
+                        const float dl = d * (float)(int8_t)o[224 * sub + 192 + 16 * h + r];
+                        const int32_t i = block_dot(type, o, r, sub, q1, q2, hi, 16 * h, 16 * h + 16,
+                                                    side_i32(side, 20 + 4 * h) / 8);
+                        acc = fmaf((float)i, dl * s, acc);
+                    }
+                    break;
+                }
                 case TS_TYPE_Q6_K: {
                     const float d = rd_f16(o + 3328 + 2 * r);
                     for (int h = 0; h < 2; h++) {
@@ -453,6 +508,7 @@ REF_ENTRY(rp_q4_0_ref, TS_TYPE_Q4_0)
 REF_ENTRY(rp_q4_1_ref, TS_TYPE_Q4_1)
 REF_ENTRY(rp_q5_0_ref, TS_TYPE_Q5_0)
 REF_ENTRY(rp_q8_0_ref, TS_TYPE_Q8_0)
+REF_ENTRY(rp_q3_k_ref, TS_TYPE_Q3_K)
 REF_ENTRY(rp_q4_k_ref, TS_TYPE_Q4_K)
 REF_ENTRY(rp_q5_k_ref, TS_TYPE_Q5_K)
 REF_ENTRY(rp_q6_k_ref, TS_TYPE_Q6_K)
@@ -463,6 +519,7 @@ ts_rp_gemm_fn ts_rp_gemm_ref(uint32_t type) {
     case TS_TYPE_Q4_1: return rp_q4_1_ref;
     case TS_TYPE_Q5_0: return rp_q5_0_ref;
     case TS_TYPE_Q8_0: return rp_q8_0_ref;
+    case TS_TYPE_Q3_K: return rp_q3_k_ref;
     case TS_TYPE_Q4_K: return rp_q4_k_ref;
     case TS_TYPE_Q5_K: return rp_q5_k_ref;
     case TS_TYPE_Q6_K: return rp_q6_k_ref;

@@ -10,7 +10,7 @@
  * needed, and a decoded weight vector is reused by up to 8 tokens.
  *
  * ---- weights ----
- * Supported types: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K. A panel holds rows
+ * Supported types: Q4_0, Q4_1, Q5_0, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K. A panel holds rows
  * 16p .. 16p+15 (rows past n_out are zero) as a sequence of panel blocks
  * (32 elements; 256 for the K-quants) whose exact byte layout is described
  * in repack.c. Every 32-element block's quants are eight byte-vectors
@@ -26,6 +26,7 @@
  *   Q4_0  d (u - 8)     Q4_1  d u + m      Q5_0  d (u - 16)    Q8_0  d (u - 128)
  *   Q4_K, Q5_K  (d sc_j) u - (dmin m_j)   (sub-block j of 32)
  *   Q6_K  (d sc_g) (u - 32)         (group g of 16)
+ *   Q3_K  (d sc_g) (u - 4)          (group g of 16; sc_g = stored 6-bit scale - 32)
  *
  * ---- activations ----
  * Each 32-value block of an activation row becomes an integer vector X with
@@ -65,7 +66,8 @@
  *     Q4_1:            acc = fmaf((float)i, d * s, acc); acc = fmaf(m, s * sumX, acc)
  *     Q4_K, Q5_K:      acc = fmaf((float)i, (d * sc_j) * s, acc);
  *                      acc = fmaf(-(dmin * m_j), s * sumX, acc)
- *     Q6_K:            per half h = 0, 1 (16 elements, its own i and sumX):
+ *     Q3_K, Q6_K:      per half h = 0, 1 (16 elements, its own i and sumX; Q3_K's
+ *                      offset term -4 sumX_h is the -32 sumX_h field / 8):
  *                      acc = fmaf((float)i_h, (d * sc_h) * s, acc)
  * (Every |i| < 2^31: at most 32 * 255 * 32512 + 128 * 32 * 32512.) The
  * sequence does not depend on how many tokens share a tile or which thread

@@ -1,6 +1,7 @@
 /* gemm_avx512.c - the panel GEMM and activation-tile quantizer of repack.h
  * with AVX-512 VNNI: 16 output rows (one zmm of int32 / f32 lanes) x up to 8
- * tokens per call, for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K panels.
+ * tokens per call, for Q4_0, Q4_1, Q5_0, Q8_0, Q3_K, Q4_K, Q5_K and Q6_K
+ * panels.
  *
  * Per 32-element block and token: the block's integer dot for all 16 rows is
  * 8 vpdpbusd (each: 16 lanes += 4 weight bytes x the token's 4 activation
@@ -43,12 +44,22 @@ AI void store_rows(float *y, __m512 v, int n_rows) {
         _mm512_mask_storeu_ps(y, (__mmask16)((1u << n_rows) - 1), v);
 }
 
-enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K, K_Q5_K };
+enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K, K_Q5_K, K_Q3_K };
 
 /* the pair of byte-vectors v, v + 1 (v even) of a 32-block whose quants
  * start at q (layouts in repack.c; a 5-bit type's hbit vector follows its nibbles) */
 AI void weight_pair(const int kind, const uint8_t *q, const int v, __m512i *u0, __m512i *u1) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
+    if (kind == K_Q3_K) { /* bits 2(v%4), +1 of 2-bit vector v/4, and bit v of the hbit vector -> bit 2 */
+        const __m512i raw = _mm512_loadu_si512((const void *)(q + 64 * (v / 4))), m3 = _mm512_set1_epi8(3);
+        const __m512i hb = _mm512_loadu_si512((const void *)(q + 128)), m = _mm512_set1_epi8(0x04);
+        const int k = v % 4; /* 0 or 2 */
+        const __m512i h0 = v <= 2 ? _mm512_slli_epi32(hb, 2 - v) : _mm512_srli_epi32(hb, v - 2);
+        const __m512i h1 = v + 1 <= 2 ? _mm512_slli_epi32(hb, 1 - v) : _mm512_srli_epi32(hb, v - 1);
+        *u0 = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(raw, 2 * k), m3), h0, m, 0xf8);
+        *u1 = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(raw, 2 * k + 2), m3), h1, m, 0xf8);
+        return;
+    }
     if (kind == K_Q8_0) {
         *u0 = _mm512_loadu_si512((const void *)(q + 64 * v));
         *u1 = _mm512_loadu_si512((const void *)(q + 64 * v + 64));
@@ -90,7 +101,9 @@ AI void block_part(const int kind, const int hi, const uint8_t *q, const uint8_t
     const int ns = nt == 1 ? 4 : nt == 2 ? 2 : 1;
     __m512i a[NS][TS_RP_TT], a2[NS][TS_RP_TT];
     for (int t = 0; t < nt; t++) {
-        const __m512i off = off_at ? bcast32(side + TS_RP_SIDE * t + off_at) : _mm512_setzero_si512();
+        /* Q3_K's offset 4: the -32 sumX field / 8 (exact) */
+        const __m512i o32 = off_at ? bcast32(side + TS_RP_SIDE * t + off_at) : _mm512_setzero_si512();
+        const __m512i off = kind == K_Q3_K ? _mm512_srai_epi32(o32, 3) : o32;
         for (int k = 0; k < ns; k++) {
             a[k][t] = hi || k ? _mm512_setzero_si512() : off;
             if (hi) a2[k][t] = k ? _mm512_setzero_si512() : off;
@@ -121,20 +134,21 @@ AI void block_part(const int kind, const int hi, const uint8_t *q, const uint8_t
 
 AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
                    float *y, int64_t ys, int n_rows) {
-    const int kq = kind == K_Q4_K || kind == K_Q5_K || kind == K_Q6_K;
+    const int kq = kind == K_Q3_K || kind == K_Q4_K || kind == K_Q5_K || kind == K_Q6_K;
     const size_t wb = kind == K_Q4_0 ? 288 : kind == K_Q4_1 ? 320 : kind == K_Q5_0 ? 352 : kind == K_Q8_0 ? 544
-                    : kind == K_Q4_K ? 2368 : kind == K_Q5_K ? 2880 : 3360;
+                    : kind == K_Q3_K ? 1824 : kind == K_Q4_K ? 2368 : kind == K_Q5_K ? 2880 : 3360;
     const size_t xb = (hi ? 96 : 64) * (size_t)nt;
     __m512 f[TS_RP_TT];
     for (int t = 0; t < nt; t++) f[t] = _mm512_setzero_ps();
     for (int64_t pb = 0; pb < n / (kq ? 256 : 32); pb++, w += wb) {
         for (int sub = 0; sub < (kq ? 8 : 1); sub++, x += xb) {
             const uint8_t *side = x + (hi ? 64 : 32) * nt;
-            if (kind == K_Q6_K) {
-                const uint8_t *q = w + 416 * sub;
-                const __m512 d = ld_f16x16(w + 3328);
-                block_part(kind, hi, q, x, nt, 0, 4, 20, _mm512_mul_ps(d, cvt_bytes_s(q + 384)), f);
-                block_part(kind, hi, q, x, nt, 4, 8, 24, _mm512_mul_ps(d, cvt_bytes_s(q + 400)), f);
+            if (kind == K_Q6_K || kind == K_Q3_K) { /* two 16-element groups, int8 scales */
+                const int q3 = kind == K_Q3_K;     /* offsets: repack.c */
+                const uint8_t *q = w + (q3 ? 224 : 416) * sub;
+                const __m512 d = ld_f16x16(w + (q3 ? 1792 : 3328));
+                block_part(kind, hi, q, x, nt, 0, 4, 20, _mm512_mul_ps(d, cvt_bytes_s(q + (q3 ? 192 : 384))), f);
+                block_part(kind, hi, q, x, nt, 4, 8, 24, _mm512_mul_ps(d, cvt_bytes_s(q + (q3 ? 208 : 400))), f);
             } else if (kind == K_Q4_K || kind == K_Q5_K) {
                 const int q5 = kind == K_Q5_K; /* offsets: repack.c */
                 const __m512 dl = _mm512_mul_ps(ld_f16x16(w + (q5 ? 2560 : 2048)),
@@ -182,6 +196,7 @@ RP_ENTRY(ts_rp_q4_0_avx512, K_Q4_0)
 RP_ENTRY(ts_rp_q4_1_avx512, K_Q4_1)
 RP_ENTRY(ts_rp_q5_0_avx512, K_Q5_0)
 RP_ENTRY(ts_rp_q8_0_avx512, K_Q8_0)
+RP_ENTRY(ts_rp_q3_k_avx512, K_Q3_K)
 RP_ENTRY(ts_rp_q4_k_avx512, K_Q4_K)
 RP_ENTRY(ts_rp_q5_k_avx512, K_Q5_K)
 RP_ENTRY(ts_rp_q6_k_avx512, K_Q6_K)

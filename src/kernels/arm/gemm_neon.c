@@ -11,8 +11,9 @@
  * planes fit in the 32 vector registers.
  *
  * sdot is signed x signed; the definition's u is unsigned (repack.h):
- *   4/5/6-bit types: u <= 63 is its own int8, and the offset term (-o sumX)
- *     from the tile is added as in the definition;
+ *   3/4/5/6-bit types: u <= 63 is its own int8, and the offset term (-o sumX)
+ *     from the tile is added as in the definition (Q3_K: the -32 sumX field
+ *     shifted right by 3, exact);
  *   Q8_0 (u = q + 128 up to 255): the stored signed byte q = u ^ 0x80 is
  *     used instead, and sum q X = sum u X - 128 sumX is the definition's
  *     integer with its offset term already in (so the tile's is not added;
@@ -61,7 +62,7 @@ AI float32x4_t cvt4_s(const uint8_t *p) {
     return vcvtq_f32_s32(vmovl_s16(h));
 }
 
-enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K, K_Q5_K };
+enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K, K_Q5_K, K_Q3_K };
 
 /* The weights of one 32-block, rows 4k .. 4k+3 (k = quarter): u[v] = byte
  * vector v (elements 4v .. 4v+3 of each row) as int8 (u, or Q8_0's q). q:
@@ -71,6 +72,18 @@ AI void decode_quarter(const int kind, const uint8_t *q, const int k, int8x16_t 
     if (kind == K_Q8_0) {
         for (int v = 0; v < 8; v++) /* the panel holds u; q = u - 128 = u ^ 0x80 */
             u[v] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(q + 64 * v + 16 * k), vdupq_n_u8(0x80)));
+        return;
+    }
+    if (kind == K_Q3_K) { /* bits 2j, 2j+1 of 2-bit vector g -> v = 4g + j; bit v of hbit -> bit 2 */
+        const uint8x16_t m3 = vdupq_n_u8(3), k04 = vdupq_n_u8(0x04), hb = vld1q_u8(q + 128 + 16 * k);
+        for (int g = 0; g < 2; g++) {
+            const uint8x16_t raw = vld1q_u8(q + 64 * g + 16 * k);
+            for (int j = 0; j < 4; j++) {
+                const int v = 4 * g + j;
+                const uint8x16_t lo = vandq_u8(vshlq_u8(raw, vdupq_n_s8((int8_t)(-2 * j))), m3);
+                u[v] = vreinterpretq_s8_u8(vorrq_u8(lo, vandq_u8(vtstq_u8(hb, vdupq_n_u8((uint8_t)(1u << v))), k04)));
+            }
+        }
         return;
     }
     const uint8x16_t m4 = vdupq_n_u8(0x0f);
@@ -117,12 +130,13 @@ AI int32x4_t dot_plane(const int8x16_t u[8], const uint8_t *xq, const int vb, co
 /* One 32-block (Q6_K: the half v in [vb, ve), vb 0 or 4, ve 4 or 8) for nt
  * tokens: f[t] = fma((float)i, S * s_t, f[t]). x: the block's tile bytes;
  * off_at: side offset of the tile's i32 offset term (0: none) */
-AI void block_part(const int hi, const int8x16_t u[8], const uint8_t *x, const int nt, const int vb, const int ve,
-                   const int off_at, const float32x4_t S, float32x4_t *f) {
+AI void block_part(const int kind, const int hi, const int8x16_t u[8], const uint8_t *x, const int nt, const int vb,
+                   const int ve, const int off_at, const float32x4_t S, float32x4_t *f) {
     const uint8_t *x2 = x + 32 * nt, *side = x + (hi ? 64 : 32) * nt;
     for (int t = 0; t < nt; t++) {
         const uint8_t *st = side + TS_RP_SIDE * t;
-        const int32x4_t off = off_at ? bcast32(st + off_at) : vdupq_n_s32(0);
+        const int32x4_t o32 = off_at ? bcast32(st + off_at) : vdupq_n_s32(0);
+        const int32x4_t off = kind == K_Q3_K ? vshrq_n_s32(o32, 3) : o32;
         int32x4_t i;
         if (hi) {
             const int32x4_t a1 = dot_plane(u, x + 32 * t, vb, ve, vdupq_n_s32(0));
@@ -138,21 +152,22 @@ AI void block_part(const int hi, const int8x16_t u[8], const uint8_t *x, const i
 /* rows 4k .. 4k+3 of the panel against nt tokens */
 AI void quarter_tile(const int kind, const int hi, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
                      const int k, float32x4_t *f) {
-    const int kq = kind == K_Q4_K || kind == K_Q5_K || kind == K_Q6_K;
+    const int kq = kind == K_Q3_K || kind == K_Q4_K || kind == K_Q5_K || kind == K_Q6_K;
     const size_t wb = kind == K_Q4_0 ? 288 : kind == K_Q4_1 ? 320 : kind == K_Q5_0 ? 352 : kind == K_Q8_0 ? 544
-                    : kind == K_Q4_K ? 2368 : kind == K_Q5_K ? 2880 : 3360;
+                    : kind == K_Q3_K ? 1824 : kind == K_Q4_K ? 2368 : kind == K_Q5_K ? 2880 : 3360;
     const size_t xb = (hi ? 96 : 64) * (size_t)nt;
     int8x16_t u[8];
     for (int t = 0; t < nt; t++) f[t] = vdupq_n_f32(0.0f);
     for (int64_t pb = 0; pb < n / (kq ? 256 : 32); pb++, w += wb) {
         for (int sub = 0; sub < (kq ? 8 : 1); sub++, x += xb) {
             const uint8_t *side = x + (hi ? 64 : 32) * nt;
-            if (kind == K_Q6_K) {
-                const uint8_t *q = w + 416 * sub;
+            if (kind == K_Q6_K || kind == K_Q3_K) { /* two 16-element groups, int8 scales */
+                const int q3 = kind == K_Q3_K;     /* offsets: repack.c */
+                const uint8_t *q = w + (q3 ? 224 : 416) * sub;
                 decode_quarter(kind, q, k, u);
-                const float32x4_t d = ld_f16x4(w + 3328 + 8 * k);
-                block_part(hi, u, x, nt, 0, 4, 20, vmulq_f32(d, cvt4_s(q + 384 + 4 * k)), f);
-                block_part(hi, u, x, nt, 4, 8, 24, vmulq_f32(d, cvt4_s(q + 400 + 4 * k)), f);
+                const float32x4_t d = ld_f16x4(w + (q3 ? 1792 : 3328) + 8 * k);
+                block_part(kind, hi, u, x, nt, 0, 4, 20, vmulq_f32(d, cvt4_s(q + (q3 ? 192 : 384) + 4 * k)), f);
+                block_part(kind, hi, u, x, nt, 4, 8, 24, vmulq_f32(d, cvt4_s(q + (q3 ? 208 : 400) + 4 * k)), f);
             } else if (kind == K_Q4_K || kind == K_Q5_K) {
                 const int q5 = kind == K_Q5_K; /* offsets: repack.c */
                 decode_quarter(kind, w + (q5 ? 320 : 256) * sub, k, u);
@@ -160,14 +175,14 @@ AI void quarter_tile(const int kind, const int hi, int64_t n, const uint8_t *w, 
                                                  cvt4_u(w + (q5 ? 2624 : 2112) + 16 * sub + 4 * k));
                 const float32x4_t ml = vmulq_f32(ld_f16x4(w + (q5 ? 2592 : 2080) + 8 * k),
                                                  cvt4_u(w + (q5 ? 2752 : 2240) + 16 * sub + 4 * k));
-                block_part(hi, u, x, nt, 0, 8, 0, dl, f);
+                block_part(kind, hi, u, x, nt, 0, 8, 0, dl, f);
                 for (int t = 0; t < nt; t++) f[t] = vfmsq_f32(f[t], ml, bcastf(side + TS_RP_SIDE * t + 4));
             } else {
                 const int doff = kind == K_Q8_0 ? 512 : kind == K_Q5_0 ? 320 : 256;
                 /* Q8_0: none, the signed weights carry it (top of file) */
                 const int off_at = kind == K_Q4_0 ? 8 : kind == K_Q5_0 ? 16 : 0;
                 decode_quarter(kind, w, k, u);
-                block_part(hi, u, x, nt, 0, 8, off_at, ld_f16x4(w + doff + 8 * k), f);
+                block_part(kind, hi, u, x, nt, 0, 8, off_at, ld_f16x4(w + doff + 8 * k), f);
                 if (kind == K_Q4_1) {
                     const float32x4_t m = ld_f16x4(w + 288 + 8 * k);
                     for (int t = 0; t < nt; t++) f[t] = vfmaq_f32(f[t], m, bcastf(side + TS_RP_SIDE * t + 4));
@@ -221,6 +236,7 @@ RP_ENTRY(ts_rp_q4_0_neon, K_Q4_0)
 RP_ENTRY(ts_rp_q4_1_neon, K_Q4_1)
 RP_ENTRY(ts_rp_q5_0_neon, K_Q5_0)
 RP_ENTRY(ts_rp_q8_0_neon, K_Q8_0)
+RP_ENTRY(ts_rp_q3_k_neon, K_Q3_K)
 RP_ENTRY(ts_rp_q4_k_neon, K_Q4_K)
 RP_ENTRY(ts_rp_q5_k_neon, K_Q5_K)
 RP_ENTRY(ts_rp_q6_k_neon, K_Q6_K)

@@ -2,7 +2,7 @@
  * for AVX2 + FMA + F16C (no VNNI): 16 output rows (two ymm of 8 int32 / f32
  * lanes: rows 0..7 and 8..15, the two 32-byte halves of every 64-byte
  * weight vector) x up to 8 tokens per call, for Q4_0, Q4_1, Q5_0, Q8_0,
- * Q4_K, Q5_K and Q6_K panels. This file alone gets -mavx2 -mfma -mf16c.
+ * Q3_K, Q4_K, Q5_K and Q6_K panels. This file alone gets -mavx2 -mfma -mf16c.
  *
  * Integer dots without vpdpbusd: vpmaddubsw multiplies the unsigned weight
  * bytes u by the signed activation bytes (broadcast, 4 per row) and adds
@@ -70,7 +70,7 @@ AI void store_lanes(float *y, __m256 v, int n_rows) {
     }
 }
 
-enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K, K_Q5_K };
+enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K, K_Q5_K, K_Q3_K };
 
 /* Decoded weights of one 32-block: u[v][h] = the unsigned quants of byte
  * vector v (elements 4v..4v+3), rows 8h..8h+7; Q8_0 keeps the low nibbles
@@ -85,6 +85,20 @@ typedef struct {
 AI void decode_block(const int kind, const uint8_t *q, wblock *b) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int h = 0; h < 2; h++) {
+        if (kind == K_Q3_K) { /* bits 2k, 2k+1 of 2-bit vector g -> v = 4g + k; bit v of hbit -> bit 2 */
+            const __m256i m3 = _mm256_set1_epi8(3), m = _mm256_set1_epi8(0x04);
+            const __m256i hb = ld256(q + 128 + 32 * h);
+            for (int g = 0; g < 2; g++) {
+                const __m256i raw = ld256(q + 64 * g + 32 * h);
+                for (int k = 0; k < 4; k++) {
+                    const int v = 4 * g + k;
+                    const __m256i hs = v <= 2 ? _mm256_slli_epi32(hb, 2 - v) : _mm256_srli_epi32(hb, v - 2);
+                    b->u[v][h] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 2 * k), m3),
+                                                 _mm256_and_si256(hs, m));
+                }
+            }
+            continue;
+        }
         if (kind == K_Q8_0) {
             for (int v = 0; v < 8; v++) {
                 const __m256i raw = ld256(q + 64 * v + 32 * h);
@@ -158,7 +172,8 @@ AI void block_part(const int kind, const int hi, const wblock *b, const uint8_t 
     const uint8_t *x2 = x + 32 * nt, *side = x + (hi ? 64 : 32) * nt;
     for (int t = 0; t < nt; t++) {
         const uint8_t *st = side + TS_RP_SIDE * t;
-        const __m256i off = off_at ? bcast32(st + off_at) : _mm256_setzero_si256();
+        const __m256i o32 = off_at ? bcast32(st + off_at) : _mm256_setzero_si256();
+        const __m256i off = kind == K_Q3_K ? _mm256_srai_epi32(o32, 3) : o32; /* Q3_K: -32 sumX / 8 */
         __m256i i[2];
         dot_plane(kind, b, x + 32 * t, vb, ve, i);
         if (hi) {
@@ -176,9 +191,9 @@ AI void block_part(const int kind, const int hi, const wblock *b, const uint8_t 
 
 AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
                    float *y, int64_t ys, int n_rows) {
-    const int kq = kind == K_Q4_K || kind == K_Q5_K || kind == K_Q6_K;
+    const int kq = kind == K_Q3_K || kind == K_Q4_K || kind == K_Q5_K || kind == K_Q6_K;
     const size_t wb = kind == K_Q4_0 ? 288 : kind == K_Q4_1 ? 320 : kind == K_Q5_0 ? 352 : kind == K_Q8_0 ? 544
-                    : kind == K_Q4_K ? 2368 : kind == K_Q5_K ? 2880 : 3360;
+                    : kind == K_Q3_K ? 1824 : kind == K_Q4_K ? 2368 : kind == K_Q5_K ? 2880 : 3360;
     const size_t xb = (hi ? 96 : 64) * (size_t)nt;
     __m256 f[TS_RP_TT][2];
     for (int t = 0; t < nt; t++) f[t][0] = f[t][1] = _mm256_setzero_ps();
@@ -186,13 +201,15 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
     for (int64_t pb = 0; pb < n / (kq ? 256 : 32); pb++, w += wb) {
         for (int sub = 0; sub < (kq ? 8 : 1); sub++, x += xb) {
             const uint8_t *side = x + (hi ? 64 : 32) * nt;
-            if (kind == K_Q6_K) {
-                const uint8_t *q = w + 416 * sub;
+            if (kind == K_Q6_K || kind == K_Q3_K) { /* two 16-element groups, int8 scales */
+                const int q3 = kind == K_Q3_K;     /* offsets: repack.c */
+                const uint8_t *q = w + (q3 ? 224 : 416) * sub;
+                const int doff = q3 ? 1792 : 3328, s0 = q3 ? 192 : 384, s1 = q3 ? 208 : 400;
                 decode_block(kind, q, &b);
                 __m256 S[2];
-                for (int h = 0; h < 2; h++) S[h] = _mm256_mul_ps(ld_f16x8(w + 3328 + 16 * h), cvt8_s(q + 384 + 8 * h));
+                for (int h = 0; h < 2; h++) S[h] = _mm256_mul_ps(ld_f16x8(w + doff + 16 * h), cvt8_s(q + s0 + 8 * h));
                 block_part(kind, hi, &b, x, nt, 0, 4, 20, S, f);
-                for (int h = 0; h < 2; h++) S[h] = _mm256_mul_ps(ld_f16x8(w + 3328 + 16 * h), cvt8_s(q + 400 + 8 * h));
+                for (int h = 0; h < 2; h++) S[h] = _mm256_mul_ps(ld_f16x8(w + doff + 16 * h), cvt8_s(q + s1 + 8 * h));
                 block_part(kind, hi, &b, x, nt, 4, 8, 24, S, f);
             } else if (kind == K_Q4_K || kind == K_Q5_K) {
                 const int q5 = kind == K_Q5_K; /* offsets: repack.c */
@@ -256,6 +273,7 @@ RP_ENTRY(ts_rp_q4_0_avx2, K_Q4_0)
 RP_ENTRY(ts_rp_q4_1_avx2, K_Q4_1)
 RP_ENTRY(ts_rp_q5_0_avx2, K_Q5_0)
 RP_ENTRY(ts_rp_q8_0_avx2, K_Q8_0)
+RP_ENTRY(ts_rp_q3_k_avx2, K_Q3_K)
 RP_ENTRY(ts_rp_q4_k_avx2, K_Q4_K)
 RP_ENTRY(ts_rp_q5_k_avx2, K_Q5_K)
 RP_ENTRY(ts_rp_q6_k_avx2, K_Q6_K)

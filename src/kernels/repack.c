@@ -158,7 +158,8 @@ static void decode(uint32_t type, const uint8_t *b, dec_block *o) {
     }
 }
 
-/* ---- panel layout (offsets inside one panel block) ----
+/* ---- panel layout (offsets inside one panel block; the level kernels read
+ * the K-quant offsets and block sizes through kernels/rp_kernel.h) ----
  * For every type the 32 quants of a 32-block are eight byte-vectors v = 0..7
  * of 64 bytes; byte 4r + c of vector v belongs to row r, element 4v + c.
  * 4-bit types store them as four vectors of nibbles (vector j: v = 2j low,

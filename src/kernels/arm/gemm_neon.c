@@ -30,6 +30,7 @@
 
 #include "kernels/arm/gemm_arm.h"
 #include "kernels/repack.h"
+#include "kernels/rp_kernel.h"
 
 #define AI static inline __attribute__((always_inline))
 
@@ -62,7 +63,6 @@ AI float32x4_t cvt4_s(const uint8_t *p) {
     return vcvtq_f32_s32(vmovl_s16(h));
 }
 
-enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K, K_Q5_K, K_Q3_K };
 
 /* The weights of one 32-block, rows 4k .. 4k+3 (k = quarter): u[v] = byte
  * vector v (elements 4v .. 4v+3 of each row) as int8 (u, or Q8_0's q). q:
@@ -152,9 +152,8 @@ AI void block_part(const int kind, const int hi, const int8x16_t u[8], const uin
 /* rows 4k .. 4k+3 of the panel against nt tokens */
 AI void quarter_tile(const int kind, const int hi, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
                      const int k, float32x4_t *f) {
-    const int kq = kind == K_Q3_K || kind == K_Q4_K || kind == K_Q5_K || kind == K_Q6_K;
-    const size_t wb = kind == K_Q4_0 ? 288 : kind == K_Q4_1 ? 320 : kind == K_Q5_0 ? 352 : kind == K_Q8_0 ? 544
-                    : kind == K_Q3_K ? 1824 : kind == K_Q4_K ? 2368 : kind == K_Q5_K ? 2880 : 3360;
+    const int kq = rp_kq(kind);
+    const size_t wb = rp_wb(kind);
     const size_t xb = (hi ? 96 : 64) * (size_t)nt;
     int8x16_t u[8];
     for (int t = 0; t < nt; t++) f[t] = vdupq_n_f32(0.0f);
@@ -162,19 +161,17 @@ AI void quarter_tile(const int kind, const int hi, int64_t n, const uint8_t *w, 
         for (int sub = 0; sub < (kq ? 8 : 1); sub++, x += xb) {
             const uint8_t *side = x + (hi ? 64 : 32) * nt;
             if (kind == K_Q6_K || kind == K_Q3_K) { /* two 16-element groups, int8 scales */
-                const int q3 = kind == K_Q3_K;     /* offsets: repack.c */
-                const uint8_t *q = w + (q3 ? 224 : 416) * sub;
+                const uint8_t *q = w + rp_sub(kind) * sub;
                 decode_quarter(kind, q, k, u);
-                const float32x4_t d = ld_f16x4(w + (q3 ? 1792 : 3328) + 8 * k);
-                block_part(kind, hi, u, x, nt, 0, 4, 20, vmulq_f32(d, cvt4_s(q + (q3 ? 192 : 384) + 4 * k)), f);
-                block_part(kind, hi, u, x, nt, 4, 8, 24, vmulq_f32(d, cvt4_s(q + (q3 ? 208 : 400) + 4 * k)), f);
+                const float32x4_t d = ld_f16x4(w + rp_d(kind) + 8 * k);
+                block_part(kind, hi, u, x, nt, 0, 4, 20, vmulq_f32(d, cvt4_s(q + rp_gsc(kind) + 4 * k)), f);
+                block_part(kind, hi, u, x, nt, 4, 8, 24, vmulq_f32(d, cvt4_s(q + rp_gsc(kind) + 16 + 4 * k)), f);
             } else if (kind == K_Q4_K || kind == K_Q5_K) {
-                const int q5 = kind == K_Q5_K; /* offsets: repack.c */
-                decode_quarter(kind, w + (q5 ? 320 : 256) * sub, k, u);
-                const float32x4_t dl = vmulq_f32(ld_f16x4(w + (q5 ? 2560 : 2048) + 8 * k),
-                                                 cvt4_u(w + (q5 ? 2624 : 2112) + 16 * sub + 4 * k));
-                const float32x4_t ml = vmulq_f32(ld_f16x4(w + (q5 ? 2592 : 2080) + 8 * k),
-                                                 cvt4_u(w + (q5 ? 2752 : 2240) + 16 * sub + 4 * k));
+                decode_quarter(kind, w + rp_sub(kind) * sub, k, u);
+                const float32x4_t dl = vmulq_f32(ld_f16x4(w + rp_d(kind) + 8 * k),
+                                                 cvt4_u(w + rp_d(kind) + 64 + 16 * sub + 4 * k));
+                const float32x4_t ml = vmulq_f32(ld_f16x4(w + rp_d(kind) + 32 + 8 * k),
+                                                 cvt4_u(w + rp_d(kind) + 192 + 16 * sub + 4 * k));
                 block_part(kind, hi, u, x, nt, 0, 8, 0, dl, f);
                 for (int t = 0; t < nt; t++) f[t] = vfmsq_f32(f[t], ml, bcastf(side + TS_RP_SIDE * t + 4));
             } else {
@@ -210,27 +207,6 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
         }
     }
 }
-
-#define RP_CASES(kind, hi)                                             \
-    switch (nt) {                                                      \
-    case 1: panel_tile(kind, hi, n, w, x, 1, y, ys, n_rows); break;    \
-    case 2: panel_tile(kind, hi, n, w, x, 2, y, ys, n_rows); break;    \
-    case 3: panel_tile(kind, hi, n, w, x, 3, y, ys, n_rows); break;    \
-    case 4: panel_tile(kind, hi, n, w, x, 4, y, ys, n_rows); break;    \
-    case 5: panel_tile(kind, hi, n, w, x, 5, y, ys, n_rows); break;    \
-    case 6: panel_tile(kind, hi, n, w, x, 6, y, ys, n_rows); break;    \
-    case 7: panel_tile(kind, hi, n, w, x, 7, y, ys, n_rows); break;    \
-    default: panel_tile(kind, hi, n, w, x, 8, y, ys, n_rows); break;   \
-    }
-
-#define RP_ENTRY(name, kind)                                                                                  \
-    void name(int64_t n, const uint8_t *w, const uint8_t *x, int nt, int hi, float *y, int64_t ys, int n_rows) { \
-        if (hi) {                                                                                             \
-            RP_CASES(kind, 1)                                                                                 \
-        } else {                                                                                              \
-            RP_CASES(kind, 0)                                                                                 \
-        }                                                                                                     \
-    }
 
 RP_ENTRY(ts_rp_q4_0_neon, K_Q4_0)
 RP_ENTRY(ts_rp_q4_1_neon, K_Q4_1)

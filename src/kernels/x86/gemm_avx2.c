@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "kernels/repack.h"
+#include "kernels/rp_kernel.h"
 #include "kernels/x86/gemm_x86.h"
 
 #define AI static inline __attribute__((always_inline))
@@ -70,7 +71,6 @@ AI void store_lanes(float *y, __m256 v, int n_rows) {
     }
 }
 
-enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K, K_Q5_K, K_Q3_K };
 
 /* Decoded weights of one 32-block: u[v][h] = the unsigned quants of byte
  * vector v (elements 4v..4v+3), rows 8h..8h+7; Q8_0 keeps the low nibbles
@@ -191,9 +191,8 @@ AI void block_part(const int kind, const int hi, const wblock *b, const uint8_t 
 
 AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
                    float *y, int64_t ys, int n_rows) {
-    const int kq = kind == K_Q3_K || kind == K_Q4_K || kind == K_Q5_K || kind == K_Q6_K;
-    const size_t wb = kind == K_Q4_0 ? 288 : kind == K_Q4_1 ? 320 : kind == K_Q5_0 ? 352 : kind == K_Q8_0 ? 544
-                    : kind == K_Q3_K ? 1824 : kind == K_Q4_K ? 2368 : kind == K_Q5_K ? 2880 : 3360;
+    const int kq = rp_kq(kind);
+    const size_t wb = rp_wb(kind);
     const size_t xb = (hi ? 96 : 64) * (size_t)nt;
     __m256 f[TS_RP_TT][2];
     for (int t = 0; t < nt; t++) f[t][0] = f[t][1] = _mm256_setzero_ps();
@@ -202,9 +201,8 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
         for (int sub = 0; sub < (kq ? 8 : 1); sub++, x += xb) {
             const uint8_t *side = x + (hi ? 64 : 32) * nt;
             if (kind == K_Q6_K || kind == K_Q3_K) { /* two 16-element groups, int8 scales */
-                const int q3 = kind == K_Q3_K;     /* offsets: repack.c */
-                const uint8_t *q = w + (q3 ? 224 : 416) * sub;
-                const int doff = q3 ? 1792 : 3328, s0 = q3 ? 192 : 384, s1 = q3 ? 208 : 400;
+                const uint8_t *q = w + rp_sub(kind) * sub;
+                const int doff = rp_d(kind), s0 = rp_gsc(kind), s1 = rp_gsc(kind) + 16;
                 decode_block(kind, q, &b);
                 __m256 S[2];
                 for (int h = 0; h < 2; h++) S[h] = _mm256_mul_ps(ld_f16x8(w + doff + 16 * h), cvt8_s(q + s0 + 8 * h));
@@ -212,14 +210,13 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
                 for (int h = 0; h < 2; h++) S[h] = _mm256_mul_ps(ld_f16x8(w + doff + 16 * h), cvt8_s(q + s1 + 8 * h));
                 block_part(kind, hi, &b, x, nt, 4, 8, 24, S, f);
             } else if (kind == K_Q4_K || kind == K_Q5_K) {
-                const int q5 = kind == K_Q5_K; /* offsets: repack.c */
-                decode_block(kind, w + (q5 ? 320 : 256) * sub, &b);
+                decode_block(kind, w + rp_sub(kind) * sub, &b);
                 __m256 dl[2], ml[2];
                 for (int h = 0; h < 2; h++) {
-                    dl[h] = _mm256_mul_ps(ld_f16x8(w + (q5 ? 2560 : 2048) + 16 * h),
-                                          cvt8_u(w + (q5 ? 2624 : 2112) + 16 * sub + 8 * h));
-                    ml[h] = _mm256_mul_ps(ld_f16x8(w + (q5 ? 2592 : 2080) + 16 * h),
-                                          cvt8_u(w + (q5 ? 2752 : 2240) + 16 * sub + 8 * h));
+                    dl[h] = _mm256_mul_ps(ld_f16x8(w + rp_d(kind) + 16 * h),
+                                          cvt8_u(w + rp_d(kind) + 64 + 16 * sub + 8 * h));
+                    ml[h] = _mm256_mul_ps(ld_f16x8(w + rp_d(kind) + 32 + 16 * h),
+                                          cvt8_u(w + rp_d(kind) + 192 + 16 * sub + 8 * h));
                 }
                 block_part(kind, hi, &b, x, nt, 0, 8, 0, dl, f);
                 for (int t = 0; t < nt; t++) {
@@ -247,27 +244,6 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
         store_lanes(y + (int64_t)t * ys + 8, f[t][1], n_rows - 8);
     }
 }
-
-#define RP_CASES(kind, hi)                                             \
-    switch (nt) {                                                      \
-    case 1: panel_tile(kind, hi, n, w, x, 1, y, ys, n_rows); break;    \
-    case 2: panel_tile(kind, hi, n, w, x, 2, y, ys, n_rows); break;    \
-    case 3: panel_tile(kind, hi, n, w, x, 3, y, ys, n_rows); break;    \
-    case 4: panel_tile(kind, hi, n, w, x, 4, y, ys, n_rows); break;    \
-    case 5: panel_tile(kind, hi, n, w, x, 5, y, ys, n_rows); break;    \
-    case 6: panel_tile(kind, hi, n, w, x, 6, y, ys, n_rows); break;    \
-    case 7: panel_tile(kind, hi, n, w, x, 7, y, ys, n_rows); break;    \
-    default: panel_tile(kind, hi, n, w, x, 8, y, ys, n_rows); break;   \
-    }
-
-#define RP_ENTRY(name, kind)                                                                                  \
-    void name(int64_t n, const uint8_t *w, const uint8_t *x, int nt, int hi, float *y, int64_t ys, int n_rows) { \
-        if (hi) {                                                                                             \
-            RP_CASES(kind, 1)                                                                                 \
-        } else {                                                                                              \
-            RP_CASES(kind, 0)                                                                                 \
-        }                                                                                                     \
-    }
 
 RP_ENTRY(ts_rp_q4_0_avx2, K_Q4_0)
 RP_ENTRY(ts_rp_q4_1_avx2, K_Q4_1)

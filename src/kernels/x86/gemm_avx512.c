@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "kernels/repack.h"
+#include "kernels/rp_kernel.h"
 #include "kernels/x86/gemm_x86.h"
 
 #define AI static inline __attribute__((always_inline))
@@ -44,7 +45,6 @@ AI void store_rows(float *y, __m512 v, int n_rows) {
         _mm512_mask_storeu_ps(y, (__mmask16)((1u << n_rows) - 1), v);
 }
 
-enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K, K_Q5_K, K_Q3_K };
 
 /* the pair of byte-vectors v, v + 1 (v even) of a 32-block whose quants
  * start at q (layouts in repack.c; a 5-bit type's hbit vector follows its nibbles) */
@@ -134,9 +134,8 @@ AI void block_part(const int kind, const int hi, const uint8_t *q, const uint8_t
 
 AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
                    float *y, int64_t ys, int n_rows) {
-    const int kq = kind == K_Q3_K || kind == K_Q4_K || kind == K_Q5_K || kind == K_Q6_K;
-    const size_t wb = kind == K_Q4_0 ? 288 : kind == K_Q4_1 ? 320 : kind == K_Q5_0 ? 352 : kind == K_Q8_0 ? 544
-                    : kind == K_Q3_K ? 1824 : kind == K_Q4_K ? 2368 : kind == K_Q5_K ? 2880 : 3360;
+    const int kq = rp_kq(kind);
+    const size_t wb = rp_wb(kind);
     const size_t xb = (hi ? 96 : 64) * (size_t)nt;
     __m512 f[TS_RP_TT];
     for (int t = 0; t < nt; t++) f[t] = _mm512_setzero_ps();
@@ -144,18 +143,16 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
         for (int sub = 0; sub < (kq ? 8 : 1); sub++, x += xb) {
             const uint8_t *side = x + (hi ? 64 : 32) * nt;
             if (kind == K_Q6_K || kind == K_Q3_K) { /* two 16-element groups, int8 scales */
-                const int q3 = kind == K_Q3_K;     /* offsets: repack.c */
-                const uint8_t *q = w + (q3 ? 224 : 416) * sub;
-                const __m512 d = ld_f16x16(w + (q3 ? 1792 : 3328));
-                block_part(kind, hi, q, x, nt, 0, 4, 20, _mm512_mul_ps(d, cvt_bytes_s(q + (q3 ? 192 : 384))), f);
-                block_part(kind, hi, q, x, nt, 4, 8, 24, _mm512_mul_ps(d, cvt_bytes_s(q + (q3 ? 208 : 400))), f);
+                const uint8_t *q = w + rp_sub(kind) * sub;
+                const __m512 d = ld_f16x16(w + rp_d(kind));
+                block_part(kind, hi, q, x, nt, 0, 4, 20, _mm512_mul_ps(d, cvt_bytes_s(q + rp_gsc(kind))), f);
+                block_part(kind, hi, q, x, nt, 4, 8, 24, _mm512_mul_ps(d, cvt_bytes_s(q + rp_gsc(kind) + 16)), f);
             } else if (kind == K_Q4_K || kind == K_Q5_K) {
-                const int q5 = kind == K_Q5_K; /* offsets: repack.c */
-                const __m512 dl = _mm512_mul_ps(ld_f16x16(w + (q5 ? 2560 : 2048)),
-                                                cvt_bytes_u(w + (q5 ? 2624 : 2112) + 16 * sub));
-                const __m512 ml = _mm512_mul_ps(ld_f16x16(w + (q5 ? 2592 : 2080)),
-                                                cvt_bytes_u(w + (q5 ? 2752 : 2240) + 16 * sub));
-                block_part(kind, hi, w + (q5 ? 320 : 256) * sub, x, nt, 0, 8, 0, dl, f);
+                const __m512 dl = _mm512_mul_ps(ld_f16x16(w + rp_d(kind)),
+                                                cvt_bytes_u(w + rp_d(kind) + 64 + 16 * sub));
+                const __m512 ml = _mm512_mul_ps(ld_f16x16(w + rp_d(kind) + 32),
+                                                cvt_bytes_u(w + rp_d(kind) + 192 + 16 * sub));
+                block_part(kind, hi, w + rp_sub(kind) * sub, x, nt, 0, 8, 0, dl, f);
                 for (int t = 0; t < nt; t++) f[t] = _mm512_fnmadd_ps(ml, bcastf(side + TS_RP_SIDE * t + 4), f[t]);
             } else {
                 const int doff = kind == K_Q8_0 ? 512 : kind == K_Q5_0 ? 320 : 256;
@@ -170,27 +167,6 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
     }
     for (int t = 0; t < nt; t++) store_rows(y + (int64_t)t * ys, f[t], n_rows);
 }
-
-#define RP_CASES(kind, hi)                                             \
-    switch (nt) {                                                      \
-    case 1: panel_tile(kind, hi, n, w, x, 1, y, ys, n_rows); break;    \
-    case 2: panel_tile(kind, hi, n, w, x, 2, y, ys, n_rows); break;    \
-    case 3: panel_tile(kind, hi, n, w, x, 3, y, ys, n_rows); break;    \
-    case 4: panel_tile(kind, hi, n, w, x, 4, y, ys, n_rows); break;    \
-    case 5: panel_tile(kind, hi, n, w, x, 5, y, ys, n_rows); break;    \
-    case 6: panel_tile(kind, hi, n, w, x, 6, y, ys, n_rows); break;    \
-    case 7: panel_tile(kind, hi, n, w, x, 7, y, ys, n_rows); break;    \
-    default: panel_tile(kind, hi, n, w, x, 8, y, ys, n_rows); break;   \
-    }
-
-#define RP_ENTRY(name, kind)                                                                                  \
-    void name(int64_t n, const uint8_t *w, const uint8_t *x, int nt, int hi, float *y, int64_t ys, int n_rows) { \
-        if (hi) {                                                                                             \
-            RP_CASES(kind, 1)                                                                                 \
-        } else {                                                                                              \
-            RP_CASES(kind, 0)                                                                                 \
-        }                                                                                                     \
-    }
 
 RP_ENTRY(ts_rp_q4_0_avx512, K_Q4_0)
 RP_ENTRY(ts_rp_q4_1_avx512, K_Q4_1)

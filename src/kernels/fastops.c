@@ -68,3 +68,10 @@ void ts_geglu_fast(ts_threadpool *pool, float *out, const float *gate, const flo
     const ts_kern *k = ts_kern_get();
     glu_run(pool, k->geglu ? k->geglu : ts_geglu_generic, out, gate, up, n);
 }
+
+void ts_glu(ts_threadpool *pool, bool gelu, bool fast, float *out, const float *gate, const float *up, int64_t n) {
+    if (fast)
+        (gelu ? ts_geglu_fast : ts_swiglu_fast)(pool, out, gate, up, n);
+    else
+        (gelu ? ts_geglu_tanh_f32 : ts_swiglu_f32)(out, gate, up, n);
+}

@@ -73,6 +73,11 @@ void ts_attention_fast(ts_threadpool *pool, const ts_attn_params *ap, const floa
 void ts_swiglu_fast(ts_threadpool *pool, float *out, const float *gate, const float *up, int64_t n);
 void ts_geglu_fast(ts_threadpool *pool, float *out, const float *gate, const float *up, int64_t n);
 
+/* The feed-forward's gated activation as the forward pass picks it: GeGLU
+ * (gelu) or SwiGLU, the fast kernels above (fast) or the f32 references of
+ * ops.h. */
+void ts_glu(ts_threadpool *pool, bool gelu, bool fast, float *out, const float *gate, const float *up, int64_t n);
+
 /* The portable versions (the fallback of levels without their own). */
 void ts_attn_block_generic(const ts_attn_job *j, int kvh, int t0, int t1, float *scratch);
 void ts_swiglu_generic(float *out, const float *gate, const float *up, int64_t n);

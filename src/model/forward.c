@@ -544,14 +544,7 @@ static void stage_ffn(ts_state *s, const ts_layer *L, int nb) {
     const ts_wmat *w[2] = {&L->w_gate, &L->w_up};
     float *y[2] = {s->gate, s->up};
     matmul_n(s, 2, w, y, s->xn, nb);
-    if (s->m->ffn_gelu && s->lin)
-        ts_geglu_fast(s->pool, s->gate, s->gate, s->up, nb * F);
-    else if (s->m->ffn_gelu)
-        ts_geglu_tanh_f32(s->gate, s->gate, s->up, nb * F);
-    else if (s->lin)
-        ts_swiglu_fast(s->pool, s->gate, s->gate, s->up, nb * F);
-    else
-        ts_swiglu_f32(s->gate, s->gate, s->up, nb * F);
+    ts_glu(s->pool, s->m->ffn_gelu, s->lin != NULL, s->gate, s->gate, s->up, nb * F);
     matmul(s, &L->w_down, s->gate, s->o, nb);
     if (L->ffn_post_norm) stage_norm_rows(s, s->o, s->o, L->ffn_post_norm, E, nb);
     for (int64_t i = 0; i < nb * E; i++) s->x[i] += s->o[i];

@@ -183,20 +183,9 @@ void ts_cpu_exec_node(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *n,
         break;
     }
     case TS_OP_SWIGLU:
-        if (n->glu.fast)
-            ts_swiglu_fast(pool, at(base, n->glu.out), at(base, n->glu.gate), at(base, n->glu.up),
-                           (int64_t)n_tok * n->glu.n);
-        else
-            ts_swiglu_f32(at(base, n->glu.out), at(base, n->glu.gate), at(base, n->glu.up),
-                          (int64_t)n_tok * n->glu.n);
-        break;
     case TS_OP_GEGLU:
-        if (n->glu.fast)
-            ts_geglu_fast(pool, at(base, n->glu.out), at(base, n->glu.gate), at(base, n->glu.up),
-                          (int64_t)n_tok * n->glu.n);
-        else
-            ts_geglu_tanh_f32(at(base, n->glu.out), at(base, n->glu.gate), at(base, n->glu.up),
-                              (int64_t)n_tok * n->glu.n);
+        ts_glu(pool, n->op == TS_OP_GEGLU, n->glu.fast, at(base, n->glu.out), at(base, n->glu.gate),
+               at(base, n->glu.up), (int64_t)n_tok * n->glu.n);
         break;
     case TS_OP_ADD: {
         float *y = at(base, n->add.y);

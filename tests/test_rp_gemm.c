@@ -169,12 +169,7 @@ static void put_crafted(const token *tk, int64_t n_in, int hi, uint8_t *tile, in
             else
                 sum_hi += X;
         }
-        const int32_t sum = sum_lo + sum_hi;
-        const float s = tk->s[b], ds = s * (float)sum;
-        const int32_t f[6] = {-8 * sum, -128 * sum, -16 * sum, -32 * sum_lo, -32 * sum_hi, 0};
-        memcpy(side, &s, 4);
-        memcpy(side + 4, &ds, 4);
-        memcpy(side + 8, f, sizeof f);
+        ts_rp_put_side(side, tk->s[b], sum_lo, sum_hi);
     }
 }
 

@@ -93,41 +93,28 @@ AI __m512 ld_f16x16(const uint8_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si25
 AI void block_part(const int kind, const int hi, const uint8_t *q, const uint8_t *x, const int nt,
                    const int vb, const int ve, const int off_at, const __m512 S, __m512 *f) {
     const uint8_t *x2 = x + 32 * nt, *side = x + (hi ? 64 : 32) * nt;
-    /* With few tokens one accumulator per token would be a chain of 8
-     * dependent vpdpbusd per block (latency-bound in decode), so the v pairs
-     * are spread over ns independent accumulators and summed after; the
-     * integer sums are exact, so the split changes no bit. */
-    enum { NS = 4 };
-    const int ns = nt == 1 ? 4 : nt == 2 ? 2 : 1;
-    __m512i a[NS][TS_RP_TT], a2[NS][TS_RP_TT];
+    __m512i a[TS_RP_TT], a2[TS_RP_TT];
     for (int t = 0; t < nt; t++) {
         /* Q3_K's offset 4: the -32 sumX field / 8 (exact) */
         const __m512i o32 = off_at ? bcast32(side + TS_RP_SIDE * t + off_at) : _mm512_setzero_si512();
         const __m512i off = kind == K_Q3_K ? _mm512_srai_epi32(o32, 3) : o32;
-        for (int k = 0; k < ns; k++) {
-            a[k][t] = hi || k ? _mm512_setzero_si512() : off;
-            if (hi) a2[k][t] = k ? _mm512_setzero_si512() : off;
-        }
+        a[t] = hi ? _mm512_setzero_si512() : off;
+        if (hi) a2[t] = off;
     }
     for (int v = vb; v < ve; v += 2) {
         __m512i u0, u1;
         weight_pair(kind, q, v, &u0, &u1);
-        const int k = (v / 2) % ns;
         for (int t = 0; t < nt; t++) {
-            a[k][t] = _mm512_dpbusd_epi32(a[k][t], u0, bcast32(x + 32 * t + 4 * v));
-            a[k][t] = _mm512_dpbusd_epi32(a[k][t], u1, bcast32(x + 32 * t + 4 * v + 4));
+            a[t] = _mm512_dpbusd_epi32(a[t], u0, bcast32(x + 32 * t + 4 * v));
+            a[t] = _mm512_dpbusd_epi32(a[t], u1, bcast32(x + 32 * t + 4 * v + 4));
             if (hi) {
-                a2[k][t] = _mm512_dpbusd_epi32(a2[k][t], u0, bcast32(x2 + 32 * t + 4 * v));
-                a2[k][t] = _mm512_dpbusd_epi32(a2[k][t], u1, bcast32(x2 + 32 * t + 4 * v + 4));
+                a2[t] = _mm512_dpbusd_epi32(a2[t], u0, bcast32(x2 + 32 * t + 4 * v));
+                a2[t] = _mm512_dpbusd_epi32(a2[t], u1, bcast32(x2 + 32 * t + 4 * v + 4));
             }
         }
     }
     for (int t = 0; t < nt; t++) {
-        for (int k = 1; k < ns; k++) {
-            a[0][t] = _mm512_add_epi32(a[0][t], a[k][t]);
-            if (hi) a2[0][t] = _mm512_add_epi32(a2[0][t], a2[k][t]);
-        }
-        const __m512i i = hi ? _mm512_add_epi32(_mm512_slli_epi32(a[0][t], 8), a2[0][t]) : a[0][t];
+        const __m512i i = hi ? _mm512_add_epi32(_mm512_slli_epi32(a[t], 8), a2[t]) : a[t];
         f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(S, bcastf(side + TS_RP_SIDE * t)), f[t]);
     }
 }

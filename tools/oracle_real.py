@@ -227,7 +227,7 @@ L.append("Why 16 and not 8 bits: with 8-bit activations (`TS_ACT=q8`, ggml's pre
          "margin is up to 0.22, far from a near-tie (see the `q8` columns). 16-bit activations cost twice the "
          "integer work: prefill runs at 0.6-0.7x the speed of 8-bit activations and decode, mostly bound by "
          "memory bandwidth, at 0.83-0.92x (docs/PERFORMANCE.md). Outlier blocks are not the whole story: a "
-         "trial (2026-11-29, a patch to the activation quantizer, not kept) that kept 16 bits only in blocks "
+         "trial (2026-11-29: a patch to the AVX-512 activation quantizer, not kept, and this script with its q8 column run under TS_MIXK=K) that kept 16 bits only in blocks "
          "whose max |x| exceeds K times the row's rms and used 8 bits elsewhere measured max rel err "
          "9.7e-3 - 2.3e-2 at K = 3, 1.0e-2 - 2.9e-2 at K = 4 and 1.1e-2 - 3.0e-2 at K = 6 over these ten "
          "prompts (all blocks 8-bit: 3.2e-2 - 6.9e-2), 3-10x the 3e-3 bound: the 8-bit rounding of the "

@@ -43,8 +43,9 @@ static void op_free(op_case *c) {
 }
 
 /* Runs c on e: DEVICE buffers (HOST where the engine has no DEVICE memory
- * semantics does not matter here), upload, graph, download. 0 or -1. */
-static int op_run(ts_engine *e, op_case *c, ts_err *err) {
+ * semantics does not matter here), upload, graph (window mode n_kv, 0 for
+ * none: ts_eng_enqueue_graph_window), download. 0 or -1. */
+static int op_run_window(ts_engine *e, op_case *c, int64_t n_kv, ts_err *err) {
     ts_eng_buf *b[OP_MAX_SLOTS] = {0};
     ts_eng_bind binds[OP_MAX_SLOTS];
     int rc = -1;
@@ -65,7 +66,7 @@ static int op_run(ts_engine *e, op_case *c, ts_err *err) {
     g = ts_eng_graph_new(e, &c->node, 1, c->n_slots, c->width, err);
     if (!g)
         goto done;
-    if (ts_eng_enqueue_graph(q, g, binds, c->n_slots, c->pos0, c->n_tok, err))
+    if (ts_eng_enqueue_graph_window(q, g, binds, c->n_slots, c->pos0, c->n_tok, n_kv, err))
         goto done;
     for (int s = 0; s < c->n_slots; s++)
         if (ts_eng_enqueue_read(q, b[s], 0, c->out[s], c->bytes[s], err))
@@ -81,6 +82,8 @@ done:
     ts_eng_queue_free(q);
     return rc;
 }
+
+static int op_run(ts_engine *e, op_case *c, ts_err *err) { return op_run_window(e, c, 0, err); }
 
 /* The reference of c's node on the host (into c->ref), with the kernel the
  * CPU forward calls. exact_mm: matmuls use the f32 reference (ts_matmul:

@@ -17,43 +17,6 @@
 #include "engine_test_util.h"
 #include "kernels/fastops.h"
 
-/* op_run with the window argument */
-static int run_window(ts_engine *e, op_case *c, int64_t n_kv, ts_err *err) {
-    ts_eng_buf *b[OP_MAX_SLOTS] = {0};
-    ts_eng_bind binds[OP_MAX_SLOTS];
-    int rc = -1;
-    ts_eng_queue *q = ts_eng_queue_new(e, err);
-    ts_eng_graph *g = NULL;
-    if (!q)
-        return -1;
-    for (int s = 0; s < c->n_slots; s++) {
-        if (!(b[s] = ts_eng_buf_alloc(e, TS_MEM_DEVICE, c->bytes[s], err)))
-            goto done;
-        binds[s] = c->meta[s];
-        binds[s].buf = b[s];
-        binds[s].off = 0;
-        if (ts_eng_enqueue_write(q, b[s], 0, c->in[s], c->bytes[s], err))
-            goto done;
-    }
-    if (!(g = ts_eng_graph_new(e, &c->node, 1, c->n_slots, c->width, err)))
-        goto done;
-    if (ts_eng_enqueue_graph_window(q, g, binds, c->n_slots, c->pos0, c->n_tok, n_kv, err))
-        goto done;
-    for (int s = 0; s < c->n_slots; s++)
-        if (ts_eng_enqueue_read(q, b[s], 0, c->out[s], c->bytes[s], err))
-            goto done;
-    if (ts_eng_queue_finish(q, err))
-        goto done;
-    rc = 0;
-done:
-    ts_eng_queue_finish(q, NULL);
-    ts_eng_graph_free(g);
-    for (int s = 0; s < c->n_slots; s++)
-        ts_eng_buf_free(b[s]);
-    ts_eng_queue_free(q);
-    return rc;
-}
-
 /* the CPU window forward's attention over c's inputs into out [n_tok][nh*hd] */
 static void reference(const op_case *c, int64_t n_kv, float *out) {
     const ts_eng_node *n = &c->node;
@@ -126,7 +89,7 @@ int main(int argc, char **argv) {
                      fast ? "fast" : "plain", (long long)cs[i].pos0, cs[i].n_tok, (long long)cs[i].n_kv,
                      cs[i].f16 ? "f16" : "f32");
             CHECK(memcmp(ref, causal, (size_t)cnt * sizeof(float)) != 0, "%s: window == causal reference", label);
-            if (run_window(e, &c, cs[i].n_kv, &err)) {
+            if (op_run_window(e, &c, cs[i].n_kv, &err)) {
                 CHECK(0, "%s: %s", label, err.msg);
             } else if (exact) {
                 CHECK(!memcmp(c.out[os], ref, (size_t)cnt * sizeof(float)), "%s: not bit-identical", label);
@@ -137,7 +100,7 @@ int main(int argc, char **argv) {
                     worst = nm;
             }
             /* n_kv 0 through the window entry point is the causal run */
-            if (run_window(e, &c, 0, &err)) {
+            if (op_run_window(e, &c, 0, &err)) {
                 CHECK(0, "%s causal: %s", label, err.msg);
             } else if (exact) {
                 CHECK(!memcmp(c.out[os], causal, (size_t)cnt * sizeof(float)), "%s causal: not bit-identical", label);
@@ -154,11 +117,11 @@ int main(int argc, char **argv) {
     {
         op_case c;
         case_attention(&c, 4, 2, 16, 0, 0.0f, 1, 4, 8, 32);
-        CHECK(run_window(e, &c, 11, &err) < 0 && strstr(err.msg, "n_kv"), "n_kv below the window end: '%s'", err.msg);
-        CHECK(run_window(e, &c, 33, &err) < 0 && strstr(err.msg, "n_kv"), "n_kv past the cache: '%s'", err.msg);
+        CHECK(op_run_window(e, &c, 11, &err) < 0 && strstr(err.msg, "n_kv"), "n_kv below the window end: '%s'", err.msg);
+        CHECK(op_run_window(e, &c, 33, &err) < 0 && strstr(err.msg, "n_kv"), "n_kv past the cache: '%s'", err.msg);
         op_free(&c);
         case_attention(&c, 4, 2, 16, 4, 0.0f, 1, 4, 8, 32);
-        CHECK(run_window(e, &c, 16, &err) < 0 && strstr(err.msg, "n_swa"), "window with n_swa: '%s'", err.msg);
+        CHECK(op_run_window(e, &c, 16, &err) < 0 && strstr(err.msg, "n_swa"), "window with n_swa: '%s'", err.msg);
         op_free(&c);
     }
     ts_eng_close(e);

@@ -518,6 +518,12 @@ typedef struct ts_stats {
     int64_t crossings;           /* hand-offs to the device */
     uint64_t dev_window_bytes;   /* the device's memory window */
     uint64_t dev_window_peak;    /* most of it in use at once (never above the window) */
+    /* The device session: contexts of one model asking for the same device
+     * (name and thread count) share one opened device and one device copy
+     * of the weights, so dev_upload_mib, dev_stall_ms and dev_window_peak
+     * are the session's, over all of them. */
+    double dev_weight_mib;       /* the weights' device copy, uploaded once for all of them (0 when streamed) */
+    int32_t dev_sharing;         /* contexts sharing that session now (this one included; 0: no device) */
 } ts_stats;
 
 /* Same thread as ctx. */

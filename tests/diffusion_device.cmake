@@ -30,6 +30,7 @@ foreach(dd_model llada dream)
   add_test(NAME diffusion_device_break_${dd_model} COMMAND test_diffusion_device break ${TS_DD_MODELS}/${dd_model}.gguf)
   set_tests_properties(diffusion_device_gate_${dd_model} diffusion_device_break_${dd_model} PROPERTIES
                        FIXTURES_REQUIRED dd_models TIMEOUT 120)
+  set_tests_properties(diffusion_device_break_${dd_model} PROPERTIES SKIP_RETURN_CODE 77) # no TS_TEST_HOOKS
   if(TS_OPENCL)
     # opencl on this machine's ICD (PoCL): the CPU's tokens (f32 weights, NMSE ~1e-13)
     add_test(NAME diffusion_device_opencl_${dd_model}
@@ -44,6 +45,7 @@ add_test(NAME diffusion_device_break_nowait
          COMMAND test_diffusion_device break ${TS_DD_DEEP} loop,nowait=1,window=12M)
 set_tests_properties(diffusion_device_gate_stream diffusion_device_break_nowait PROPERTIES
                      FIXTURES_REQUIRED dd_models TIMEOUT 120)
+set_tests_properties(diffusion_device_break_nowait PROPERTIES SKIP_RETURN_CODE 77) # no TS_TEST_HOOKS
 
 # `tessera diffuse --prefill-device`: flags, JSON keys, text = the CPU's, fallback line
 add_test(NAME diffusion_device_cli

@@ -2,7 +2,7 @@
  * test_engine_opencl.c): checks, deterministic data, a toy transformer
  * (random weights in chosen types), the CPU reference of its layers written
  * the way src/model/forward.c runs its stages (the same kernel calls in the
- * same order), and a harness that runs it through ts_eng_prefill on a
+ * same order), and a harness that runs it through ts_rt_layers on a
  * device with the sub-width tail on the CPU, as the forward will.
  */
 #ifndef TS_TEST_ENGINE_UTIL_H
@@ -14,8 +14,9 @@
 #include <string.h>
 
 #include "engine/engine.h"
-#include "engine/layer_graph.h"
-#include "engine/prefill.h"
+#include "runtime/block.h"
+#include "runtime/convert.h"
+#include "runtime/layers.h"
 #include "kernels/linear.h"
 #include "kernels/repack.h"
 #include "kernels/ops.h"
@@ -108,7 +109,7 @@ static ts_wmat t_wmat(const t_mat *m) {
 /* ---- the toy model ---- */
 
 typedef struct t_layer {
-    ts_eng_layer_shape s;
+    ts_rt_block_shape s;
     float *attn_norm, *bq, *bk, *bv, *q_norm, *k_norm, *attn_post_norm, *ffn_norm, *ffn_post_norm;
     t_mat wq, wk, wv, wo, wg, wu, wd;
     double *inv_freq;
@@ -122,13 +123,13 @@ typedef struct t_model {
 } t_model;
 
 /* types: wq wk wv wo gate up down */
-static void t_model_init(t_model *m, const ts_eng_layer_shape *shapes, int n_layer, const uint32_t types[7], int pack) {
+static void t_model_init(t_model *m, const ts_rt_block_shape *shapes, int n_layer, const uint32_t types[7], int pack) {
     memset(m, 0, sizeof *m);
     m->n_layer = n_layer;
     for (int l = 0; l < n_layer; l++) {
         t_layer *L = &m->L[l];
         L->s = shapes[l];
-        const ts_eng_layer_shape *s = &L->s;
+        const ts_rt_block_shape *s = &L->s;
         const int64_t E = s->n_embd, QD = (int64_t)s->n_head * s->head_dim, KD = (int64_t)s->n_head_kv * s->head_dim,
                       F = s->n_ff, hd = s->head_dim;
 #define VEC(p, n, base) \
@@ -197,7 +198,7 @@ typedef struct t_state {
 } t_state;
 
 static void t_state_init(t_state *st, const t_model *m, int rows) {
-    const ts_eng_layer_shape *s = &m->L[0].s;
+    const ts_rt_block_shape *s = &m->L[0].s;
     const int64_t E = s->n_embd, QD = (int64_t)s->n_head * s->head_dim, KD = (int64_t)s->n_head_kv * s->head_dim,
                   F = s->n_ff;
     const int64_t w[TS_LS_KC] = {E, E, QD, KD, KD, QD, E, F, F};
@@ -244,7 +245,7 @@ static void t_ref_layers(const t_model *m, t_state *st, int64_t pos0, int nb) {
     float **a = st->act;
     for (int l = 0; l < m->n_layer; l++) {
         const t_layer *L = &m->L[l];
-        const ts_eng_layer_shape *s = &L->s;
+        const ts_rt_block_shape *s = &L->s;
         const int64_t E = s->n_embd, QD = (int64_t)s->n_head * s->head_dim, KD = (int64_t)s->n_head_kv * s->head_dim,
                       F = s->n_ff;
         t_ref_norm(a[TS_LS_XN], a[TS_LS_X], L->attn_norm, E, nb, s->eps);
@@ -326,23 +327,24 @@ typedef struct t_sched {
 } t_sched;
 
 static int t_run(const t_model *m, ts_engine *dev, ts_engine *cpu, int width, const t_sched *sched, int n_sched,
-                 float *x_out, uint16_t *kc_out, uint16_t *vc_out, ts_eng_prefill_stats *pst, char *note,
+                 float *x_out, uint16_t *kc_out, uint16_t *vc_out, ts_rt_layers_stats *pst, char *note,
                  size_t note_size, ts_err *err) {
     t_state st;
     t_state_init(&st, m, width);
     const int64_t E = m->L[0].s.n_embd;
-    ts_eng_prefill *pf = NULL;
+    ts_rt_layers *pf = NULL;
+    ts_rt_weights *wts = NULL;
     if (dev) {
-        ts_eng_layer_shape shapes[T_MAX_LAYERS];
-        ts_eng_host_slot slots[T_MAX_LAYERS][TS_LS_COUNT];
+        ts_rt_block_shape shapes[T_MAX_LAYERS];
+        ts_rt_host_slot slots[T_MAX_LAYERS][TS_LS_COUNT];
         memset(slots, 0, sizeof slots);
         for (int l = 0; l < m->n_layer; l++) {
             const t_layer *L = &m->L[l];
             shapes[l] = L->s;
-            ts_eng_host_slot *S = slots[l];
+            ts_rt_host_slot *S = slots[l];
 #define V(slot, p, n) \
     if (p) \
-    S[slot] = (ts_eng_host_slot){.data = (p), .bytes = (uint64_t)(n) * sizeof(float)}
+    S[slot] = (ts_rt_host_slot){.data = (p), .bytes = (uint64_t)(n) * sizeof(float)}
             V(TS_LS_ATTN_NORM, L->attn_norm, L->s.n_embd);
             V(TS_LS_FFN_NORM, L->ffn_norm, L->s.n_embd);
             V(TS_LS_BQ, L->bq, (int64_t)L->s.n_head * L->s.head_dim);
@@ -353,12 +355,12 @@ static int t_run(const t_model *m, ts_engine *dev, ts_engine *cpu, int width, co
             V(TS_LS_ATTN_POST_NORM, L->attn_post_norm, L->s.n_embd);
             V(TS_LS_FFN_POST_NORM, L->ffn_post_norm, L->s.n_embd);
 #undef V
-            S[TS_LS_ROPE_FREQ] = (ts_eng_host_slot){.data = L->freq, .bytes = ts_eng_rope_freq_bytes(L->s.n_rot)};
+            S[TS_LS_ROPE_FREQ] = (ts_rt_host_slot){.data = L->freq, .bytes = ts_eng_rope_freq_bytes(L->s.n_rot)};
             const t_mat *mats[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
             const int ms[7] = {TS_LS_WQ, TS_LS_WK, TS_LS_WV, TS_LS_WO, TS_LS_W_GATE, TS_LS_W_UP, TS_LS_W_DOWN};
             for (int i = 0; i < 7; i++) {
                 const t_mat *mt = mats[i];
-                S[ms[i]] = (ts_eng_host_slot){.data = mt->panels ? (const void *)mt->panels : (const void *)mt->rows,
+                S[ms[i]] = (ts_rt_host_slot){.data = mt->panels ? (const void *)mt->panels : (const void *)mt->rows,
                                               .bytes = mt->panels ? ts_rp_matrix_bytes(mt->type, mt->n_in, mt->n_out)
                                                                   : mt->rb * (size_t)mt->n_out,
                                               .wtype = mt->type,
@@ -368,18 +370,19 @@ static int t_run(const t_model *m, ts_engine *dev, ts_engine *cpu, int width, co
                                               .n_out = mt->n_out};
             }
         }
-        ts_eng_prefill_params pp = {.dev = dev,
-                                    .cpu = cpu,
-                                    .width = width,
-                                    .n_layer = m->n_layer,
-                                    .shapes = shapes,
-                                    .slots = &slots[0][0],
-                                    .k_cache = st.kc,
-                                    .v_cache = st.vc,
-                                    .kv_layer_bytes = st.kv_layer_bytes};
+        wts = ts_rt_weights_new(dev, m->n_layer, &slots[0][0], err);
+        ts_rt_layers_params pp = {.weights = wts,
+                                  .cpu = cpu,
+                                  .width = width,
+                                  .n_layer = m->n_layer,
+                                  .shapes = shapes,
+                                  .k_cache = st.kc,
+                                  .v_cache = st.vc,
+                                  .kv_layer_bytes = st.kv_layer_bytes};
         memcpy(pp.act, st.act, sizeof pp.act);
-        pf = ts_eng_prefill_new(&pp, note, note_size, err);
+        pf = wts ? ts_rt_layers_new(&pp, note, note_size, err) : NULL;
         if (!pf) {
+            ts_rt_weights_free(wts);
             t_state_free(&st);
             return -1;
         }
@@ -395,7 +398,7 @@ static int t_run(const t_model *m, ts_engine *dev, ts_engine *cpu, int width, co
                 t_embed(st.act[TS_LS_X] + t * E, E, pos + t);
             const bool full = nb == width || (dev && !ts_eng_describe(dev)->widths_required);
             if (pf && sched[si].device && full)
-                rc = ts_eng_prefill_run(pf, pos, nb, err);
+                rc = ts_rt_layers_run(pf, pos, nb, err);
             else
                 t_ref_layers(m, &st, pos, nb); /* the CPU path: the tail, or decode */
             memcpy(x_out + pos * E, st.act[TS_LS_X], (size_t)(nb * E) * sizeof(float));
@@ -407,8 +410,9 @@ static int t_run(const t_model *m, ts_engine *dev, ts_engine *cpu, int width, co
     memcpy(kc_out, st.kc, kvb);
     memcpy(vc_out, st.vc, kvb);
     if (pf && pst)
-        ts_eng_prefill_get_stats(pf, pst);
-    ts_eng_prefill_free(pf);
+        ts_rt_layers_get_stats(pf, pst);
+    ts_rt_layers_free(pf);
+    ts_rt_weights_free(wts);
     t_state_free(&st);
     return rc;
 }

@@ -149,7 +149,7 @@ static void test_ops(ts_engine *e) {
 
 static const t_sched sched3[] = {{40, 1}, {3, 0}, {37, 1}};
 
-static void test_prefill(const char *spec, const char *what, const ts_eng_layer_shape *shapes, const uint32_t types[7],
+static void test_prefill(const char *spec, const char *what, const ts_rt_block_shape *shapes, const uint32_t types[7],
                          int expect_converted) {
     t_model m;
     t_model_init(&m, shapes, 2, types, 0);
@@ -160,7 +160,7 @@ static void test_prefill(const char *spec, const char *what, const ts_eng_layer_
     ts_err err = {{0}};
     CHECK(!t_run(&m, NULL, NULL, 16, sched3, 3, xr, kr, vr, NULL, NULL, 0, &err), "reference: %s", err.msg);
     ts_engine *dev = open_or_die(spec), *cpu = open_or_die("cpu");
-    ts_eng_prefill_stats ps = {0};
+    ts_rt_layers_stats ps = {0};
     char note[2048];
     if (t_run(&m, dev, cpu, 16, sched3, 3, xd, kd, vd, &ps, note, sizeof note, &err)) {
         CHECK(0, "prefill %s: %s", what, err.msg);
@@ -302,7 +302,7 @@ static void test_queues(void) {
               {TS_TYPE_F32, TS_TYPE_F32, 64}};
     char note[1024];
     for (size_t i = 0; i < sizeof pc / sizeof *pc; i++) {
-        const int t = ts_eng_probe_weight_type(e, pc[i].in, pc[i].n_in, note, sizeof note, &err);
+        const int t = ts_rt_probe_weight_type(e, pc[i].in, pc[i].n_in, note, sizeof note, &err);
         CHECK(t == (int)pc[i].want, "probe %s: %d (%s; %s)", ts_type_info(pc[i].in)->name, t, note, err.msg);
         printf("probe %s on opencl -> %s: %s\n", ts_type_info(pc[i].in)->name,
                t >= 0 ? ts_type_info((uint32_t)t)->name : "none", note);
@@ -327,7 +327,7 @@ int main(int argc, char **argv) {
     test_ops(e);
     ts_eng_close(e);
 
-    const ts_eng_layer_shape llama = {.n_embd = 64,
+    const ts_rt_block_shape llama = {.n_embd = 64,
                                       .n_head = 4,
                                       .n_head_kv = 2,
                                       .head_dim = 16,
@@ -339,9 +339,9 @@ int main(int argc, char **argv) {
                                       .kv_f16 = true,
                                       .eps = 1e-5f,
                                       .attn_scale = 0.25f};
-    ts_eng_layer_shape ls[2] = {llama, llama}, gs[2];
+    ts_rt_block_shape ls[2] = {llama, llama}, gs[2];
     for (int l = 0; l < 2; l++)
-        gs[l] = (ts_eng_layer_shape){.n_embd = 64,
+        gs[l] = (ts_rt_block_shape){.n_embd = 64,
                                      .n_head = 4,
                                      .n_head_kv = 1,
                                      .head_dim = 32,

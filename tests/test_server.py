@@ -326,6 +326,56 @@ def test_prefill_device(binary, model, work):
             check(srv.stop() == 0, f"--prefill-device {dev}: server exits 0")
 
 
+def test_shared_device(binary, model, work):
+    """--parallel 2 --prefill-device loop: the slots share one device session
+    (the weights go up once: the upload is one copy, not two) and each slot's
+    greedy text, computed at the same time as the other's, equals a solo
+    server's."""
+    prompts = ["Summarize: " + "The quick brown fox jumps over the lazy dog. " * 8,
+               "Explain why: " + "Water boils at a lower temperature on a mountain. " * 6]
+
+    def ask(srv, p):
+        st, r = srv.post(COMP, {"prompt": p, "max_tokens": 24, "temperature": 0})
+        return r["choices"][0]["text"] if st == 200 else None
+
+    solo = Server(binary, model, ["-t", "1", "-c", "512", "--prefill-device", "loop"],
+                  os.path.join(work, "device_solo.log"))
+    try:
+        _, h1 = solo.get_json("/health")
+        ref = [ask(solo, p) for p in prompts]
+    finally:
+        check(solo.stop() == 0, "solo device server exits 0")
+    srv = Server(binary, model, ["--parallel", "2", "-t", "1", "-c", "512", "--prefill-device", "loop"],
+                 os.path.join(work, "device_shared.log"))
+    try:
+        _, h = srv.get_json("/health")
+        pd, pd1 = h["prefill_device"], h1["prefill_device"]
+        print(f"device session: solo upload {pd1['upload_mib']:.1f} MiB, window peak {pd1['window_peak_mib']:.1f} MiB; "
+              f"--parallel 2: upload {pd['upload_mib']:.1f} MiB (weights {pd['weight_mib']:.1f} MiB), "
+              f"window peak {pd['window_peak_mib']:.1f} MiB, {pd['sharing']} slots sharing")
+        check(pd["opened"] and pd["sharing"] == 2 and pd["weight_mib"] > 0
+              and abs(pd["upload_mib"] - pd1["upload_mib"]) < 0.01 and pd["upload_mib"] < 1.5 * pd["weight_mib"],
+              f"--parallel 2 uploads the weights once: {pd} (solo {pd1})")
+        check(pd["window_peak_mib"] - pd1["window_peak_mib"] < 0.5 * pd["weight_mib"],
+              f"the second slot adds its buffers to the device window, not a weight copy: {pd} (solo {pd1})")
+        out = [None, None]
+
+        def client(i):
+            out[i] = [ask(srv, prompts[(i + k) % 2]) for k in range(2)]
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        same = all(out[i] is not None and out[i][k] == ref[(i + k) % 2] for i in range(2) for k in range(2))
+        check(same and all(ref), f"both slots at once equal the solo run: {out} vs {ref}")
+        ndev = srv.metrics()["tessera_prompt_tokens_device_total"]
+        check(ndev >= 4 * 32, f"the prompts were prefilled on the device ({ndev:.0f} tokens)")
+    finally:
+        check(srv.stop() == 0, "shared device server exits 0")
+
+
 def main():
     binary, models_dir, work = sys.argv[1:4]
     os.makedirs(work, exist_ok=True)
@@ -350,6 +400,7 @@ def main():
             print("\n".join(srv.log().splitlines()[-40:]))
     test_auth(binary, model, work)
     test_prefill_device(binary, model, work)
+    test_shared_device(binary, model, work)
     print(f"{len(failures)} failure(s)")
     sys.exit(1 if failures else 0)
 

@@ -14,12 +14,12 @@ bash tools/setup.sh
 jobs=$(nproc)
 
 echo "== gcc build + tests" >&2
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc -DTS_TEST_HOOKS=ON >/dev/null
 ninja -C build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
 
 echo "== clang -Werror build" >&2
-cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang >/dev/null
+cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang -DTS_TEST_HOOKS=OFF >/dev/null
 ninja -C build-clang -j"$jobs"
 
 echo "== aarch64 cross build + kernel tests under qemu" >&2
@@ -35,7 +35,7 @@ ctest --test-dir build-fuzz --output-on-failure -R '^fuzz_gguf$'
 
 echo "== ASan+UBSan build + every test" >&2
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-      -DTS_SANITIZE=ON >/dev/null
+      -DTS_SANITIZE=ON -DTS_TEST_HOOKS=ON >/dev/null
 ninja -C build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs"

@@ -521,5 +521,7 @@ ts_status ts_context_get_stats(const ts_context *c, ts_stats *out) {
     s.crossings = c->run.crossings;
     s.dev_window_bytes = ds.window_bytes;
     s.dev_window_peak = ds.window_peak;
+    s.dev_weight_mib = (double)ds.weight_bytes / 1048576.0;
+    s.dev_sharing = ds.weight_users;
     return ts_struct_out(out, &s, sizeof s);
 }

@@ -1,5 +1,5 @@
-/* engine.c - the engine registry (names, options, listing, fallback line)
- * and the checked wrappers of engine.h: argument and range checks, window
+/* engine.c - the checked wrappers of engine.h (registry.c has the
+ * registry: names, options, listing, fallback line): argument and range checks, window
  * accounting and counters common to every engine, so an implementation
  * (cpu/, loop/, opencl/) only does its own work. Also the load-time helpers:
  * the weight-type probe, row conversion, rope frequency packing.
@@ -48,7 +48,7 @@ void ts_eng_count(ts_engine *e, uint64_t *field, uint64_t v) {
     pthread_mutex_unlock(&e->lock);
 }
 
-static void fmt_bytes(uint64_t b, char *out, size_t n) {
+void ts_eng_fmt_bytes(uint64_t b, char *out, size_t n) {
     if (b >= (1ull << 30) && b % (1ull << 30) == 0)
         snprintf(out, n, "%" PRIu64 " GiB", b >> 30);
     else if (b >= (1ull << 20))
@@ -65,9 +65,9 @@ int ts_eng_window_reserve(ts_engine *e, uint64_t bytes, const char *what, ts_err
     if (bytes > win || used > win - bytes) {
         pthread_mutex_unlock(&e->lock);
         char a[32], b[32], c[32];
-        fmt_bytes(bytes, a, sizeof a);
-        fmt_bytes(used, b, sizeof b);
-        fmt_bytes(win, c, sizeof c);
+        ts_eng_fmt_bytes(bytes, a, sizeof a);
+        ts_eng_fmt_bytes(used, b, sizeof b);
+        ts_eng_fmt_bytes(win, c, sizeof c);
         return ts_err_set(err, "%s: memory window full: %s (%" PRIu64 " bytes) for %s with %s of %s in use",
                           e->desc.name, a, bytes, what, b, c);
     }
@@ -157,143 +157,19 @@ void ts_eng_dealloc(ts_engine *e) {
     free(e);
 }
 
-/* ---- registry ----------------------------------------------------------- */
-
-static int parse_int_opt(const char *key, const char *val, long long lo, long long hi, long long *out, ts_err *err) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(val, &end, 10);
-    if (errno || end == val || *end || v < lo || v > hi)
-        return ts_err_set(err, "option %s=%s: expected an integer in [%lld, %lld]", key, val, lo, hi);
-    *out = v;
-    return 0;
-}
-
-/* Splits "base[:variant][,k=v]..." into o. */
-static int parse_spec(const char *spec, ts_eng_opts *o, ts_err *err) {
-    memset(o, 0, sizeof *o);
-    o->delay_us = -1;
-    if (!spec || !*spec)
-        return ts_err_set(err, "empty device name");
-    char buf[256];
-    if (strlen(spec) >= sizeof buf)
-        return ts_err_set(err, "device name too long (%zu bytes)", strlen(spec));
-    strcpy(buf, spec);
-    char *save = NULL;
-    char *tok = strtok_r(buf, ",", &save);
-    if (!tok)
-        return ts_err_set(err, "empty device name '%s'", spec);
-    char *colon = strchr(tok, ':');
-    if (colon)
-        *colon = 0;
-    if (strlen(tok) >= sizeof o->base)
-        return ts_err_set(err, "unknown device '%s'", tok);
-    strcpy(o->base, tok);
-    if (colon) {
-        if (strlen(colon + 1) >= sizeof o->variant || !colon[1])
-            return ts_err_set(err, "device '%s': bad variant '%s'", o->base, colon + 1);
-        strcpy(o->variant, colon + 1);
-    }
-    const bool is_cpu = !strcmp(o->base, "cpu"), is_loop = !strcmp(o->base, "loop"),
-               is_ocl = !strcmp(o->base, "opencl");
-    if (!is_cpu && !is_loop && !is_ocl)
-        return ts_err_set(err, "unknown device '%s' (known: cpu, loop, loop:npu, opencl, opencl:N)", spec);
-    if (is_cpu && o->variant[0])
-        return ts_err_set(err, "device 'cpu' has no variant '%s'", o->variant);
-    if (is_loop && o->variant[0] && strcmp(o->variant, "npu"))
-        return ts_err_set(err, "device 'loop' has no profile '%s' (known: loop, loop:npu)", o->variant);
-    if (is_ocl && o->variant[0]) {
-        long long idx;
-        if (parse_int_opt("opencl:N", o->variant, 0, 255, &idx, err))
-            return -1;
-    }
-    while ((tok = strtok_r(NULL, ",", &save))) {
-        char *eq = strchr(tok, '=');
-        if (!eq)
-            return ts_err_set(err, "device '%s': option '%s' is not key=value", o->base, tok);
-        *eq = 0;
-        const char *key = tok, *val = eq + 1;
-        long long v = 0;
-        if (!strcmp(key, "window")) {
-            if (ts_eng_parse_size(val, &o->window) || o->window == 0)
-                return ts_err_set(err, "option window=%s: expected a size such as 64M or 2G", val);
-        } else if (!strcmp(key, "threads")) {
-            if (is_ocl)
-                return ts_err_set(err, "option threads does not apply to %s", o->base);
-            if (parse_int_opt(key, val, 1, 256, &v, err))
-                return -1;
-            o->threads = (int)v;
-        } else if (!strcmp(key, "delay_us")) {
-            if (!is_loop)
-                return ts_err_set(err, "option delay_us applies to loop only, not %s", o->base);
-            if (parse_int_opt(key, val, 0, 10000000, &v, err))
-                return -1;
-            o->delay_us = v;
-        } else if (!strcmp(key, "nowait")) {
-            if (!is_loop)
-                return ts_err_set(err, "option nowait applies to loop only, not %s", o->base);
-            if (parse_int_opt(key, val, 0, 1, &v, err))
-                return -1;
-            o->nowait = v != 0;
-        } else if (!strcmp(key, "nodrain")) {
-            if (parse_int_opt(key, val, 0, 1, &v, err))
-                return -1;
-            o->nodrain = v != 0;
-        } else if (!strcmp(key, "wtypes")) {
-            /* "f16+q8_0+q4_0": the types this engine may take (cut to what it takes anyway) */
-            char tb[128];
-            if (!*val || strlen(val) >= sizeof tb)
-                return ts_err_set(err, "option wtypes=%s: expected type names joined by '+', e.g. f16+q8_0", val);
-            strcpy(tb, val);
-            char *ts = NULL;
-            for (char *t = strtok_r(tb, "+", &ts); t; t = strtok_r(NULL, "+", &ts)) {
-                const int ty = ts_type_from_name(t);
-                if (ty < 0 || ty >= TS_TYPE_COUNT || ty >= 64)
-                    return ts_err_set(err, "option wtypes=%s: '%s' is not a weight type", val, t);
-                o->wtypes |= 1ull << ty;
-            }
-            if (!o->wtypes)
-                return ts_err_set(err, "option wtypes=%s: no type named", val);
-        } else {
-            return ts_err_set(err,
-                              "device '%s': unknown option '%s' (known: window, threads, delay_us, nowait, nodrain, "
-                              "wtypes)",
-                              o->base, key);
-        }
-    }
-    return 0;
-}
-
-ts_engine *ts_eng_open(const char *spec, ts_err *err) {
-    ts_eng_opts o;
-    if (parse_spec(spec, &o, err))
-        return NULL;
-    ts_engine *e = NULL;
-    if (!strcmp(o.base, "cpu"))
-        e = ts_eng_cpu_open(&o, err);
-    else if (!strcmp(o.base, "loop"))
-        e = ts_eng_loop_open(&o, err);
-    else
-        e = ts_eng_opencl_open(&o, err);
-    if (!e)
-        return NULL;
-    /* a window option caps what the engine reports */
-    if (o.window && o.window < e->desc.window_bytes)
-        e->desc.window_bytes = o.window;
-    if (e->desc.max_buf_bytes > e->desc.window_bytes)
-        e->desc.max_buf_bytes = e->desc.window_bytes;
-    if (o.wtypes)
-        e->desc.weight_types &= o.wtypes;
-    return e;
-}
+/* ---- engine objects ------------------------------------------------------ */
 
 void ts_eng_close(ts_engine *e) {
     if (!e)
         return;
-    e->vt->close(e); /* frees impl and the shell */
+    if (e->vt->close)
+        e->vt->close(e); /* frees impl and the shell */
+    else
+        ts_eng_dealloc(e);
 }
 
 const ts_eng_desc *ts_eng_describe(const ts_engine *e) { return &e->desc; }
+bool ts_eng_test_nodrain(const ts_engine *e) { return e && e->opts.nodrain; }
 
 void ts_eng_get_stats(const ts_engine *e, ts_eng_stats *out) {
     pthread_mutex_lock((pthread_mutex_t *)&e->lock);
@@ -309,89 +185,13 @@ void ts_eng_reset_stats(ts_engine *e) {
     pthread_mutex_unlock(&e->lock);
 }
 
+
 bool ts_eng_supports_op(const ts_engine *e, ts_op op, uint32_t wtype) {
     if (!e || (unsigned)op >= TS_OP_COUNT || !(e->desc.ops & (1u << op)))
         return false;
     if (op == TS_OP_MATMUL && wtype < TS_TYPE_COUNT && !(e->desc.weight_types & (1ull << wtype)))
         return false;
-    return e->vt->supports_op(e, op, wtype);
-}
-
-int ts_eng_list(ts_eng_info *out, int cap) {
-    static const char *const fixed[] = {"cpu", "loop", "loop:npu"};
-    int n = 0;
-    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++, n++) {
-        if (n >= cap)
-            continue;
-        ts_eng_info *in = &out[n];
-        memset(in, 0, sizeof *in);
-        snprintf(in->name, sizeof in->name, "%s", fixed[i]);
-        ts_err err = {{0}};
-        ts_engine *e = ts_eng_open(fixed[i], &err);
-        if (e) {
-            in->ok = true;
-            in->desc = e->desc;
-            ts_eng_close(e);
-        } else {
-            ts_eng_copy_str(in->reason, sizeof in->reason, err.msg);
-        }
-    }
-    ts_eng_info tmp[16];
-    int m = ts_eng_opencl_list(tmp, 16);
-    for (int i = 0; i < m; i++, n++)
-        if (n < cap && i < 16)
-            out[n] = tmp[i];
-    return n;
-}
-
-static void fmt_mask_ops(uint32_t ops, char *out, size_t n) {
-    out[0] = 0;
-    size_t len = 0;
-    for (int op = 0; op < TS_OP_COUNT; op++)
-        if (ops & (1u << op))
-            len += (size_t)snprintf(out + len, len < n ? n - len : 0, "%s%s", len ? "," : "", ts_op_name((ts_op)op));
-    if (len >= n && n)
-        out[n - 1] = 0;
-}
-
-static void fmt_mask_types(uint64_t types, char *out, size_t n) {
-    out[0] = 0;
-    size_t len = 0;
-    for (int t = 0; t < TS_TYPE_COUNT; t++)
-        if ((types & (1ull << t)) && ts_type_info((uint32_t)t))
-            len += (size_t)snprintf(out + len, len < n ? n - len : 0, "%s%s", len ? "," : "",
-                                    ts_type_info((uint32_t)t)->name);
-    if (len >= n && n)
-        out[n - 1] = 0;
-}
-
-char *ts_eng_info_line(const ts_eng_info *in, char *out, size_t n) {
-    if (!in->ok) {
-        snprintf(out, n, "%-10s unavailable: %s", in->name, in->reason);
-        return out;
-    }
-    const ts_eng_desc *d = &in->desc;
-    char win[32], widths[64] = "any", ops[128], types[160];
-    fmt_bytes(d->window_bytes, win, sizeof win);
-    if (d->n_widths) {
-        size_t len = 0;
-        for (int i = 0; i < d->n_widths; i++)
-            len += (size_t)snprintf(widths + len, len < sizeof widths ? sizeof widths - len : 0, "%s%d", i ? "/" : "",
-                                    d->widths[i]);
-    }
-    fmt_mask_ops(d->ops, ops, sizeof ops);
-    fmt_mask_types(d->weight_types, types, sizeof types);
-    snprintf(out, n, "%-10s ok  %-5s window %s, widths %s (%s), ops %s, weights %s, crossing %.1f us; %s", in->name,
-             ts_eng_kind_name(d->kind), win, widths,
-             d->n_widths ? (d->widths_required ? "required" : "preferred") : "any", ops, types,
-             (double)d->crossing_ns / 1000.0, d->detail);
-    return out;
-}
-
-char *ts_eng_fallback_line(const char *spec, const ts_err *err, char *out, size_t n) {
-    snprintf(out, n, "tessera: prefill device '%s' unavailable (%s); running on the CPU", spec ? spec : "",
-             err && err->msg[0] ? err->msg : "unknown error");
-    return out;
+    return !e->vt->supports_op || e->vt->supports_op(e, op, wtype);
 }
 
 /* ---- buffers ------------------------------------------------------------ */
@@ -407,8 +207,8 @@ static ts_eng_buf *buf_make(ts_engine *e, ts_eng_mem mem, size_t bytes, void *ho
     }
     if (bytes > e->desc.max_buf_bytes) {
         char a[32], b[32];
-        fmt_bytes(bytes, a, sizeof a);
-        fmt_bytes(e->desc.max_buf_bytes, b, sizeof b);
+        ts_eng_fmt_bytes(bytes, a, sizeof a);
+        ts_eng_fmt_bytes(e->desc.max_buf_bytes, b, sizeof b);
         ts_err_set(err, "%s: buffer of %s (%zu bytes) exceeds the largest allowed (%s)", e->desc.name, a, bytes, b);
         return NULL;
     }
@@ -424,7 +224,7 @@ static ts_eng_buf *buf_make(ts_engine *e, ts_eng_mem mem, size_t bytes, void *ho
     b->mem = mem;
     b->size = bytes;
     b->host = host;
-    if (e->vt->buf_init(e, b, err)) {
+    if (!e->vt->buf_init ? ts_err_set(err, "%s has no buffers", e->desc.name) : e->vt->buf_init(e, b, err)) {
         ts_eng_window_release(e, bytes);
         free(b);
         return NULL;
@@ -480,7 +280,7 @@ ts_eng_queue *ts_eng_queue_new(ts_engine *e, ts_err *err) {
         return NULL;
     }
     q->eng = e;
-    if (e->vt->queue_init(e, q, err)) {
+    if (!e->vt->queue_init ? ts_err_set(err, "%s has no queues", e->desc.name) : e->vt->queue_init(e, q, err)) {
         free(q);
         return NULL;
     }
@@ -547,7 +347,7 @@ int ts_eng_enqueue_host_sync(ts_eng_queue *q, ts_eng_buf *b, size_t off, size_t 
         return ts_err_set(err, "host sync: bad direction %d", (int)dir);
     if (!n)
         return 0;
-    return q->eng->vt->enq_host_sync(q, b, off, n, dir, err);
+    return q->eng->vt->enq_host_sync ? q->eng->vt->enq_host_sync(q, b, off, n, dir, err) : 0;
 }
 
 int ts_eng_enqueue_wait(ts_eng_queue *q, ts_eng_event *ev, unsigned flags, ts_err *err) {
@@ -569,7 +369,7 @@ static ts_eng_event *event_make(ts_engine *e, ts_eng_queue *q, bool user, ts_err
     ev->eng = e;
     ev->queue = q;
     ev->user = user;
-    if (e->vt->event_init(e, ev, user, err)) {
+    if (!e->vt->event_init ? ts_err_set(err, "%s has no events", e->desc.name) : e->vt->event_init(e, ev, user, err)) {
         free(ev);
         return NULL;
     }
@@ -819,10 +619,24 @@ ts_eng_graph *ts_eng_graph_new(ts_engine *e, const ts_eng_node *nodes, int n_nod
     g->n_nodes = n_nodes;
     g->n_slots = n_slots;
     g->width = width;
+    g->kv_cap = g->attn_cap = INT32_MAX;
+    g->swa_node = -1;
+    for (int i = 0; i < n_nodes; i++) {
+        const ts_eng_node *n = &nodes[i];
+        if (n->op != TS_OP_KV_STORE && n->op != TS_OP_ATTENTION)
+            continue;
+        const int32_t cap = n->op == TS_OP_KV_STORE ? n->kv_store.n_ctx : n->attention.n_ctx;
+        if (cap < g->kv_cap)
+            g->kv_cap = cap, g->kv_cap_node = i;
+        if (n->op == TS_OP_ATTENTION && cap < g->attn_cap)
+            g->attn_cap = cap, g->attn_cap_node = i;
+        if (n->op == TS_OP_ATTENTION && n->attention.n_swa > 0 && g->swa_node < 0)
+            g->swa_node = i;
+    }
     g->scratch_bytes = e->vt->graph_scratch ? e->vt->graph_scratch(e, g) : 0;
     if (g->scratch_bytes && ts_eng_window_reserve(e, g->scratch_bytes, "graph scratch", err))
         goto fail;
-    if (e->vt->graph_init(e, g, err)) {
+    if (!e->vt->graph_init ? ts_err_set(err, "%s takes no graphs", e->desc.name) : e->vt->graph_init(e, g, err)) {
         ts_eng_window_release(e, g->scratch_bytes);
         goto fail;
     }
@@ -880,15 +694,8 @@ int ts_eng_enqueue_graph(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *bi
     return ts_eng_enqueue_graph_window(q, g, binds, n_binds, pos0, n_tok, 0, err);
 }
 
-int ts_eng_enqueue_graph_window(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *binds, int n_binds,
-                                int64_t pos0, int n_tok, int64_t n_kv, ts_err *err) {
-    if (!q || !g)
-        return ts_err_set(err, "graph run: queue or graph is NULL");
-    ts_engine *e = q->eng;
-    if (g->eng != e)
-        return ts_err_set(err, "graph run: the graph belongs to another engine");
-    if (n_binds < g->n_slots || !binds)
-        return ts_err_set(err, "graph run: %d bindings for %d slots", n_binds, g->n_slots);
+/* The checks of one run that do not depend on the bindings. */
+static int run_checks(const ts_engine *e, const ts_eng_graph *g, int64_t pos0, int n_tok, int64_t n_kv, ts_err *err) {
     if (n_tok < 1 || n_tok > g->width)
         return ts_err_set(err, "graph run: n_tok %d outside [1, %d]", n_tok, g->width);
     if (e->desc.widths_required && n_tok != g->width)
@@ -899,6 +706,24 @@ int ts_eng_enqueue_graph_window(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_b
     if (n_kv != 0 && n_kv < pos0 + n_tok)
         return ts_err_set(err, "graph run: n_kv %lld below the window end pos0 + n_tok = %lld (0 = causal)",
                           (long long)n_kv, (long long)(pos0 + n_tok));
+    if (pos0 + n_tok > g->kv_cap)
+        return ts_err_set(err, "graph run: node %d (%s): positions up to %lld past the cache's %d rows", g->kv_cap_node,
+                          ts_op_name(g->nodes[g->kv_cap_node].op), (long long)(pos0 + n_tok), g->kv_cap);
+    if (n_kv > g->attn_cap)
+        return ts_err_set(err, "graph run: node %d (attention): n_kv %lld past the cache's %d rows", g->attn_cap_node,
+                          (long long)n_kv, g->attn_cap);
+    if (n_kv > 0 && g->swa_node >= 0)
+        return ts_err_set(err, "graph run: node %d (attention): window mode (n_kv %lld) with n_swa %d", g->swa_node,
+                          (long long)n_kv, g->nodes[g->swa_node].attention.n_swa);
+    return 0;
+}
+
+/* Every binding of g against its buffer for runs of n_tok tokens (ranges
+ * grow with n_tok, so a check at the width holds for every narrower run). */
+static int bind_checks(const ts_engine *e, const ts_eng_graph *g, const ts_eng_bind *binds, int n_binds, int n_tok,
+                       ts_err *err) {
+    if (n_binds < g->n_slots || !binds)
+        return ts_err_set(err, "graph run: %d bindings for %d slots", n_binds, g->n_slots);
     for (int i = 0; i < g->n_slots; i++) {
         const ts_eng_bind *b = &binds[i];
         if (b->buf && b->buf->eng != e)
@@ -914,18 +739,6 @@ int ts_eng_enqueue_graph_window(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_b
         uint32_t align[6] = {0};
         bool isw[6] = {0};
         const int k = ts_eng_node_refs(n, n_tok, refs, bytes, align, isw);
-        if (n->op == TS_OP_KV_STORE || n->op == TS_OP_ATTENTION) {
-            const int32_t cap = n->op == TS_OP_KV_STORE ? n->kv_store.n_ctx : n->attention.n_ctx;
-            if (pos0 + n_tok > cap)
-                return ts_err_set(err, "graph run: node %d (%s): positions up to %lld past the cache's %d rows", ni,
-                                  ts_op_name(n->op), (long long)(pos0 + n_tok), cap);
-            if (n->op == TS_OP_ATTENTION && n_kv > cap)
-                return ts_err_set(err, "graph run: node %d (attention): n_kv %lld past the cache's %d rows", ni,
-                                  (long long)n_kv, cap);
-            if (n->op == TS_OP_ATTENTION && n_kv > 0 && n->attention.n_swa > 0)
-                return ts_err_set(err, "graph run: node %d (attention): window mode (n_kv %lld) with n_swa %d", ni,
-                                  (long long)n_kv, n->attention.n_swa);
-        }
         for (int i = 0; i < k; i++) {
             if (refs[i].slot < 0)
                 continue;
@@ -948,7 +761,67 @@ int ts_eng_enqueue_graph_window(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_b
                                   ts_op_name(n->op), i, start, align[i]);
         }
     }
+    return 0;
+}
+
+int ts_eng_enqueue_graph_window(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *binds, int n_binds,
+                                int64_t pos0, int n_tok, int64_t n_kv, ts_err *err) {
+    if (!q || !g)
+        return ts_err_set(err, "graph run: queue or graph is NULL");
+    ts_engine *e = q->eng;
+    if (g->eng != e)
+        return ts_err_set(err, "graph run: the graph belongs to another engine");
+    if (run_checks(e, g, pos0, n_tok, n_kv, err) || bind_checks(e, g, binds, n_binds, n_tok, err))
+        return -1;
     if (e->vt->enq_graph(q, g, binds, pos0, n_tok, n_kv, err))
+        return -1;
+    TS_ENG_COUNT(e, graph_runs, 1);
+    return 0;
+}
+
+
+struct ts_eng_bindset {
+    ts_eng_graph *g;
+    ts_eng_bind *binds; /* [g->n_slots] */
+};
+
+ts_eng_bindset *ts_eng_bindset_new(ts_eng_graph *g, const ts_eng_bind *binds, int n_binds, ts_err *err) {
+    if (!g) {
+        ts_err_set(err, "binding set: graph is NULL");
+        return NULL;
+    }
+    if (bind_checks(g->eng, g, binds, n_binds, g->width, err))
+        return NULL;
+    ts_eng_bindset *bs = calloc(1, sizeof *bs);
+    if (bs)
+        bs->binds = malloc((size_t)(g->n_slots ? g->n_slots : 1) * sizeof *bs->binds);
+    if (!bs || !bs->binds) {
+        free(bs);
+        ts_err_set(err, "out of memory");
+        return NULL;
+    }
+    memcpy(bs->binds, binds, (size_t)g->n_slots * sizeof *bs->binds);
+    bs->g = g;
+    return bs;
+}
+
+void ts_eng_bindset_free(ts_eng_bindset *bs) {
+    if (!bs)
+        return;
+    free(bs->binds);
+    free(bs);
+}
+
+int ts_eng_enqueue_bound(ts_eng_queue *q, ts_eng_bindset *bs, int64_t pos0, int n_tok, int64_t n_kv, ts_err *err) {
+    if (!q || !bs)
+        return ts_err_set(err, "graph run: queue or binding set is NULL");
+    ts_engine *e = q->eng;
+    ts_eng_graph *g = bs->g;
+    if (g->eng != e)
+        return ts_err_set(err, "graph run: the graph belongs to another engine");
+    if (run_checks(e, g, pos0, n_tok, n_kv, err))
+        return -1;
+    if (e->vt->enq_graph(q, g, bs->binds, pos0, n_tok, n_kv, err))
         return -1;
     TS_ENG_COUNT(e, graph_runs, 1);
     return 0;
@@ -985,214 +858,4 @@ double ts_eng_nmse(const float *a, const float *b, int64_t n) {
     if (den == 0.0)
         return num == 0.0 ? 0.0 : INFINITY;
     return num / den;
-}
-
-int ts_eng_convert_rows(uint32_t src_type, const void *src, size_t src_row_bytes, uint32_t dst_type, void *dst,
-                        int64_t n_in, int64_t n_rows, ts_err *err) {
-    const ts_type_traits *st = ts_type_info(src_type), *dt = ts_type_info(dst_type);
-    if (!st || !dt)
-        return ts_err_set(err, "convert: unknown type id %u or %u", src_type, dst_type);
-    if (!st->can_dequant)
-        return ts_err_set(err, "convert: cannot read %s", st->name);
-    if (!dt->can_quant)
-        return ts_err_set(err, "convert: cannot write %s", dt->name);
-    const size_t srb = ts_row_size(src_type, n_in), drb = ts_row_size(dst_type, n_in);
-    if (!srb || !drb || src_row_bytes < srb)
-        return ts_err_set(err, "convert %s -> %s: rows of %lld elements do not fit the block sizes", st->name, dt->name,
-                          (long long)n_in);
-    if (n_rows < 0)
-        return ts_err_set(err, "convert: %lld rows", (long long)n_rows);
-    float *tmp = malloc((size_t)n_in * sizeof(float));
-    if (!tmp)
-        return ts_err_set(err, "out of memory converting weights");
-    for (int64_t r = 0; r < n_rows; r++) {
-        if (ts_dequant_row(src_type, (const uint8_t *)src + (size_t)r * src_row_bytes, tmp, n_in, err) ||
-            ts_quant_row(dst_type, tmp, (uint8_t *)dst + (size_t)r * drb, n_in, err)) {
-            free(tmp);
-            return -1;
-        }
-    }
-    free(tmp);
-    return 0;
-}
-
-/* xorshift64*: deterministic probe data */
-static uint64_t rng_next(uint64_t *s) {
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 2685821657736338717ull;
-}
-static float rng_float(uint64_t *s) { return (float)((double)(rng_next(s) >> 11) / 9007199254740992.0) * 2.0f - 1.0f; }
-
-/* One probe: builds a 1-node matmul graph over weights of `type`, runs it,
- * compares with a double-precision CPU reference. Returns 0 ok (nmse set),
- * 1 refused (why set), -1 fatal error (err). */
-static int probe_one(ts_engine *e, uint32_t type, int64_t n_in, double *nmse, char *why, size_t why_n, ts_err *err) {
-    const ts_type_traits *tt = ts_type_info(type);
-    const size_t rb = ts_row_size(type, n_in);
-    if (!tt || !tt->can_dequant || !rb) {
-        snprintf(why, why_n, "rows of %lld do not fit the type", (long long)n_in);
-        return 1;
-    }
-    if (!ts_eng_supports_op(e, TS_OP_MATMUL, type)) {
-        snprintf(why, why_n, "matmul does not take %s", tt->name);
-        return 1;
-    }
-    const ts_eng_desc *d = &e->desc;
-    const int width = d->n_widths ? d->widths[0] : (d->max_width < 4 ? d->max_width : 4);
-    const int64_t n_out = 16;
-    const size_t wbytes = (size_t)n_out * rb, xbytes = (size_t)width * (size_t)n_in * 4,
-                 ybytes = (size_t)width * (size_t)n_out * 4;
-    uint8_t *w = malloc(wbytes);
-    float *wf = malloc((size_t)n_out * (size_t)n_in * sizeof(float));
-    float *x = malloc(xbytes), *y = malloc(ybytes), *yr = malloc(ybytes);
-    int rc = -1;
-    ts_eng_buf *bw = NULL, *bx = NULL, *by = NULL;
-    ts_eng_queue *q = NULL;
-    ts_eng_graph *g = NULL;
-    if (!w || !wf || !x || !y || !yr) {
-        ts_err_set(err, "out of memory probing %s", tt->name);
-        goto done;
-    }
-    uint64_t s = 0x9E3779B97F4A7C15ull ^ type;
-    for (int64_t i = 0; i < (int64_t)width * n_in; i++)
-        x[i] = rng_float(&s);
-    for (int64_t i = 0; i < n_out * n_in; i++)
-        wf[i] = rng_float(&s) * 0.5f;
-    if (tt->can_quant) {
-        for (int64_t r = 0; r < n_out; r++)
-            if (ts_quant_row(type, wf + r * n_in, w + (size_t)r * rb, n_in, err))
-                goto done;
-    } else {
-        /* No quantizer for this type: random bytes, kept only if they
-         * decode to finite values (scales could be NaN), else zeros. */
-        for (int attempt = 0; attempt < 8; attempt++) {
-            for (size_t i = 0; i < wbytes; i++)
-                w[i] = (uint8_t)(rng_next(&s) >> 56) & 0x3f;
-            bool finite = true;
-            for (int64_t r = 0; r < n_out && finite; r++) {
-                (void)ts_dequant_row(type, w + (size_t)r * rb, wf + r * n_in, n_in, NULL);
-                for (int64_t i = 0; i < n_in; i++)
-                    finite &= isfinite(wf[i + r * n_in]) && fabsf(wf[i + r * n_in]) < 1e4f;
-            }
-            if (finite)
-                break;
-            memset(w, 0, wbytes);
-        }
-    }
-    for (int64_t r = 0; r < n_out; r++)
-        if (ts_dequant_row(type, w + (size_t)r * rb, wf + r * n_in, n_in, err))
-            goto done;
-    for (int t = 0; t < width; t++)
-        for (int64_t r = 0; r < n_out; r++) {
-            double acc = 0.0;
-            for (int64_t i = 0; i < n_in; i++)
-                acc += (double)wf[r * n_in + i] * (double)x[(int64_t)t * n_in + i];
-            yr[(int64_t)t * n_out + r] = (float)acc;
-        }
-    ts_eng_node node = {
-        .op = TS_OP_MATMUL,
-        .matmul = {.w = TS_ENG_REF(0, 0), .x = TS_ENG_REF(1, 0), .y = TS_ENG_REF(2, 0), .n_in = n_in, .n_out = n_out}};
-    ts_err e2 = {{0}};
-    g = ts_eng_graph_new(e, &node, 1, 3, width, &e2);
-    if (!g) {
-        ts_eng_copy_str(why, why_n, "graph refused: ");
-        ts_eng_copy_str(why + strlen(why), why_n - strlen(why), e2.msg);
-        rc = 1;
-        goto done;
-    }
-    bw = ts_eng_buf_alloc(e, TS_MEM_DEVICE, wbytes, err);
-    bx = bw ? ts_eng_buf_alloc(e, TS_MEM_DEVICE, xbytes, err) : NULL;
-    by = bx ? ts_eng_buf_alloc(e, TS_MEM_DEVICE, ybytes, err) : NULL;
-    q = by ? ts_eng_queue_new(e, err) : NULL;
-    if (!q)
-        goto done;
-    ts_eng_bind binds[3] = {
-        {.buf = bw, .wtype = type, .row_bytes = rb, .layout = TS_WL_ROWS}, {.buf = bx}, {.buf = by}};
-    if (ts_eng_enqueue_write(q, bw, 0, w, wbytes, err) || ts_eng_enqueue_write(q, bx, 0, x, xbytes, err))
-        goto done;
-    if (ts_eng_enqueue_graph(q, g, binds, 3, 0, width, &e2)) {
-        ts_eng_copy_str(why, why_n, "run refused: ");
-        ts_eng_copy_str(why + strlen(why), why_n - strlen(why), e2.msg);
-        rc = 1;
-        goto done;
-    }
-    if (ts_eng_enqueue_read(q, by, 0, y, ybytes, err))
-        goto done;
-    if (ts_eng_queue_finish(q, &e2)) {
-        ts_eng_copy_str(why, why_n, "run failed: ");
-        ts_eng_copy_str(why + strlen(why), why_n - strlen(why), e2.msg);
-        rc = 1;
-        goto done;
-    }
-    *nmse = ts_eng_nmse(y, yr, (int64_t)width * n_out);
-    if (!(*nmse < 1e-2)) {
-        snprintf(why, why_n, "wrong results (nmse %.2g)", *nmse);
-        rc = 1;
-        goto done;
-    }
-    rc = 0;
-done:
-    ts_eng_queue_free(q);
-    ts_eng_buf_free(bw);
-    ts_eng_buf_free(bx);
-    ts_eng_buf_free(by);
-    ts_eng_graph_free(g);
-    free(w);
-    free(wf);
-    free(x);
-    free(y);
-    free(yr);
-    return rc;
-}
-
-static bool is_float_type(uint32_t t) { return t == TS_TYPE_F32 || t == TS_TYPE_F16 || t == TS_TYPE_BF16; }
-
-int ts_eng_probe_weight_type(ts_engine *e, uint32_t type, int64_t n_in, char *note, size_t note_size, ts_err *err) {
-    if (note && note_size)
-        note[0] = 0;
-    if (!e)
-        return ts_err_set(err, "probe: engine is NULL");
-    const ts_type_traits *tt = ts_type_info(type);
-    if (!tt)
-        return ts_err_set(err, "probe: unknown weight type id %u", type);
-    if (n_in < 1 || n_in > (1 << 24))
-        return ts_err_set(err, "probe: n_in %lld out of range", (long long)n_in);
-    uint32_t cand[4];
-    int nc = 0;
-    cand[nc++] = type;
-    if (is_float_type(type)) {
-        cand[nc++] = TS_TYPE_F16;
-        cand[nc++] = TS_TYPE_F32;
-    } else {
-        cand[nc++] = TS_TYPE_Q8_0;
-        cand[nc++] = TS_TYPE_F16;
-        cand[nc++] = TS_TYPE_F32;
-    }
-    size_t len = 0;
-    for (int i = 0; i < nc; i++) {
-        bool dup = false;
-        for (int j = 0; j < i; j++)
-            dup |= cand[j] == cand[i];
-        if (dup)
-            continue;
-        double nmse = 0;
-        char why[300] = "";
-        const int rc = probe_one(e, cand[i], n_in, &nmse, why, sizeof why, err);
-        if (rc < 0)
-            return -1;
-        if (note && note_size > len) {
-            if (rc == 0)
-                len += (size_t)snprintf(note + len, note_size - len, "%s%s: ok (nmse %.2g)", len ? "; " : "",
-                                        ts_type_info(cand[i])->name, nmse);
-            else
-                len += (size_t)snprintf(note + len, note_size - len, "%s%s: refused (%s)", len ? "; " : "",
-                                        ts_type_info(cand[i])->name, why);
-        }
-        if (rc == 0)
-            return (int)cand[i];
-    }
-    return ts_err_set(err, "%s: no weight type passes the matmul probe for %s rows of %lld", e->desc.name, tt->name,
-                      (long long)n_in);
 }

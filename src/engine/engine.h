@@ -30,22 +30,29 @@
  *                     layer's weights and KV cache bound).
  *   telemetry         ts_eng_stats: counters of what happened.
  *
- * Names (ts_eng_open): "cpu", "loop", "loop:npu", "opencl", "opencl:N",
- * optionally followed by ",key=value" options:
+ * Names (ts_eng_open): an engine's registry name, optionally ":variant",
+ * optionally followed by ",key=value" options. The engines are listed in
+ * engines.def (one line each; see docs/ARCHITECTURE.md): "cpu", "loop",
+ * "loop:npu", "opencl", "opencl:N". Options every engine takes:
  *   window=SIZE       the memory window (suffixes K, M, G: binary): a cap
  *                     for real devices, the emulated size for loop
- *   threads=N         kernel threads of cpu/loop (default 1)
- *   delay_us=N        loop: cost charged per crossing (sleep on the device)
- *   nowait=1          loop: BROKEN ON PURPOSE - the queue ignores waits on
- *                     events; exists so a gate can prove it notices
- *   nodrain=1         any engine, prefill only: BROKEN ON PURPOSE - a prefill
- *                     run returns without waiting for the device, so the
- *                     CPU reads the residual stream and KV rows before the
- *                     device wrote them (the second ordering gate)
  *   wtypes=A+B+...    restricts the matmul weight types the engine takes
  *                     (type names, e.g. f16+q8_0+q4_0): a `cpu` engine with
  *                     the NPU's types computes with the weights converted
  *                     exactly as they are for that NPU (the Gate 2 reference)
+ * and each engine's own (its entry lists them):
+ *   threads=N         cpu, loop: kernel threads (default: the caller's
+ *                     ts_eng_open_params.threads, else 1)
+ *   delay_us=N        loop: cost charged per crossing (sleep on the device)
+ * Test hooks, only in a build configured with -DTS_TEST_HOOKS=ON (the test
+ * suite's; elsewhere they are refused as not in this build):
+ *   nowait=1          loop: BROKEN ON PURPOSE - the queue ignores waits on
+ *                     events; exists so a gate can prove it notices
+ *   nodrain=1         any engine, runtime only: BROKEN ON PURPOSE - a layer
+ *                     run returns without waiting for the device, so the
+ *                     CPU reads the residual stream and KV rows before the
+ *                     device wrote them (the second ordering gate)
+ *   and the engine `null` (opens, takes no op, no buffer: everything refused)
  * An unknown name or option, or a device that will not open, is an error
  * (NULL + message) that the caller turns into one stderr line and a CPU run
  * (ts_eng_fallback_line).
@@ -140,11 +147,19 @@ typedef struct ts_eng_stats {
  * the device and why (unknown name, bad option, not in this build, no ICD,
  * no device N, ...). */
 ts_engine *ts_eng_open(const char *spec, ts_err *err);
+/* Defaults the caller supplies for options the name leaves out. */
+typedef struct ts_eng_open_params {
+    int threads; /* engines taking threads=: this many when the name does not say (0: 1) */
+} ts_eng_open_params;
+ts_engine *ts_eng_open_ex(const char *spec, const ts_eng_open_params *p, ts_err *err);
 /* Waits for every queue to drain, then frees the engine. Every buffer,
  * queue, event and graph of it must have been freed. NULL is a no-op. */
 void ts_eng_close(ts_engine *e);
 
 const ts_eng_desc *ts_eng_describe(const ts_engine *e);
+/* The nodrain=1 test hook (TS_TEST_HOOKS builds only; false elsewhere): the
+ * runtime returns from a layer run without waiting for the device. */
+bool ts_eng_test_nodrain(const ts_engine *e);
 /* Copies the counters (window_* included). */
 void ts_eng_get_stats(const ts_engine *e, ts_eng_stats *out);
 /* Zeroes the counters except window_used; window_peak restarts at window_used. */
@@ -163,8 +178,9 @@ typedef struct ts_eng_info {
     char reason[256]; /* why it did not open, when !ok */
 } ts_eng_info;
 
-/* Lists what this machine has: cpu, loop, loop:npu and each OpenCL device
- * (or one "opencl" entry saying why there is none). Writes up to cap entries
+/* Lists what this machine has, registry entry by entry: cpu, loop,
+ * loop:npu, each OpenCL device (or one "opencl" entry saying why there is
+ * none), and in a TS_TEST_HOOKS build `null`. Writes up to cap entries
  * and returns how many there are (may exceed cap). Opens and closes each. */
 int ts_eng_list(ts_eng_info *out, int cap);
 /* One line for `tessera devices`: "loop:npu  ok  npu  window 256 MiB ..." or
@@ -355,6 +371,17 @@ int ts_eng_enqueue_graph(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *bi
 int ts_eng_enqueue_graph_window(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *binds, int n_binds,
                                 int64_t pos0, int n_tok, int64_t n_kv, ts_err *err);
 
+/* A binding table checked once for every run of g up to its width (every
+ * reference's range at the width, alignment, engine, weight type and size):
+ * a run through it (ts_eng_enqueue_bound) checks only n_tok, the positions
+ * and n_kv. For a graph run many times over the same buffers (one layer per
+ * chunk, every decode step). binds is copied; the buffers must outlive it. */
+typedef struct ts_eng_bindset ts_eng_bindset;
+ts_eng_bindset *ts_eng_bindset_new(ts_eng_graph *g, const ts_eng_bind *binds, int n_binds, ts_err *err);
+void ts_eng_bindset_free(ts_eng_bindset *bs); /* no queued run may still use it; NULL is a no-op */
+/* ts_eng_enqueue_graph_window over a checked binding set. */
+int ts_eng_enqueue_bound(ts_eng_queue *q, ts_eng_bindset *bs, int64_t pos0, int n_tok, int64_t n_kv, ts_err *err);
+
 /* ---- helpers for the runtime ------------------------------------------ */
 
 /* The ROPE frequency slot holds the layer's angles per position in two
@@ -363,22 +390,6 @@ int ts_eng_enqueue_graph_window(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_b
  * devices without doubles. */
 size_t ts_eng_rope_freq_bytes(int n_rot);
 void ts_eng_rope_freq_pack(const double *inv_freq, int n_rot, void *dst);
-
-/* Finds the weight type e takes for a matmul whose weights are stored as
- * `type` with rows of n_in elements: `type` itself if a probe matmul in it
- * builds, runs and matches the CPU reference; else the nearest candidate
- * that does (a quantized grid: Q8_0, then F16, then F32; a float type:
- * F16, then F32). Each probe really runs on the device. note (may be NULL)
- * gets a one-line account: "Q6_K: refused (matmul does not take Q6_K);
- * Q8_0: ok (nmse 2.1e-14)". Returns the type, or -1 with err when nothing
- * passes. */
-int ts_eng_probe_weight_type(ts_engine *e, uint32_t type, int64_t n_in, char *note, size_t note_size, ts_err *err);
-
-/* Converts n_rows rows of n_in elements from src_type (rows src_row_bytes
- * apart) to dst_type (rows ts_row_size(dst_type, n_in) apart at dst): exact
- * dequantization, then the reference quantizer. Done once at load. */
-int ts_eng_convert_rows(uint32_t src_type, const void *src, size_t src_row_bytes, uint32_t dst_type, void *dst,
-                        int64_t n_in, int64_t n_rows, ts_err *err);
 
 /* Normalised mean squared error sum (a-b)^2 / sum b^2 (b the reference);
  * 0 when both are all zero; +inf on NaN. For tests and probes. */

@@ -12,18 +12,54 @@
 #include "engine/engine.h"
 #include "core/clock.h"
 
-/* Options parsed from the name ("loop:npu,window=64M,delay_us=200"). */
+/* Options parsed from the name ("loop:npu,window=64M,delay_us=200"): the
+ * ones every engine takes, and the engine's own as key=value text (only keys
+ * its registry entry lists get here; it reads them with ts_eng_opt_int). */
+#define TS_ENG_MAX_OWN_OPTS 8
 typedef struct ts_eng_opts {
-    char base[16];    /* "cpu", "loop", "opencl" */
+    char base[16];    /* the registry entry's name: "cpu", "loop", "opencl" */
     char variant[16]; /* after ':' ("npu", "0"), or "" */
     uint64_t window;  /* 0 = the engine's default */
-    int threads;      /* 0 = default */
-    int64_t delay_us; /* -1 = default */
-    bool nowait;
-    bool nodrain;          /* prefill.c reads it: skip the wait at the end of a run */
-    uint64_t wtypes;       /* 0 = the engine's own; else a mask applied at open */
+    uint64_t wtypes;  /* 0 = the engine's own; else a mask applied at open */
+    bool nodrain;     /* test hook (TS_TEST_HOOKS builds): the runtime skips the wait at the end of a run */
+    int threads_hint; /* ts_eng_open_params.threads: the default of engines that take threads= */
+    int n_own;
+    struct {
+        char key[24];
+        char val[104];
+    } own[TS_ENG_MAX_OWN_OPTS];
 } ts_eng_opts;
 
+/* The engine's own integer option `key` in [lo, hi]: *out = its value, or
+ * dflt when the name did not set it. -1 with err on a bad value. */
+int ts_eng_opt_int(const ts_eng_opts *o, const char *key, long long lo, long long hi, long long dflt, long long *out,
+                   ts_err *err);
+
+/* One registry entry (engines.def lists them): what the registry needs to
+ * parse, open and list an engine. Everything engine-independent (common
+ * options, window and weight-type caps, the listing's format) is done by
+ * registry.c around these. */
+typedef struct ts_eng_backend {
+    const char *name;       /* base name before any ':' */
+    const char *names_help; /* the names it answers to, for messages: "loop, loop:npu" */
+    /* its own option keys (NULL-terminated; NULL: none). "threads" makes the
+     * registry pass ts_eng_open_params.threads as threads_hint. */
+    const char *const *options;
+    /* the part after ':' ("" when none): 0 ok, else -1 with err */
+    int (*check_variant)(const char *variant, ts_err *err);
+    ts_engine *(*open)(const ts_eng_opts *o, ts_err *err);
+    /* listing: fills up to cap entries and returns how many there are (>= 1;
+     * an entry that did not open says why). NULL: list_names, each opened. */
+    int (*list)(ts_eng_info *out, int cap);
+    const char *const *list_names;
+} ts_eng_backend;
+
+/* Methods an engine may leave NULL, and what engine.c does instead:
+ * close (frees the shell only), supports_op (the desc masks say it all),
+ * check_node (no extra checks), enq_host_sync (memory simply shared: no-op),
+ * graph_scratch (none), buf_init / queue_init / event_init / graph_init
+ * (refused: "X has no buffers" ...; then the matching fini and the queue
+ * methods are never called). */
 typedef struct ts_eng_vt {
     void (*close)(ts_engine *e);
     bool (*supports_op)(const ts_engine *e, ts_op op, uint32_t wtype);
@@ -102,6 +138,11 @@ struct ts_eng_graph {
     int n_slots;
     int width;
     uint64_t scratch_bytes;
+    /* run limits from the nodes (engine.c, at build): the smallest cache of
+     * a kv_store/attention node (INT32_MAX: none) and of an attention node,
+     * the node that has it, the first sliding-window attention (-1: none) */
+    int32_t kv_cap, attn_cap;
+    int kv_cap_node, attn_cap_node, swa_node;
     void *impl;
 };
 
@@ -115,6 +156,9 @@ void ts_eng_count(ts_engine *e, uint64_t *field, uint64_t v);
 int ts_eng_window_reserve(ts_engine *e, uint64_t bytes, const char *what, ts_err *err);
 void ts_eng_window_release(ts_engine *e, uint64_t bytes);
 
+/* "64.0 MiB", "2 GiB", "512 B" */
+void ts_eng_fmt_bytes(uint64_t b, char *out, size_t n);
+
 /* Copies src into dst[n], cut and always terminated. */
 void ts_eng_copy_str(char *dst, size_t n, const char *src);
 
@@ -125,14 +169,6 @@ void ts_eng_copy_str(char *dst, size_t n, const char *src);
  * number of refs written into refs[]/bytes[]/align[] (at most 6). */
 int ts_eng_node_refs(const ts_eng_node *n, int n_tok, ts_eng_ref *refs, uint64_t *bytes, uint32_t *align,
                      bool *is_weight);
-
-/* The engines this build has. */
-ts_engine *ts_eng_cpu_open(const ts_eng_opts *o, ts_err *err);
-ts_engine *ts_eng_loop_open(const ts_eng_opts *o, ts_err *err);
-ts_engine *ts_eng_opencl_open(const ts_eng_opts *o, ts_err *err);
-/* OpenCL devices for ts_eng_list: fills up to cap entries, returns the count
- * (>= 1: with no device, one entry saying why). */
-int ts_eng_opencl_list(ts_eng_info *out, int cap);
 
 /* Weight types the CPU kernels read (every type ts_dequant_row reads). */
 uint64_t ts_eng_cpu_weight_types(void);

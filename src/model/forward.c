@@ -21,7 +21,7 @@
 
 #include <stdio.h>
 
-#include "engine/prefill.h"
+#include "runtime/layers.h"
 #include "kernels/fastops.h"
 #include "kernels/linear.h"
 #include "kernels/repack.h"
@@ -55,21 +55,17 @@ static void pf_open(ts_state *s, const ts_state_params *p) {
     if (!p->prefill_device) return;
     const char *spec = p->prefill_device;
     ts_err e = {{0}};
-    char full[320];
-    const bool has_threads = strstr(spec, "threads=") != NULL;
-    const bool threaded = !strncmp(spec, "loop", 4) || !strncmp(spec, "cpu", 3);
-    if (strlen(spec) < 256 && threaded && !has_threads)
-        snprintf(full, sizeof full, "%s,threads=%d", spec, s->n_threads);
-    else
-        snprintf(full, sizeof full, "%s", strlen(spec) < 256 ? spec : "");
-    char cpu_spec[32];
-    snprintf(cpu_spec, sizeof cpu_spec, "cpu,threads=%d", s->n_threads);
-    if (!(s->pf_dev = ts_eng_open(full[0] ? full : spec, &e)) || !(s->pf_cpu = ts_eng_open(cpu_spec, &e))) {
+    /* the model's session for this device (opened by the first state that
+     * asks), and a `cpu` engine of the state's own for what it does not take */
+    const ts_eng_open_params op = {.threads = s->n_threads};
+    if (!(s->pf_sess = ts_mdl_dev_acquire(s->m, spec, s->n_threads, &e)) ||
+        !(s->pf_cpu = ts_eng_open_ex("cpu", &op, &e))) {
         ts_eng_fallback_line(spec, &e, s->pf_fallback, sizeof s->pf_fallback);
-        ts_eng_close(s->pf_dev);
-        s->pf_dev = NULL;
+        ts_mdl_dev_release(s->m, s->pf_sess);
+        s->pf_sess = NULL;
         return;
     }
+    s->pf_dev = ts_rt_weights_engine(s->pf_sess->w);
     const ts_eng_desc *d = ts_eng_describe(s->pf_dev);
     int w = p->chunk > 0 ? p->chunk : 256;
     if (d->widths_required && d->n_widths > 0) {
@@ -92,42 +88,25 @@ static void pf_open(ts_state *s, const ts_state_params *p) {
 }
 
 static void pf_close(ts_state *s) {
-    ts_eng_prefill_free(s->pf);
+    ts_rt_layers_free(s->pf);
     s->pf = NULL;
-    ts_eng_close(s->pf_dev);
     ts_eng_close(s->pf_cpu);
-    s->pf_dev = s->pf_cpu = NULL;
-    free(s->pf_freq);
-    s->pf_freq = NULL;
+    s->pf_cpu = NULL;
+    ts_mdl_dev_release(s->m, s->pf_sess);
+    s->pf_sess = NULL;
+    s->pf_dev = NULL;
 }
 
-/* A layer matrix as the prefill sees it on the host. */
-static ts_eng_host_slot pf_matrix(const ts_wmat *w) {
-    const bool packed = w->packed != NULL;
-    return (ts_eng_host_slot){
-        .data = packed ? (const void *)w->packed : w->data,
-        .bytes = packed ? ts_rp_matrix_bytes(w->type, w->n_in, w->n_out) : (uint64_t)w->row_bytes * (uint64_t)w->n_out,
-        .wtype = w->type,
-        .layout = packed ? TS_WL_PANELS : TS_WL_ROWS,
-        /* panels written over the rows (a model read into memory): rows lost */
-        .rows = packed && (const void *)w->packed == w->data ? NULL : w->data,
-        .n_in = w->n_in,
-        .n_out = w->n_out,
-    };
-}
-
-/* Describes the model's layers to engine/prefill.c and sets it up over the
- * state's buffers. -1 with err when the device cannot take the model. */
+/* Describes the state's layer shapes to runtime/layers.c and sets it up
+ * over the state's buffers and the model's weights on the device. -1 with
+ * err when the device cannot take the model. */
 static int pf_attach_layers(ts_state *s, ts_err *err) {
     const ts_mdl *m = s->m;
     const ts_hparams *hp = &m->hp;
     const int nl = hp->n_layer;
-    const size_t fb = (ts_eng_rope_freq_bytes(m->n_rot) + 63) & ~(size_t)63;
-    ts_eng_layer_shape *shapes = calloc((size_t)nl, sizeof *shapes);
-    ts_eng_host_slot *slots = calloc((size_t)nl * TS_LS_COUNT, sizeof *slots);
-    s->pf_freq = aligned_alloc(64, fb * (size_t)nl);
+    ts_rt_block_shape *shapes = calloc((size_t)nl, sizeof *shapes);
     int rc = -1;
-    if (!shapes || !slots || !s->pf_freq) {
+    if (!shapes) {
         ts_err_set(err, "out of memory describing the layers");
         goto done;
     }
@@ -138,7 +117,7 @@ static int pf_attach_layers(ts_state *s, ts_err *err) {
             ts_err_set(err, "layer %d mixes present and absent optional parts (q/k norms, post norms, biases)", l);
             goto done;
         }
-        shapes[l] = (ts_eng_layer_shape){
+        shapes[l] = (ts_rt_block_shape){
             .n_embd = hp->n_embd,
             .n_head = hp->n_head,
             .n_head_kv = hp->n_head_kv,
@@ -158,47 +137,22 @@ static int pf_attach_layers(ts_state *s, ts_err *err) {
             .attn_scale = m->attn_scale,
             .attn_softcap = hp->attn_logit_softcap,
         };
-        ts_eng_host_slot *S = slots + (size_t)l * TS_LS_COUNT;
-#define VEC(slot, ptr, n) \
-    if (ptr) S[slot] = (ts_eng_host_slot){.data = (ptr), .bytes = (uint64_t)(n) * sizeof(float)}
-        VEC(TS_LS_ATTN_NORM, L->attn_norm, hp->n_embd);
-        VEC(TS_LS_FFN_NORM, L->ffn_norm, hp->n_embd);
-        VEC(TS_LS_BQ, L->bq, s->n_q_dim);
-        VEC(TS_LS_BK, L->bk, s->n_kv_dim);
-        VEC(TS_LS_BV, L->bv, s->n_kv_dim);
-        VEC(TS_LS_Q_NORM, L->q_norm, hp->head_dim);
-        VEC(TS_LS_K_NORM, L->k_norm, hp->head_dim);
-        VEC(TS_LS_ATTN_POST_NORM, L->attn_post_norm, hp->n_embd);
-        VEC(TS_LS_FFN_POST_NORM, L->ffn_post_norm, hp->n_embd);
-#undef VEC
-        uint8_t *freq = (uint8_t *)s->pf_freq + fb * (size_t)l;
-        ts_eng_rope_freq_pack(L->inv_freq, m->n_rot, freq);
-        S[TS_LS_ROPE_FREQ] = (ts_eng_host_slot){.data = freq, .bytes = ts_eng_rope_freq_bytes(m->n_rot)};
-        S[TS_LS_WQ] = pf_matrix(&L->wq);
-        S[TS_LS_WK] = pf_matrix(&L->wk);
-        S[TS_LS_WV] = pf_matrix(&L->wv);
-        S[TS_LS_WO] = pf_matrix(&L->wo);
-        S[TS_LS_W_GATE] = pf_matrix(&L->w_gate);
-        S[TS_LS_W_UP] = pf_matrix(&L->w_up);
-        S[TS_LS_W_DOWN] = pf_matrix(&L->w_down);
     }
-    ts_eng_prefill_params pp = {
-        .dev = s->pf_dev,
+    ts_rt_layers_params pp = {
+        .weights = s->pf_sess->w,
         .cpu = s->pf_cpu,
         .width = s->pf_width,
         .n_layer = nl,
         .shapes = shapes,
-        .slots = slots,
         .act = {s->x, s->xn, s->q, s->k, s->v, s->attn, s->o, s->gate, s->up},
         .k_cache = s->k_cache,
         .v_cache = s->v_cache,
         .kv_layer_bytes = (uint64_t)s->n_ctx * (uint64_t)s->n_kv_dim * (s->kv_f32 ? 4u : 2u),
     };
-    s->pf = ts_eng_prefill_new(&pp, NULL, 0, err);
+    s->pf = ts_rt_layers_new(&pp, NULL, 0, err);
     rc = s->pf ? 0 : -1;
 done:
     free(shapes);
-    free(slots);
     return rc;
 }
 
@@ -213,8 +167,8 @@ static void pf_attach(ts_state *s) {
         s->pf_width = 0;
         return;
     }
-    ts_eng_prefill_stats ps;
-    ts_eng_prefill_get_stats(s->pf, &ps);
+    ts_rt_layers_stats ps;
+    ts_rt_layers_get_stats(s->pf, &ps);
     const ts_eng_desc *d = ts_eng_describe(s->pf_dev);
     if (ps.streaming)
         snprintf(s->pf_info, sizeof s->pf_info,
@@ -233,9 +187,9 @@ static void pf_attach(ts_state *s) {
 void ts_state_dev_stats_get(const ts_state *s, ts_state_dev_stats *out) {
     memset(out, 0, sizeof *out);
     if (!s || !s->pf) return;
-    ts_eng_prefill_stats ps;
+    ts_rt_layers_stats ps;
     ts_eng_stats es;
-    ts_eng_prefill_get_stats(s->pf, &ps);
+    ts_rt_layers_get_stats(s->pf, &ps);
     ts_eng_get_stats(s->pf_dev, &es);
     const ts_eng_desc *d = ts_eng_describe(s->pf_dev);
     out->device = d->name;
@@ -251,6 +205,8 @@ void ts_state_dev_stats_get(const ts_state *s, ts_state_dev_stats *out) {
     out->upload_bytes = es.upload_bytes;
     out->stall_ns = es.stall_ns;
     out->graph_builds = ps.graph_builds;
+    out->weight_bytes = ps.weight_bytes;
+    out->weight_users = ps.weight_users;
     out->window_bytes = d->window_bytes;
     out->window_peak = es.window_peak;
     out->converted = ps.converted;
@@ -371,7 +327,7 @@ const float *ts_state_logits(const ts_state *s) { return s->logits; }
 void ts_state_kv_truncate(ts_state *s, int32_t n) {
     if (n < 0) n = 0;
     if (n < s->n_past) s->n_past = n;
-    if (s->pf) ts_eng_prefill_kv_truncate(s->pf, n); /* rows >= n are no longer the device's */
+    if (s->pf) ts_rt_layers_kv_truncate(s->pf, n); /* rows >= n are no longer the device's */
 }
 
 /* ---- stages ------------------------------------------------------------ */
@@ -562,7 +518,7 @@ static void stage_logits(ts_state *s, int t0, int nb, float *out) {
 }
 
 /* nb tokens at positions pos0 ...: the embedding and the logits on the CPU,
- * the layers on the CPU stages or, on_device, through engine/prefill.c
+ * the layers on the CPU stages or, on_device, through runtime/layers.c
  * over the same buffers and KV cache (placement is the only difference).
  * Attention is causal (n_kv 0) or sees cache rows [0, n_kv) (a diffusion
  * window). logits_out: nb rows, or NULL; when last, the last row also goes
@@ -573,7 +529,7 @@ static int eval_span(ts_state *s, const int32_t *tokens, int nb, int64_t pos0, i
     const ts_hparams *hp = &m->hp;
     stage_embed(s, tokens, nb);
     if (on_device) {
-        if (ts_eng_prefill_run_window(s->pf, pos0, nb, n_kv, err) < 0) return -1;
+        if (ts_rt_layers_run_window(s->pf, pos0, nb, n_kv, err) < 0) return -1;
     } else {
         for (int il = 0; il < hp->n_layer; il++) {
             const ts_layer *L = &m->layers[il];
@@ -674,7 +630,7 @@ int ts_forward_window(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos
     const bool on_device = n <= s->pf_width && pf_takes(s, n);
     /* the CPU rewrites rows pos0.. of the cache: a prefill device that keeps
      * its own copy must not trust its rows from there on */
-    if (s->pf && !on_device) ts_eng_prefill_kv_truncate(s->pf, pos0);
+    if (s->pf && !on_device) ts_rt_layers_kv_truncate(s->pf, pos0);
     return eval_span(s, tokens, n, pos0, n_kv, on_device, logits_all, true, err);
 }
 

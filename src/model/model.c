@@ -449,7 +449,8 @@ ts_mdl *ts_mdl_load(const char *path, const ts_mdl_params *p, ts_err *err) {
         return NULL;
     }
     ts_mdl *m = calloc(1, sizeof *m);
-    if (!m) {
+    if (!m || !(m->devs = ts_mdl_devs_new())) {
+        free(m);
         ts_err_set(err, "out of memory");
         return NULL;
     }
@@ -495,6 +496,7 @@ fail:
 
 void ts_mdl_free(ts_mdl *m) {
     if (!m) return;
+    ts_mdl_devs_free(m->devs); /* every state is gone: no session is in use */
     ts_mdl_release_fast(m);
     ts_tokenizer_free(m->tok);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);

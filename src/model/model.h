@@ -94,7 +94,7 @@ typedef struct ts_state_params {
     int32_t n_batch;    /* micro-batch for prompt processing (-b), default 512 */
     int32_t n_threads;  /* default: physical cores */
     bool kv_f32;        /* KV cache in f32 instead of f16 (tests) */
-    /* prefill on a device (engine/prefill.h; docs/ENGINE.md). NULL: CPU only.
+    /* prefill on a device (runtime/layers.h; docs/ENGINE.md). NULL: CPU only.
      * A device that does not open, or cannot take the model, leaves the
      * state on the CPU with the reason in ts_state_dev_fallback. */
     const char *prefill_device; /* ts_eng_open name: "loop", "loop:npu,window=16M", "opencl:0", ... */
@@ -125,7 +125,10 @@ typedef struct ts_state_dev_stats {
     uint64_t dev_runs;       /* chunks run there */
     uint64_t dev_nodes;      /* graph nodes the device computed in those runs */
     uint64_t crossings;      /* hand-offs to the device during those runs */
-    uint64_t upload_bytes;   /* host -> device, setup included */
+    uint64_t upload_bytes;   /* host -> device, setup included: the device session's, shared by
+                                the model's states on that device (the weights go up once) */
+    uint64_t weight_bytes;   /* the weights' device copy (resident; 0 when streaming), shared */
+    int32_t weight_users;    /* states sharing that device session now (this one included) */
     uint64_t stall_ns;       /* device waiting on weight uploads */
     uint64_t graph_builds;   /* chunk graphs built (at setup only) */
     uint64_t window_bytes;   /* the device's memory window */

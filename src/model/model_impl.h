@@ -57,6 +57,11 @@ struct ts_mdl {
     uint64_t size_bytes;
     uint64_t n_params;
 
+    /* device sessions (model/devices.c): one opened device and the weights
+     * on it per device name, shared by the states that run there. The only
+     * part of a loaded model that changes (under its own lock). */
+    struct ts_mdl_devs *devs;
+
     /* fast path (model/fast.c) */
     bool ref_kernels;            /* TS_KERNELS=ref at load: reference matmul/attention */
     void *packed_map;            /* anonymous mapping holding the repacked matrices */
@@ -69,6 +74,29 @@ struct ts_mdl {
  * when the model owns a writable copy of the file. */
 int ts_mdl_prepare_fast(ts_mdl *m, bool in_place, ts_err *err);
 void ts_mdl_release_fast(ts_mdl *m);
+
+/* ---- device sessions (model/devices.c) ---- */
+
+/* One device opened for a model, and the model's weights on it
+ * (runtime/layers.h), shared by every state of the model that asked for the
+ * same device name and thread count. */
+typedef struct ts_mdl_dev {
+    struct ts_mdl_dev *next;
+    char key[288]; /* device name + "#threads" */
+    int refs;      /* states holding it */
+    struct ts_rt_weights *w;
+    void *freq; /* [n_layer] packed rope angles (ts_eng_rope_freq_pack), a weight slot */
+} ts_mdl_dev;
+
+struct ts_mdl_devs *ts_mdl_devs_new(void);
+void ts_mdl_devs_free(struct ts_mdl_devs *d);
+/* The session for device `spec` with n_threads for engines that take
+ * threads=: the existing one, or the device opened now with the model's
+ * weights described to it (nothing uploaded yet: the first state's
+ * ts_rt_layers_new does that). NULL with err when it does not open. */
+ts_mdl_dev *ts_mdl_dev_acquire(const ts_mdl *m, const char *spec, int n_threads, ts_err *err);
+/* Drops a state's hold; the last one closes the device and frees its weights. */
+void ts_mdl_dev_release(const ts_mdl *m, ts_mdl_dev *d);
 
 /* cos/sin tables of one batch's positions for one set of rope frequencies
  * (forward.c rope_table) */
@@ -110,14 +138,14 @@ struct ts_state {
     int64_t scratch_stride;
     ts_rope_tab rope[2];         /* per frequency set (global, sliding window) */
 
-    /* prefill on a device (forward.c, engine/prefill.h): full chunks of
+    /* prefill on a device (forward.c, runtime/layers.h): full chunks of
      * pf_width tokens run their layers there, over the buffers above
      * (allocated for max(n_batch, pf_width) rows) and the KV cache */
-    struct ts_engine *pf_dev;    /* NULL: CPU only */
+    ts_mdl_dev *pf_sess;         /* the model's session for the device (shared) */
+    struct ts_engine *pf_dev;    /* its engine (not owned); NULL: CPU only */
     struct ts_engine *pf_cpu;    /* `cpu` engine for the stages the device does not take */
-    struct ts_eng_prefill *pf;
+    struct ts_rt_layers *pf;
     int32_t pf_width, pf_min;
-    void *pf_freq;               /* [n_layer] packed rope angles (ts_eng_rope_freq_pack) */
     char pf_fallback[640];       /* the fallback line, "" when none */
     char pf_info[256];
 };

@@ -179,11 +179,16 @@ char *tsrv_health_json(tsrv_server *s) {
     tsrv_sched_counts(s, &queued, &busy);
     /* prefill_device: what --prefill-device asked for, whether it opened,
      * and the library's line when it fell back to the CPU */
-    return dump(json_pack("{s:s, s:s, s:s, s:b, s:o, s:{s:i, s:i, s:i}, s:i, s:{s:s, s:s}, s:{s:s?, s:b, s:s?}}",
+    /* and, when it opened, the session the slots share: one upload of the
+     * weights for all of them (upload_mib ~ weight_mib, sharing = slots) */
+    return dump(json_pack("{s:s, s:s, s:s, s:b, s:o, s:{s:i, s:i, s:i}, s:i, s:{s:s, s:s}, "
+                          "s:{s:s?, s:b, s:s?, s:f, s:f, s:f, s:i}}",
                           "status", "ok", "model", s->model_id, "architecture", s->info.arch, "diffusion",
                           s->diffusion, "diffusion_defaults", diffusion_defaults_json(s), "slots", "total",
                           s->n_slots, "busy", busy, "n_ctx", (int)s->n_ctx, "queue", queued, "engine", "prefill", s->engine_prefill ? s->engine_prefill : "none", "decode",
                           s->engine_decode ? s->engine_decode : "none", "prefill_device", "requested",
                           s->cfg.prefill_device, "opened", s->prefill_device[0] != '\0', "fallback",
-                          s->device_fallback[0] ? s->device_fallback : NULL));
+                          s->device_fallback[0] ? s->device_fallback : NULL, "upload_mib", s->dev_upload_mib,
+                          "weight_mib", s->dev_weight_mib, "window_peak_mib", s->dev_window_peak_mib, "sharing",
+                          s->dev_sharing));
 }

@@ -442,6 +442,13 @@ int tsrv_sched_start(tsrv_server *s, tsrv_error *e) {
             s->engine_prefill = s->prefill_device;
         }
     }
+    /* the slots share one device session: its setup figures, once they all exist */
+    ts_stats last = TS_STRUCT_INIT(ts_stats);
+    ts_context_get_stats(s->slots[s->n_slots - 1].ctx, &last);
+    s->dev_upload_mib = last.dev_upload_mib;
+    s->dev_weight_mib = last.dev_weight_mib;
+    s->dev_window_peak_mib = (double)last.dev_window_peak / 1048576.0;
+    s->dev_sharing = last.dev_sharing;
     for (int i = 0; i < s->n_slots; i++) {
         tsrv_slot *sl = &s->slots[i];
         int rc = pthread_create(&sl->thread, NULL, slot_main, sl);

@@ -142,6 +142,9 @@ typedef struct tsrv_server {
     const char *engine_prefill, *engine_decode;
     char prefill_device[64];    /* the device that opened for prefill ("" when none) */
     char device_fallback[256];  /* why the requested device is not used ("" when it is, or none asked) */
+    /* the device session of the slots, once they all exist (ts_stats) */
+    double dev_upload_mib, dev_weight_mib, dev_window_peak_mib;
+    int dev_sharing;
     int32_t n_ctx;              /* per slot */
     time_t started;
 

@@ -208,7 +208,10 @@ uint64_t ts_eng_cpu_weight_types(void) {
     return m;
 }
 
-ts_engine *ts_eng_cpu_open(const ts_eng_opts *o, ts_err *err) {
+static ts_engine *cpu_open(const ts_eng_opts *o, ts_err *err) {
+    long long threads = 1;
+    if (ts_eng_opt_int(o, "threads", 1, 256, o->threads_hint > 0 ? o->threads_hint : 1, &threads, err))
+        return NULL;
     ts_engine *e = ts_eng_alloc(&cpu_vt, o, err);
     if (!e)
         return NULL;
@@ -219,7 +222,7 @@ ts_engine *ts_eng_cpu_open(const ts_eng_opts *o, ts_err *err) {
         return NULL;
     }
     e->impl = c;
-    c->n_threads = o && o->threads ? o->threads : 1;
+    c->n_threads = (int)threads;
     c->pool = ts_threadpool_new(c->n_threads, err);
     if (!c->pool) {
         cpu_close(e);
@@ -244,3 +247,10 @@ ts_engine *ts_eng_cpu_open(const ts_eng_opts *o, ts_err *err) {
     d->stall_measured = true;
     return e;
 }
+
+static const char *const cpu_options[] = {"threads", NULL};
+const ts_eng_backend ts_eng_backend_cpu = {
+    .name = "cpu",
+    .options = cpu_options,
+    .open = cpu_open,
+};

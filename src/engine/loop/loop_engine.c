@@ -476,7 +476,12 @@ static const ts_eng_vt loop_vt = {
     .graph_scratch = loop_graph_scratch,
 };
 
-ts_engine *ts_eng_loop_open(const ts_eng_opts *o, ts_err *err) {
+static ts_engine *loop_open(const ts_eng_opts *o, ts_err *err) {
+    long long threads = 1, delay_us = -1, nowait = 0;
+    if (ts_eng_opt_int(o, "threads", 1, 256, o->threads_hint > 0 ? o->threads_hint : 1, &threads, err) ||
+        ts_eng_opt_int(o, "delay_us", 0, 10000000, -1, &delay_us, err) ||
+        ts_eng_opt_int(o, "nowait", 0, 1, 0, &nowait, err))
+        return NULL;
     ts_engine *e = ts_eng_alloc(&loop_vt, o, err);
     if (!e)
         return NULL;
@@ -491,9 +496,9 @@ ts_engine *ts_eng_loop_open(const ts_eng_opts *o, ts_err *err) {
     pthread_mutex_init(&L->ev_lock, NULL);
     pthread_cond_init(&L->ev_cond, NULL);
     L->npu = !strcmp(o->variant, "npu");
-    L->nowait = o->nowait;
-    L->delay_us = o->delay_us >= 0 ? o->delay_us : (L->npu ? 300 : 0);
-    L->n_threads = o->threads ? o->threads : 1;
+    L->nowait = nowait != 0; /* only reachable in a TS_TEST_HOOKS build */
+    L->delay_us = delay_us >= 0 ? delay_us : (L->npu ? 300 : 0);
+    L->n_threads = (int)threads;
     L->pool = ts_threadpool_new(L->n_threads, err);
     if (!L->pool) {
         loop_close(e);
@@ -533,3 +538,24 @@ ts_engine *ts_eng_loop_open(const ts_eng_opts *o, ts_err *err) {
              L->npu ? "; NPU profile" : "", L->nowait ? "; NOWAIT (broken on purpose)" : "");
     return e;
 }
+
+static int loop_check_variant(const char *variant, ts_err *err) {
+    if (variant[0] && strcmp(variant, "npu"))
+        return ts_err_set(err, "device 'loop' has no profile '%s' (known: loop, loop:npu)", variant);
+    return 0;
+}
+
+static const char *const loop_options[] = {"threads", "delay_us",
+#ifdef TS_TEST_HOOKS
+                                           "nowait",
+#endif
+                                           NULL};
+static const char *const loop_names[] = {"loop", "loop:npu", NULL};
+const ts_eng_backend ts_eng_backend_loop = {
+    .name = "loop",
+    .names_help = "loop, loop:npu",
+    .options = loop_options,
+    .check_variant = loop_check_variant,
+    .open = loop_open,
+    .list_names = loop_names,
+};

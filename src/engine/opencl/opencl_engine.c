@@ -723,7 +723,7 @@ static int build(ts_engine *e, ts_err *err) {
     return 0;
 }
 
-ts_engine *ts_eng_opencl_open(const ts_eng_opts *opts, ts_err *err) {
+static ts_engine *ocl_open(const ts_eng_opts *opts, ts_err *err) {
     dev_ref devs[64];
     const int nd = enum_devices(devs, 64, err);
     if (nd == 0)
@@ -758,7 +758,7 @@ ts_engine *ts_eng_opencl_open(const ts_eng_opts *opts, ts_err *err) {
     return e;
 }
 
-int ts_eng_opencl_list(ts_eng_info *out, int cap) {
+static int ocl_list(ts_eng_info *out, int cap) {
     dev_ref devs[16];
     ts_err err = {{0}};
     const int nd = enum_devices(devs, 16, &err);
@@ -788,3 +788,19 @@ int ts_eng_opencl_list(ts_eng_info *out, int cap) {
     }
     return nd;
 }
+
+static int ocl_check_variant(const char *variant, ts_err *err) {
+    char *end;
+    const long v = variant[0] ? strtol(variant, &end, 10) : 0;
+    if (variant[0] && (*end || v < 0 || v > 255))
+        return ts_err_set(err, "option opencl:N=%s: expected an integer in [0, 255]", variant);
+    return 0;
+}
+
+const ts_eng_backend ts_eng_backend_opencl = {
+    .name = "opencl",
+    .names_help = "opencl, opencl:N",
+    .check_variant = ocl_check_variant,
+    .open = ocl_open,
+    .list = ocl_list,
+};

@@ -1,25 +1,26 @@
-/* prefill.c - a prefill chunk's layers on a device over the forward's own
- * buffers (see prefill.h). */
-#include "engine/prefill.h"
+/* layers.c - a span's layers on a device over the forward's own buffers,
+ * with the model's weights placed there once (see layers.h). */
+#include "runtime/layers.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine_impl.h"
 #include "kernels/linear.h"
 #include "kernels/repack.h"
 #include "quant/quant.h"
+#include "runtime/convert.h"
 
 #define N_ACT TS_LS_KC /* activation slots are 0 .. TS_LS_UP */
 #define MIB(b) ((double)(b) / 1048576.0)
 
 typedef struct variant {
-    ts_eng_layer_shape shape;
+    ts_rt_block_shape shape;
     ts_eng_node nodes[TS_LS_MAX_NODES];
     int n_nodes;
-    ts_eng_segment segs[TS_LS_MAX_NODES];
+    ts_rt_segment segs[TS_LS_MAX_NODES];
     int n_segs;
     ts_eng_graph *graphs[TS_LS_MAX_NODES];
     bool kv_on_device;   /* its kv_store node runs on the device */
@@ -41,7 +42,25 @@ typedef struct layer_plan {
     uint8_t *conv[TS_LS_COUNT]; /* owned converted copies (kept while streaming: every run re-uploads them) */
 } layer_plan;
 
-struct ts_eng_prefill {
+/* The model's weights on one device (shared by its states). Planned and
+ * placed by the first state that attaches, under mu; read-only after. */
+struct ts_rt_weights {
+    ts_engine *dev;
+    int n_layer;
+    ts_rt_host_slot *slots; /* [n_layer * TS_LS_COUNT] */
+    pthread_mutex_t mu;
+    bool planned, placed;
+    layer_plan *plans;      /* [n_layer] */
+    ts_eng_bind *binds;     /* [n_layer * TS_LS_COUNT]: weight slots' type, layout, row size; buf/off when resident */
+    ts_eng_buf **dev_layer; /* [n_layer]: resident weights */
+    bool streaming;         /* each state streams the layers through two slots of its own */
+    uint64_t slot_bytes, weight_bytes;
+    int converted;
+    int users; /* ts_rt_layers attached now */
+};
+
+struct ts_rt_layers {
+    ts_rt_weights *w;
     ts_engine *dev, *cpu;
     ts_eng_queue *dq, *cq;
     ts_eng_queue *uq; /* streaming: the upload queue, beside dq */
@@ -55,12 +74,11 @@ struct ts_eng_prefill {
     ts_eng_buf *dev_kc, *dev_vc, *cpu_kc, *cpu_vc;
     bool kv_mapped_dev; /* some variant reads or writes the cache on the device */
     uint64_t kv_layer_bytes, kv_row_bytes;
-    layer_plan *plans;      /* [n_layer] */
-    ts_eng_buf **dev_layer; /* [n_layer]: resident weights */
     ts_eng_buf **cpu_maps;  /* [n_layer * TS_LS_COUNT] */
     ts_eng_bind *dev_binds; /* [n_layer * TS_LS_COUNT] */
     ts_eng_bind *cpu_binds;
     bool need_cpu;
+    bool attached; /* counted in w->users */
     /* streaming through two slots: layer l computes from slot l % 2 while
      * layer l + 1 is uploaded into the other one */
     bool streaming;
@@ -69,7 +87,7 @@ struct ts_eng_prefill {
     bool nodrain;               /* the broken-on-purpose hook (engine option nodrain=1) */
     int64_t kv_valid;           /* cache rows [0, kv_valid) coherent on the device */
     bool dq_pending;            /* commands on dq since the last drain */
-    ts_eng_prefill_stats st;
+    ts_rt_layers_stats st;
 };
 
 static bool is_matrix(int s) {
@@ -86,7 +104,55 @@ static void free_plan_copies(layer_plan *lp) {
     }
 }
 
-void ts_eng_prefill_free(ts_eng_prefill *pf) {
+ts_rt_weights *ts_rt_weights_new(ts_engine *dev, int n_layer, const ts_rt_host_slot *slots, ts_err *err) {
+    if (!dev || n_layer < 1 || !slots) {
+        ts_err_set(err, "device weights: missing engine or slots, or n_layer < 1");
+        return NULL;
+    }
+    ts_rt_weights *w = calloc(1, sizeof *w);
+    const size_t n = (size_t)n_layer * TS_LS_COUNT;
+    if (w) {
+        w->slots = malloc(n * sizeof *w->slots);
+        w->plans = calloc((size_t)n_layer, sizeof *w->plans);
+        w->binds = calloc(n, sizeof *w->binds);
+        w->dev_layer = calloc((size_t)n_layer, sizeof *w->dev_layer);
+    }
+    if (!w || !w->slots || !w->plans || !w->binds || !w->dev_layer) {
+        if (w) {
+            free(w->slots);
+            free(w->plans);
+            free(w->binds);
+            free(w->dev_layer);
+        }
+        free(w);
+        ts_err_set(err, "out of memory");
+        return NULL;
+    }
+    memcpy(w->slots, slots, n * sizeof *w->slots);
+    w->dev = dev;
+    w->n_layer = n_layer;
+    pthread_mutex_init(&w->mu, NULL);
+    return w;
+}
+
+void ts_rt_weights_free(ts_rt_weights *w) {
+    if (!w)
+        return;
+    for (int l = 0; l < w->n_layer; l++) {
+        ts_eng_buf_free(w->dev_layer[l]);
+        free_plan_copies(&w->plans[l]);
+    }
+    free(w->plans);
+    free(w->dev_layer);
+    free(w->binds);
+    free(w->slots);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}
+
+ts_engine *ts_rt_weights_engine(const ts_rt_weights *w) { return w ? w->dev : NULL; }
+
+void ts_rt_layers_free(ts_rt_layers *pf) {
     if (!pf)
         return;
     if (pf->dq)
@@ -110,28 +176,25 @@ void ts_eng_prefill_free(ts_eng_prefill *pf) {
     ts_eng_buf_free(pf->dev_vc);
     ts_eng_buf_free(pf->cpu_kc);
     ts_eng_buf_free(pf->cpu_vc);
-    if (pf->dev_layer)
-        for (int l = 0; l < pf->n_layer; l++)
-            ts_eng_buf_free(pf->dev_layer[l]);
     if (pf->cpu_maps)
         for (int i = 0; i < pf->n_layer * TS_LS_COUNT; i++)
             ts_eng_buf_free(pf->cpu_maps[i]);
-    if (pf->plans)
-        for (int l = 0; l < pf->n_layer; l++)
-            free_plan_copies(&pf->plans[l]);
-    free(pf->plans);
-    free(pf->dev_layer);
     free(pf->cpu_maps);
     free(pf->dev_binds);
     free(pf->cpu_binds);
     ts_eng_queue_free(pf->dq);
     ts_eng_queue_free(pf->uq);
     ts_eng_queue_free(pf->cq);
+    if (pf->attached) {
+        pthread_mutex_lock(&pf->w->mu);
+        pf->w->users--;
+        pthread_mutex_unlock(&pf->w->mu);
+    }
     free(pf);
 }
 
 /* Row r of a matrix slot as floats, from its GGUF rows or its panels. */
-static int slot_row(const ts_eng_host_slot *s, int64_t r, float *dst, ts_err *err) {
+static int slot_row(const ts_rt_host_slot *s, int64_t r, float *dst, ts_err *err) {
     const size_t rb = ts_row_size(s->wtype, s->n_in);
     if (s->rows)
         return ts_dequant_row(s->wtype, (const uint8_t *)s->rows + (size_t)r * rb, dst, s->n_in, err);
@@ -144,10 +207,10 @@ static int slot_row(const ts_eng_host_slot *s, int64_t r, float *dst, ts_err *er
 
 /* The device form of one matrix: type, layout, bytes; *conv is a converted
  * copy owned by the caller (NULL when the host bytes go as they are). */
-static int plan_matrix(ts_eng_prefill *pf, const ts_eng_host_slot *s, probe_cache *pc, int *n_pc, char *note,
+static int plan_matrix(ts_rt_weights *wt, const ts_rt_host_slot *s, probe_cache *pc, int *n_pc, char *note,
                        size_t note_size, uint32_t *type, ts_eng_wlayout *layout, const void **src, uint64_t *bytes,
                        uint8_t **conv, ts_err *err) {
-    const ts_engine *dev = pf->dev;
+    const ts_engine *dev = wt->dev;
     *conv = NULL;
     int chosen = -1;
     for (int i = 0; i < *n_pc; i++)
@@ -155,7 +218,7 @@ static int plan_matrix(ts_eng_prefill *pf, const ts_eng_host_slot *s, probe_cach
             chosen = pc[i].result;
     if (chosen < 0) {
         char line[400];
-        chosen = ts_eng_probe_weight_type(pf->dev, s->wtype, s->n_in, line, sizeof line, err);
+        chosen = ts_rt_probe_weight_type(wt->dev, s->wtype, s->n_in, line, sizeof line, err);
         if (chosen < 0)
             return -1;
         if (*n_pc < 64)
@@ -167,7 +230,7 @@ static int plan_matrix(ts_eng_prefill *pf, const ts_eng_host_slot *s, probe_cach
                          (long long)s->n_in, line);
         }
     }
-    if ((uint32_t)chosen == s->wtype && (dev->desc.cpu_layouts || s->layout == TS_WL_ROWS)) {
+    if ((uint32_t)chosen == s->wtype && (ts_eng_describe(dev)->cpu_layouts || s->layout == TS_WL_ROWS)) {
         *type = s->wtype, *layout = s->layout, *src = s->data, *bytes = s->bytes;
         return 0;
     }
@@ -194,12 +257,12 @@ static int plan_matrix(ts_eng_prefill *pf, const ts_eng_host_slot *s, probe_cach
     free(tmp);
     *conv = dst;
     *type = (uint32_t)chosen, *layout = TS_WL_ROWS, *src = dst, *bytes = (uint64_t)s->n_out * drb;
-    pf->st.converted++;
+    wt->converted++;
     /* an engine running the CPU's kernels gets the converted matrix in
      * their panel layout where they have one (as the loader repacks the
      * file's matrices): the same arithmetic on every such engine */
     const ts_wmat w = {.type = (uint32_t)chosen, .data = dst, .n_in = s->n_in, .n_out = s->n_out, .row_bytes = drb};
-    if (dev->desc.cpu_layouts && ts_linear_wants_pack(&w)) {
+    if (ts_eng_describe(dev)->cpu_layouts && ts_linear_wants_pack(&w)) {
         const size_t pb = ts_rp_matrix_bytes(w.type, w.n_in, w.n_out);
         uint8_t *panels = pb ? malloc(pb) : NULL;
         if (panels && ts_linear_pack(&w, panels, NULL) == 0) {
@@ -215,18 +278,18 @@ static int plan_matrix(ts_eng_prefill *pf, const ts_eng_host_slot *s, probe_cach
 
 /* Plans layer l's device copy (probe, convert) and fills the matrix part of
  * its device binds (type, layout, row size; buffer and offset come later). */
-static int plan_layer(ts_eng_prefill *pf, const ts_eng_prefill_params *p, int l, probe_cache *pc, int *n_pc,
-                      char *note, size_t note_size, ts_err *err) {
-    const ts_eng_host_slot *slots = p->slots + (size_t)l * TS_LS_COUNT;
-    ts_eng_bind *b = pf->dev_binds + (size_t)l * TS_LS_COUNT;
-    layer_plan *lp = &pf->plans[l];
+static int plan_layer(ts_rt_weights *wt, int l, probe_cache *pc, int *n_pc, char *note, size_t note_size,
+                      ts_err *err) {
+    const ts_rt_host_slot *slots = wt->slots + (size_t)l * TS_LS_COUNT;
+    ts_eng_bind *b = wt->binds + (size_t)l * TS_LS_COUNT;
+    layer_plan *lp = &wt->plans[l];
     for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++) {
         if (!slots[s].data)
             continue;
         if (is_matrix(s)) {
             uint32_t type = 0;
             ts_eng_wlayout layout = TS_WL_ROWS;
-            if (plan_matrix(pf, &slots[s], pc, n_pc, note, note_size, &type, &layout, &lp->src[s], &lp->bytes[s],
+            if (plan_matrix(wt, &slots[s], pc, n_pc, note, note_size, &type, &layout, &lp->src[s], &lp->bytes[s],
                             &lp->conv[s], err))
                 return -1;
             b[s].wtype = type;
@@ -242,10 +305,11 @@ static int plan_layer(ts_eng_prefill *pf, const ts_eng_prefill_params *p, int l,
     return 0;
 }
 
-/* Points layer l's weight binds at buf (its block starts at offset 0). */
-static void bind_layer(ts_eng_prefill *pf, int l, ts_eng_buf *buf) {
-    ts_eng_bind *b = pf->dev_binds + (size_t)l * TS_LS_COUNT;
-    const layer_plan *lp = &pf->plans[l];
+/* Points layer l's weight binds in b (n_layer * TS_LS_COUNT) at buf (its
+ * block starts at offset 0). */
+static void bind_layer(const ts_rt_weights *wt, ts_eng_bind *binds, int l, ts_eng_buf *buf) {
+    ts_eng_bind *b = binds + (size_t)l * TS_LS_COUNT;
+    const layer_plan *lp = &wt->plans[l];
     for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++)
         if (lp->src[s]) {
             b[s].buf = buf;
@@ -254,8 +318,8 @@ static void bind_layer(ts_eng_prefill *pf, int l, ts_eng_buf *buf) {
 }
 
 /* Enqueues the upload of layer l's block into buf on queue q. */
-static int enqueue_layer_upload(ts_eng_prefill *pf, ts_eng_queue *q, int l, ts_eng_buf *buf, ts_err *err) {
-    const layer_plan *lp = &pf->plans[l];
+static int enqueue_layer_upload(const ts_rt_weights *wt, ts_eng_queue *q, int l, ts_eng_buf *buf, ts_err *err) {
+    const layer_plan *lp = &wt->plans[l];
     for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++)
         if (lp->src[s] && ts_eng_enqueue_write(q, buf, (size_t)lp->off[s], lp->src[s], (size_t)lp->bytes[s], err))
             return -1;
@@ -263,8 +327,8 @@ static int enqueue_layer_upload(ts_eng_prefill *pf, ts_eng_queue *q, int l, ts_e
 }
 
 /* Maps the host weights of layer l into the cpu engine (no copy). */
-static int map_layer_cpu(ts_eng_prefill *pf, const ts_eng_prefill_params *p, int l, ts_err *err) {
-    const ts_eng_host_slot *slots = p->slots + (size_t)l * TS_LS_COUNT;
+static int map_layer_cpu(ts_rt_layers *pf, int l, ts_err *err) {
+    const ts_rt_host_slot *slots = pf->w->slots + (size_t)l * TS_LS_COUNT;
     ts_eng_bind *b = pf->cpu_binds + (size_t)l * TS_LS_COUNT;
     for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++) {
         if (!slots[s].data)
@@ -284,62 +348,87 @@ static int map_layer_cpu(ts_eng_prefill *pf, const ts_eng_prefill_params *p, int
     return 0;
 }
 
-/* Weights into the window: every layer resident when they fit beside what
- * is already there (activations, KV cache, graph scratch), else two slots
- * that every run streams the layers through. */
-static int place_weights(ts_eng_prefill *pf, ts_err *err) {
+static uint64_t window_free(ts_engine *dev) {
     ts_eng_stats es;
-    ts_eng_get_stats(pf->dev, &es);
-    const uint64_t window = pf->dev->desc.window_bytes;
-    const uint64_t avail = window > es.window_used ? window - es.window_used : 0;
+    ts_eng_get_stats(dev, &es);
+    const uint64_t window = ts_eng_describe(dev)->window_bytes;
+    return window > es.window_used ? window - es.window_used : 0;
+}
+
+static int window_full(ts_engine *dev, uint64_t total, uint64_t largest, ts_err *err) {
+    return ts_err_set(err,
+                      "memory window full: the window of %.1f MiB (%.1f MiB free beside activations, KV cache "
+                      "and graph scratch) holds neither the weights' device copy (%.1f MiB) nor two layer slots "
+                      "(2 x %.1f MiB)",
+                      MIB(ts_eng_describe(dev)->window_bytes), MIB(window_free(dev)), MIB(total), MIB(largest));
+}
+
+/* The first state to attach places the model's weights (under wt->mu):
+ * every layer resident when they fit beside what is already there (that
+ * state's activations, KV cache, graph scratch), uploaded once on q, else
+ * streaming (each state then brings two slots of its own: stream_slots). */
+static int place_weights(ts_rt_weights *wt, ts_eng_queue *q, ts_err *err) {
+    const uint64_t avail = window_free(wt->dev);
     uint64_t total = 0, largest = 0;
-    for (int l = 0; l < pf->n_layer; l++) {
-        total += pf->plans[l].total;
-        if (pf->plans[l].total > largest)
-            largest = pf->plans[l].total;
+    for (int l = 0; l < wt->n_layer; l++) {
+        total += wt->plans[l].total;
+        if (wt->plans[l].total > largest)
+            largest = wt->plans[l].total;
     }
-    if (total <= avail && largest <= pf->dev->desc.max_buf_bytes) {
-        for (int l = 0; l < pf->n_layer; l++) {
-            if (!pf->plans[l].total)
+    const uint64_t max_buf = ts_eng_describe(wt->dev)->max_buf_bytes;
+    if (total <= avail && largest <= max_buf) {
+        for (int l = 0; l < wt->n_layer; l++) {
+            if (!wt->plans[l].total)
                 continue;
-            pf->dev_layer[l] = ts_eng_buf_alloc(pf->dev, TS_MEM_DEVICE, (size_t)pf->plans[l].total, err);
-            if (!pf->dev_layer[l])
+            wt->dev_layer[l] = ts_eng_buf_alloc(wt->dev, TS_MEM_DEVICE, (size_t)wt->plans[l].total, err);
+            if (!wt->dev_layer[l])
                 return ts_err_prefix(err, "uploading the weights of layer %d", l);
-            bind_layer(pf, l, pf->dev_layer[l]);
-            if (enqueue_layer_upload(pf, pf->dq, l, pf->dev_layer[l], err))
+            bind_layer(wt, wt->binds, l, wt->dev_layer[l]);
+            if (enqueue_layer_upload(wt, q, l, wt->dev_layer[l], err))
                 return -1;
             /* the converted copies must outlive their uploads */
-            if (ts_eng_queue_finish(pf->dq, err))
+            if (ts_eng_queue_finish(q, err))
                 return -1;
-            free_plan_copies(&pf->plans[l]);
+            free_plan_copies(&wt->plans[l]);
         }
-        pf->st.weight_bytes = total;
+        wt->weight_bytes = total;
+        wt->placed = true;
         return 0;
     }
-    if (2 * largest > avail || largest > pf->dev->desc.max_buf_bytes)
-        return ts_err_set(err,
-                          "memory window full: the window of %.1f MiB (%.1f MiB free beside activations, KV cache "
-                          "and graph scratch) holds neither the weights' device copy (%.1f MiB) nor two layer slots "
-                          "(2 x %.1f MiB)",
-                          MIB(window), MIB(avail), MIB(total), MIB(largest));
+    if (2 * largest > avail || largest > max_buf)
+        return window_full(wt->dev, total, largest, err);
+    wt->streaming = true;
+    wt->slot_bytes = largest;
+    wt->placed = true;
+    return 0;
+}
+
+/* Streaming: this state's two weight slots and upload queue. */
+static int stream_slots(ts_rt_layers *pf, ts_err *err) {
+    const ts_rt_weights *wt = pf->w;
+    if (2 * wt->slot_bytes > window_free(pf->dev)) {
+        uint64_t total = 0;
+        for (int l = 0; l < wt->n_layer; l++)
+            total += wt->plans[l].total;
+        return window_full(pf->dev, total, wt->slot_bytes, err);
+    }
     pf->streaming = true;
-    pf->st.streaming = true;
-    pf->st.slot_bytes = largest;
     for (int j = 0; j < 2; j++)
-        if (!(pf->slot[j] = ts_eng_buf_alloc(pf->dev, TS_MEM_DEVICE, (size_t)largest, err)))
+        if (!(pf->slot[j] = ts_eng_buf_alloc(pf->dev, TS_MEM_DEVICE, (size_t)wt->slot_bytes, err)))
             return ts_err_prefix(err, "allocating weight slot %d", j);
     if (!(pf->uq = ts_eng_queue_new(pf->dev, err)))
         return -1;
     for (int l = 0; l < pf->n_layer; l++)
-        bind_layer(pf, l, pf->slot[l & 1]);
+        bind_layer(wt, pf->dev_binds, l, pf->slot[l & 1]);
     return 0;
 }
 
-ts_eng_prefill *ts_eng_prefill_new(const ts_eng_prefill_params *p, char *note, size_t note_size, ts_err *err) {
+ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t note_size, ts_err *err) {
     if (note && note_size)
         note[0] = 0;
-    if (!p || !p->dev || !p->cpu || !p->shapes || !p->slots || p->n_layer < 1 || p->width < 1) {
-        ts_err_set(err, "prefill: missing engine, shapes or slots, or n_layer/width < 1");
+    if (!p || !p->weights || !p->cpu || !p->shapes || p->n_layer < 1 || p->width < 1 ||
+        p->n_layer != p->weights->n_layer) {
+        ts_err_set(err, "prefill: missing weights, engine or shapes, or n_layer/width < 1 or not the weights'");
         return NULL;
     }
     for (int i = 0; i < N_ACT; i++)
@@ -347,18 +436,19 @@ ts_eng_prefill *ts_eng_prefill_new(const ts_eng_prefill_params *p, char *note, s
             ts_err_set(err, "prefill: activation buffer %d is NULL", i);
             return NULL;
         }
-    ts_eng_prefill *pf = calloc(1, sizeof *pf);
+    ts_rt_layers *pf = calloc(1, sizeof *pf);
     if (!pf) {
         ts_err_set(err, "out of memory");
         return NULL;
     }
-    pf->dev = p->dev;
+    pf->w = p->weights;
+    pf->dev = p->weights->dev;
     pf->cpu = p->cpu;
     pf->width = p->width;
     pf->n_layer = p->n_layer;
     pf->kv_layer_bytes = p->kv_layer_bytes;
-    pf->nodrain = p->dev->opts.nodrain;
-    const ts_eng_layer_shape *s0 = &p->shapes[0];
+    pf->nodrain = ts_eng_test_nodrain(pf->dev);
+    const ts_rt_block_shape *s0 = &p->shapes[0];
     const uint64_t E = (uint64_t)s0->n_embd * 4, QD = (uint64_t)s0->n_head * (uint64_t)s0->head_dim * 4,
                    KD = (uint64_t)s0->n_head_kv * (uint64_t)s0->head_dim * 4, F = (uint64_t)s0->n_ff * 4;
     const uint64_t rows[N_ACT] = {E, E, QD, KD, KD, QD, E, F, F};
@@ -368,13 +458,10 @@ ts_eng_prefill *ts_eng_prefill_new(const ts_eng_prefill_params *p, char *note, s
 
     pf->layer_var = calloc((size_t)p->n_layer, sizeof *pf->layer_var);
     pf->vars = calloc((size_t)p->n_layer, sizeof *pf->vars);
-    pf->plans = calloc((size_t)p->n_layer, sizeof *pf->plans);
-    pf->dev_layer = calloc((size_t)p->n_layer, sizeof *pf->dev_layer);
     pf->cpu_maps = calloc((size_t)p->n_layer * TS_LS_COUNT, sizeof *pf->cpu_maps);
     pf->dev_binds = calloc((size_t)p->n_layer * TS_LS_COUNT, sizeof *pf->dev_binds);
     pf->cpu_binds = calloc((size_t)p->n_layer * TS_LS_COUNT, sizeof *pf->cpu_binds);
-    if (!pf->layer_var || !pf->vars || !pf->plans || !pf->dev_layer || !pf->cpu_maps || !pf->dev_binds ||
-        !pf->cpu_binds) {
+    if (!pf->layer_var || !pf->vars || !pf->cpu_maps || !pf->dev_binds || !pf->cpu_binds) {
         ts_err_set(err, "out of memory");
         goto fail;
     }
@@ -393,10 +480,10 @@ ts_eng_prefill *ts_eng_prefill_new(const ts_eng_prefill_params *p, char *note, s
         if (v == pf->n_vars) {
             variant *V = &pf->vars[pf->n_vars++];
             V->shape = p->shapes[l];
-            V->n_nodes = ts_eng_layer_nodes(&V->shape, V->nodes);
-            V->n_segs = ts_eng_split_nodes(pf->dev, V->nodes, V->n_nodes, V->segs);
+            V->n_nodes = ts_rt_block_nodes(&V->shape, V->nodes);
+            V->n_segs = ts_rt_split_nodes(pf->dev, V->nodes, V->n_nodes, V->segs);
             for (int i = 0; i < V->n_segs; i++) {
-                const ts_eng_segment *sg = &V->segs[i];
+                const ts_rt_segment *sg = &V->segs[i];
                 if (!sg->on_device)
                     pf->need_cpu = true;
                 for (int k = sg->first; k < sg->first + sg->count; k++) {
@@ -415,7 +502,7 @@ ts_eng_prefill *ts_eng_prefill_new(const ts_eng_prefill_params *p, char *note, s
     for (int i = 0; i < pf->vars[0].n_segs; i++)
         pf->st.device_segments += pf->vars[0].segs[i].on_device;
     if (!pf->st.device_segments) {
-        ts_err_set(err, "%s takes none of a layer's ops", pf->dev->desc.name);
+        ts_err_set(err, "%s takes none of a layer's ops", ts_eng_describe(pf->dev)->name);
         goto fail;
     }
 
@@ -437,9 +524,24 @@ ts_eng_prefill *ts_eng_prefill_new(const ts_eng_prefill_params *p, char *note, s
                          !(pf->cpu_vc = ts_eng_buf_map(pf->cpu, p->v_cache, kvb, err))))
         goto fail;
 
-    /* weights: probe (needs window room for a moment), convert; the binds of every layer */
-    probe_cache pc[64];
-    int n_pc = 0;
+    /* weights, the first state only: probe (needs window room for a
+     * moment), convert; the weight binds of every layer */
+    ts_rt_weights *wt = pf->w;
+    pthread_mutex_lock(&wt->mu);
+    if (!wt->planned) {
+        probe_cache pc[64];
+        int n_pc = 0;
+        for (int l = 0; l < p->n_layer; l++)
+            if (plan_layer(wt, l, pc, &n_pc, note, note_size, err)) {
+                for (int k = 0; k <= l; k++)
+                    free_plan_copies(&wt->plans[k]);
+                memset(wt->plans, 0, (size_t)wt->n_layer * sizeof *wt->plans);
+                memset(wt->binds, 0, (size_t)wt->n_layer * TS_LS_COUNT * sizeof *wt->binds);
+                wt->converted = 0;
+                goto fail_locked;
+            }
+        wt->planned = true;
+    }
     for (int l = 0; l < p->n_layer; l++) {
         ts_eng_bind *db = pf->dev_binds + (size_t)l * TS_LS_COUNT, *cb = pf->cpu_binds + (size_t)l * TS_LS_COUNT;
         for (int i = 0; i < N_ACT; i++) {
@@ -452,36 +554,52 @@ ts_eng_prefill *ts_eng_prefill_new(const ts_eng_prefill_params *p, char *note, s
         }
         cb[TS_LS_KC] = (ts_eng_bind){.buf = pf->cpu_kc, .off = (uint64_t)l * p->kv_layer_bytes};
         cb[TS_LS_VC] = (ts_eng_bind){.buf = pf->cpu_vc, .off = (uint64_t)l * p->kv_layer_bytes};
-        if (plan_layer(pf, p, l, pc, &n_pc, note, note_size, err))
-            goto fail;
-        if (pf->need_cpu && map_layer_cpu(pf, p, l, err))
-            goto fail;
+        for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++)
+            db[s] = wt->binds[(size_t)l * TS_LS_COUNT + s];
+        if (pf->need_cpu && map_layer_cpu(pf, l, err))
+            goto fail_locked;
     }
     /* graphs: one per variant and segment, built once for this width (before
      * the weights are placed, so that their scratch is known) */
     for (int v = 0; v < pf->n_vars; v++) {
         variant *V = &pf->vars[v];
         for (int i = 0; i < V->n_segs; i++) {
-            const ts_eng_segment *sg = &V->segs[i];
+            const ts_rt_segment *sg = &V->segs[i];
             V->graphs[i] = ts_eng_graph_new(sg->on_device ? pf->dev : pf->cpu, V->nodes + sg->first, sg->count,
                                             TS_LS_COUNT, p->width, err);
             if (!V->graphs[i])
-                goto fail;
+                goto fail_locked;
             pf->st.graph_builds++;
         }
     }
 
-    if (place_weights(pf, err))
-        goto fail;
+    if (!wt->placed) {
+        if (place_weights(wt, pf->dq, err))
+            goto fail_locked;
+        for (int l = 0; l < p->n_layer; l++)
+            for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++)
+                pf->dev_binds[(size_t)l * TS_LS_COUNT + s] = wt->binds[(size_t)l * TS_LS_COUNT + s];
+    }
+    if (wt->streaming && stream_slots(pf, err))
+        goto fail_locked;
+    wt->users++;
+    pf->attached = true;
+    pf->st.converted = wt->converted;
+    pf->st.weight_bytes = wt->weight_bytes;
+    pf->st.streaming = wt->streaming;
+    pf->st.slot_bytes = wt->slot_bytes;
+    pthread_mutex_unlock(&wt->mu);
     return pf;
+fail_locked:
+    pthread_mutex_unlock(&wt->mu);
 fail:
-    ts_err_prefix(err, "prefill on %s", p->dev->desc.name);
-    ts_eng_prefill_free(pf);
+    ts_err_prefix(err, "prefill on %s", ts_eng_describe(pf->dev)->name);
+    ts_rt_layers_free(pf);
     return NULL;
 }
 
 /* host_sync of every activation's first n_tok rows */
-static int sync_acts(ts_eng_prefill *pf, int n_tok, ts_eng_sync_dir dir, ts_err *err) {
+static int sync_acts(ts_rt_layers *pf, int n_tok, ts_eng_sync_dir dir, ts_err *err) {
     pf->dq_pending = true;
     for (int i = 0; i < N_ACT; i++)
         if (ts_eng_enqueue_host_sync(pf->dq, pf->dev_act[i], 0, (size_t)(pf->act_row[i] * (uint64_t)n_tok), dir, err))
@@ -489,7 +607,7 @@ static int sync_acts(ts_eng_prefill *pf, int n_tok, ts_eng_sync_dir dir, ts_err 
     return 0;
 }
 
-static int sync_kv(ts_eng_prefill *pf, int l, int64_t r0, int64_t r1, ts_eng_sync_dir dir, ts_err *err) {
+static int sync_kv(ts_rt_layers *pf, int l, int64_t r0, int64_t r1, ts_eng_sync_dir dir, ts_err *err) {
     if (r1 <= r0 || !pf->kv_mapped_dev)
         return 0;
     pf->dq_pending = true;
@@ -502,7 +620,7 @@ static int sync_kv(ts_eng_prefill *pf, int l, int64_t r0, int64_t r1, ts_eng_syn
 
 /* Waits until everything enqueued on the device queue is done (nothing to
  * do, and no crossing, when nothing was enqueued since the last drain). */
-static int drain(ts_eng_prefill *pf, ts_err *err) {
+static int drain(ts_rt_layers *pf, ts_err *err) {
     if (!pf->dq_pending)
         return 0;
     pf->dq_pending = false;
@@ -517,7 +635,7 @@ static int drain(ts_eng_prefill *pf, ts_err *err) {
 /* Streaming: uploads layer l into its slot once the graphs that read the
  * slot's previous layer are done, and makes dq wait for the upload (a
  * weight wait: its time is the device's stall). */
-static int stream_layer_in(ts_eng_prefill *pf, int l, ts_err *err) {
+static int stream_layer_in(ts_rt_layers *pf, int l, ts_err *err) {
     const int j = l & 1;
     if (pf->slot_free[j]) {
         /* the marker completes only once dq's work before it is handed over */
@@ -526,7 +644,7 @@ static int stream_layer_in(ts_eng_prefill *pf, int l, ts_err *err) {
         ts_eng_event_free(pf->slot_free[j]);
         pf->slot_free[j] = NULL;
     }
-    if (enqueue_layer_upload(pf, pf->uq, l, pf->slot[j], err))
+    if (enqueue_layer_upload(pf->w, pf->uq, l, pf->slot[j], err))
         return -1;
     ts_eng_event *up = ts_eng_enqueue_marker(pf->uq, err);
     if (!up)
@@ -540,25 +658,25 @@ static int stream_layer_in(ts_eng_prefill *pf, int l, ts_err *err) {
 }
 
 /* Streaming: the slot of layer l is free again after what dq has so far. */
-static int stream_layer_done(ts_eng_prefill *pf, int l, ts_err *err) {
+static int stream_layer_done(ts_rt_layers *pf, int l, ts_err *err) {
     const int j = l & 1;
     ts_eng_event_free(pf->slot_free[j]);
     pf->slot_free[j] = ts_eng_enqueue_marker(pf->dq, err);
     return pf->slot_free[j] ? 0 : -1;
 }
 
-int ts_eng_prefill_run(ts_eng_prefill *pf, int64_t pos0, int n_tok, ts_err *err) {
-    return ts_eng_prefill_run_window(pf, pos0, n_tok, 0, err);
+int ts_rt_layers_run(ts_rt_layers *pf, int64_t pos0, int n_tok, ts_err *err) {
+    return ts_rt_layers_run_window(pf, pos0, n_tok, 0, err);
 }
 
-int ts_eng_prefill_run_window(ts_eng_prefill *pf, int64_t pos0, int n_tok, int64_t n_kv, ts_err *err) {
+int ts_rt_layers_run_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n_kv, ts_err *err) {
     if (!pf)
         return ts_err_set(err, "prefill: NULL");
     if (n_tok < 1 || n_tok > pf->width)
         return ts_err_set(err, "prefill: %d tokens outside [1, width %d]", n_tok, pf->width);
-    if (pf->dev->desc.widths_required && n_tok != pf->width)
+    if (ts_eng_describe(pf->dev)->widths_required && n_tok != pf->width)
         return ts_err_set(err, "prefill: %s runs only full chunks of %d tokens, not %d (run the tail on the CPU)",
-                          pf->dev->desc.name, pf->width, n_tok);
+                          ts_eng_describe(pf->dev)->name, pf->width, n_tok);
     if (pos0 < 0)
         return ts_err_set(err, "prefill: pos0 %lld", (long long)pos0);
     if (n_kv != 0 && n_kv < pos0 + n_tok)
@@ -667,7 +785,7 @@ fail:
     return -1;
 }
 
-void ts_eng_prefill_kv_truncate(ts_eng_prefill *pf, int64_t n) {
+void ts_rt_layers_kv_truncate(ts_rt_layers *pf, int64_t n) {
     if (!pf)
         return;
     /* the broken hook may have left a run in flight over those rows */
@@ -677,4 +795,9 @@ void ts_eng_prefill_kv_truncate(ts_eng_prefill *pf, int64_t n) {
         pf->kv_valid = n < 0 ? 0 : n;
 }
 
-void ts_eng_prefill_get_stats(const ts_eng_prefill *pf, ts_eng_prefill_stats *out) { *out = pf->st; }
+void ts_rt_layers_get_stats(const ts_rt_layers *pf, ts_rt_layers_stats *out) {
+    *out = pf->st;
+    pthread_mutex_lock(&pf->w->mu);
+    out->weight_users = pf->w->users;
+    pthread_mutex_unlock(&pf->w->mu);
+}

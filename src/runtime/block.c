@@ -1,9 +1,9 @@
 /* layer_graph.c - a transformer block as engine nodes (see layer_graph.h). */
-#include "engine/layer_graph.h"
+#include "runtime/block.h"
 
 #define R(s) TS_ENG_REF((s), 0)
 
-int ts_eng_layer_nodes(const ts_eng_layer_shape *s, ts_eng_node *out) {
+int ts_rt_block_nodes(const ts_rt_block_shape *s, ts_eng_node *out) {
     int k = 0;
     const int64_t E = s->n_embd, F = s->n_ff, QD = (int64_t)s->n_head * s->head_dim,
                   KD = (int64_t)s->n_head_kv * s->head_dim;
@@ -100,14 +100,14 @@ int ts_eng_layer_nodes(const ts_eng_layer_shape *s, ts_eng_node *out) {
     return k;
 }
 
-int ts_eng_split_nodes(const ts_engine *dev, const ts_eng_node *nodes, int n, ts_eng_segment *segs) {
+int ts_rt_split_nodes(const ts_engine *dev, const ts_eng_node *nodes, int n, ts_rt_segment *segs) {
     int ns = 0;
     for (int i = 0; i < n; i++) {
         const bool d = dev && ts_eng_supports_op(dev, nodes[i].op, TS_ENG_ANY_WTYPE);
         if (ns && segs[ns - 1].on_device == d) {
             segs[ns - 1].count++;
         } else {
-            segs[ns++] = (ts_eng_segment){.first = i, .count = 1, .on_device = d};
+            segs[ns++] = (ts_rt_segment){.first = i, .count = 1, .on_device = d};
         }
     }
     return ns;

@@ -16,8 +16,8 @@
  * CPU engine, both over memory both address (the forward's buffers,
  * mapped). Each segment boundary costs a crossing.
  */
-#ifndef TS_ENGINE_LAYER_GRAPH_H
-#define TS_ENGINE_LAYER_GRAPH_H
+#ifndef TS_RUNTIME_BLOCK_H
+#define TS_RUNTIME_BLOCK_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -58,7 +58,7 @@ typedef enum ts_ls_slot {
     TS_LS_COUNT
 } ts_ls_slot;
 
-typedef struct ts_eng_layer_shape {
+typedef struct ts_rt_block_shape {
     int32_t n_embd, n_head, n_head_kv, head_dim, n_ff, n_rot;
     int32_t n_ctx;   /* KV capacity (rows) */
     int32_t n_swa;   /* 0 = full causal; a sliding-window layer is its own variant */
@@ -71,20 +71,20 @@ typedef struct ts_eng_layer_shape {
     bool fast_kernels; /* attention and SwiGLU on the forward's fast kernels (fastops.h), as
                           the CPU forward runs them when it is not on TS_KERNELS=ref */
     float eps, attn_scale, attn_softcap;
-} ts_eng_layer_shape;
+} ts_rt_block_shape;
 
 #define TS_LS_MAX_NODES 32
 
 /* Writes the layer's nodes into out[TS_LS_MAX_NODES]; returns the count. */
-int ts_eng_layer_nodes(const ts_eng_layer_shape *s, ts_eng_node *out);
+int ts_rt_block_nodes(const ts_rt_block_shape *s, ts_eng_node *out);
 
-typedef struct ts_eng_segment {
+typedef struct ts_rt_segment {
     int first, count; /* nodes [first, first+count) */
     bool on_device;
-} ts_eng_segment;
+} ts_rt_segment;
 
 /* Cuts nodes into maximal runs that dev takes (on_device) or not. dev NULL:
  * one CPU segment. Returns the number of segments (<= n). */
-int ts_eng_split_nodes(const ts_engine *dev, const ts_eng_node *nodes, int n, ts_eng_segment *segs);
+int ts_rt_split_nodes(const ts_engine *dev, const ts_eng_node *nodes, int n, ts_rt_segment *segs);
 
 #endif

@@ -1,0 +1,126 @@
+/* layers.h - the transformer layers of a span of tokens run on a device:
+ * prompt chunks (seed 001: prefill on the device, decode on the CPU) and the
+ * window forwards of diffusion LLMs, over the forward's own buffers and KV
+ * cache.
+ *
+ * Two objects:
+ *   ts_rt_weights  the model's weights on one device: opened once per model
+ *                  and device, shared by every state that runs there (one
+ *                  probe, one conversion, one upload). The first state that
+ *                  attaches plans them (every matrix probed and, where the
+ *                  device refuses its type, converted once to the type the
+ *                  probe found: ts_rt_probe_weight_type) and places them:
+ *     resident   every layer in its own DEVICE buffer, uploaded once, when
+ *                they all fit the window beside that state's buffers;
+ *     streaming  otherwise each state gets two DEVICE slots of the largest
+ *                layer's size: a run uploads layer l+1 (on its own queue)
+ *                while layer l computes from the other slot; the compute
+ *                queue waits for each upload on an event flagged
+ *                TS_WAIT_WEIGHTS (the device's stall time), and an upload
+ *                into a slot waits for the graphs that read the slot's
+ *                previous layer. Converted copies stay in host memory as the
+ *                source of every run's uploads.
+ *   ts_rt_layers   one state's runner (once per state): the forward's
+ *                  activation buffers and KV cache mapped into the device
+ *                  (no copy; the cache only when the device runs kv_store or
+ *                  attention) and into the state's own `cpu` engine; one
+ *                  graph per layer variant and segment built for the chunk
+ *                  width (ts_rt_block_nodes, ts_rt_split_nodes) and reused
+ *                  by every run; its queues.
+ * A window that holds neither is refused with the numbers (the caller runs
+ * on the CPU). Peak window use never exceeds the window (engine.c refuses
+ * every allocation past it). Several states may run at once from their own
+ * threads (each has its own queues and graphs; the engine serialises what
+ * it must).
+ *
+ * A run takes the embeddings of n_tok tokens in x and leaves the residual
+ * stream after the last layer in x, with every layer's K/V rows for the
+ * chunk in the KV cache, exactly where the CPU decode reads them. Nodes the
+ * device does not take run on the CPU engine in place, at the cost of a
+ * crossing per segment boundary. The embedding, the output norm and the
+ * logits stay with the caller (the CPU).
+ */
+#ifndef TS_RUNTIME_LAYERS_H
+#define TS_RUNTIME_LAYERS_H
+
+#include "engine/engine.h"
+#include "runtime/block.h"
+
+/* What a layer slot holds on the host. */
+typedef struct ts_rt_host_slot {
+    const void *data; /* NULL: absent. As the CPU forward uses it. */
+    uint64_t bytes;   /* of data */
+    /* matmul weights only: */
+    uint32_t wtype;
+    ts_eng_wlayout layout; /* of data */
+    const void *rows;      /* the GGUF rows (== data when layout is ROWS; NULL if lost) */
+    int64_t n_in, n_out;
+} ts_rt_host_slot;
+
+typedef struct ts_rt_weights ts_rt_weights;
+
+/* The weights of a model's n_layer layers on dev (not owned: it must
+ * outlive the object). slots [n_layer][TS_LS_COUNT] is what each layer slot
+ * holds on the host (activation and KV slots ignored); it is copied, but
+ * the memory it points to must outlive the object. Nothing is probed or
+ * uploaded until the first ts_rt_layers_new. */
+ts_rt_weights *ts_rt_weights_new(ts_engine *dev, int n_layer, const ts_rt_host_slot *slots, ts_err *err);
+/* Frees the device copy. Every ts_rt_layers over w must have been freed. */
+void ts_rt_weights_free(ts_rt_weights *w);
+ts_engine *ts_rt_weights_engine(const ts_rt_weights *w);
+
+typedef struct ts_rt_layers_params {
+    ts_rt_weights *weights; /* the device and the model's weights on it (not owned) */
+    ts_engine *cpu;         /* this state's `cpu` engine for what the device does not take (not owned) */
+    int width;              /* tokens per chunk graph */
+    int n_layer;
+    const ts_rt_block_shape *shapes; /* [n_layer] (swa layers differ) */
+    /* the forward's buffers, each [>= width] rows (see ts_ls_slot for widths) */
+    float *act[TS_LS_KC];    /* indexed by TS_LS_X .. TS_LS_UP */
+    void *k_cache, *v_cache; /* [n_layer][n_ctx][n_head_kv*head_dim] */
+    uint64_t kv_layer_bytes; /* bytes of one layer's cache */
+} ts_rt_layers_params;
+
+typedef struct ts_rt_layers ts_rt_layers;
+
+/* Sets up (the first state: probe, convert, upload; every state: map,
+ * build). note gets the probe results, one "type[n_in]: ..." account per
+ * distinct weight shape (first state only). NULL with err when the device
+ * cannot take the model: the caller prints ts_eng_fallback_line and runs on
+ * the CPU. */
+ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t note_size, ts_err *err);
+void ts_rt_layers_free(ts_rt_layers *pf);
+
+/* Runs every layer over n_tok tokens (n_tok <= width; == width on devices
+ * that require widths) at positions pos0..: x in, x out, KV rows written. */
+int ts_rt_layers_run(ts_rt_layers *pf, int64_t pos0, int n_tok, ts_err *err);
+
+/* The same with non-causal attention (ts_forward_window): every token sees
+ * cache rows [0, n_kv) (n_kv >= pos0 + n_tok; 0 = causal, as above). Rows
+ * [pos0 + n_tok, n_kv) the host wrote (a dual cache's suffix) are synced to
+ * the device first. Counted in tokens/runs and in window_tokens/runs. */
+int ts_rt_layers_run_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n_kv, ts_err *err);
+
+/* The KV cache was truncated to n rows on the host (ts_state_kv_truncate):
+ * rows past it are no longer known to the device. */
+void ts_rt_layers_kv_truncate(ts_rt_layers *pf, int64_t n);
+
+typedef struct ts_rt_layers_stats {
+    uint64_t tokens; /* tokens run through the device path */
+    uint64_t runs;
+    uint64_t window_tokens; /* of tokens: those of window runs (n_kv > 0) */
+    uint64_t window_runs;   /* of runs: window runs */
+    uint64_t run_crossings; /* device crossings during runs (setup's probes and uploads excluded) */
+    uint64_t run_nodes;     /* nodes the device computed during runs */
+    int segments_per_layer; /* device + cpu segments of the first layer variant */
+    int device_segments;    /* of which on the device */
+    uint64_t weight_bytes;  /* the shared device copy, uploaded once (after conversion; 0 when streaming) */
+    int weight_users;       /* states sharing that copy now (this one included) */
+    int converted;          /* matrices converted at setup */
+    uint64_t graph_builds;  /* chunk graphs built (at setup; runs never rebuild) */
+    bool streaming;         /* weights stream through two slots */
+    uint64_t slot_bytes;    /* size of one slot when streaming */
+} ts_rt_layers_stats;
+void ts_rt_layers_get_stats(const ts_rt_layers *pf, ts_rt_layers_stats *out);
+
+#endif

@@ -289,6 +289,8 @@ typedef struct ts_eng_node {
             ts_eng_ref w;    /* weight: type/layout from the slot's binding */
             ts_eng_ref x, y; /* x [n_tok][n_in], y [n_tok][n_out] */
             int64_t n_in, n_out;
+            bool ref; /* cpu/loop: the reference ts_matmul (TS_KERNELS=ref) instead of ts_linear (whose
+                         consecutive matmuls over one input share its quantization); others ignore it */
         } matmul;
         struct {                /* TS_OP_RMSNORM: n_tok * rows_per_tok rows of n */
             ts_eng_ref x, y, w; /* y may equal x; w [n] f32 or TS_ENG_NOREF */

@@ -42,6 +42,10 @@ void ts_wmat_row(const ts_wmat *w, int64_t r, float *dst);
 
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * (w ? w[i] : 1). out may alias x. */
 void ts_rmsnorm_f32(float *out, const float *x, const float *w, int64_t n, float eps);
+/* ts_rmsnorm_f32 over rows rows of n (out[r], x[r] at r * n); rows are
+ * independent, so large batches are split over pool (same bits). */
+void ts_rmsnorm_rows(ts_threadpool *pool, float *out, const float *x, const float *w, int64_t n, int64_t rows,
+                     float eps);
 
 /* In place, numerically stable (max subtracted). n >= 1. */
 void ts_softmax_f32(float *x, int64_t n);

@@ -4,7 +4,8 @@
  * for the same device (name and thread count) shares that session: one open
  * device, one probe, one converted copy, one upload. The last state to let
  * go closes it. The weights' host description is the model's (each
- * layer's matrices, vectors and rope angles); what depends on a state
+ * layer's matrices, vectors and rope angles, made once at load: it is also
+ * what the CPU forward's own layer graphs bind); what depends on a state
  * (context size, chunk width, buffers) stays with the state (forward.c).
  */
 #include <pthread.h>
@@ -32,7 +33,6 @@ static void dev_free(ts_mdl_dev *d) {
     ts_engine *e = ts_rt_weights_engine(d->w);
     ts_rt_weights_free(d->w);
     ts_eng_close(e);
-    free(d->freq);
     free(d);
 }
 
@@ -62,21 +62,22 @@ static ts_rt_host_slot host_matrix(const ts_wmat *w) {
     };
 }
 
-/* The model's layers as runtime slots over its own memory (and d->freq). */
-static int describe_weights(const ts_mdl *m, ts_mdl_dev *d, ts_engine *dev, ts_err *err) {
+int ts_mdl_describe_weights(ts_mdl *m, ts_err *err) {
     const ts_hparams *hp = &m->hp;
     const int nl = hp->n_layer;
     const int64_t qd = (int64_t)hp->n_head * hp->head_dim, kd = (int64_t)hp->n_head_kv * hp->head_dim;
     const size_t fb = (ts_eng_rope_freq_bytes(m->n_rot) + 63) & ~(size_t)63;
-    ts_rt_host_slot *slots = calloc((size_t)nl * TS_LS_COUNT, sizeof *slots);
-    d->freq = aligned_alloc(64, fb * (size_t)nl);
-    if (!slots || !d->freq) {
-        free(slots);
-        return ts_err_set(err, "out of memory describing the layers");
-    }
+    m->host_slots = calloc((size_t)nl * TS_LS_COUNT, sizeof *m->host_slots);
+    m->rope_packed = aligned_alloc(64, 2 * fb);
+    if (!m->host_slots || !m->rope_packed) return ts_err_set(err, "out of memory describing the layers");
+    /* the two sets of rope angles (global, sliding window), packed once: every
+     * layer of a set binds the same memory */
+    uint8_t *packed[2] = {m->rope_packed, (uint8_t *)m->rope_packed + fb};
+    ts_eng_rope_freq_pack(m->inv_freq_global, m->n_rot, packed[0]);
+    ts_eng_rope_freq_pack(m->inv_freq_swa ? m->inv_freq_swa : m->inv_freq_global, m->n_rot, packed[1]);
     for (int l = 0; l < nl; l++) {
         const ts_layer *L = &m->layers[l];
-        ts_rt_host_slot *S = slots + (size_t)l * TS_LS_COUNT;
+        ts_rt_host_slot *S = m->host_slots + (size_t)l * TS_LS_COUNT;
 #define VEC(slot, ptr, n) \
     if (ptr) S[slot] = (ts_rt_host_slot){.data = (ptr), .bytes = (uint64_t)(n) * sizeof(float)}
         VEC(TS_LS_ATTN_NORM, L->attn_norm, hp->n_embd);
@@ -89,9 +90,10 @@ static int describe_weights(const ts_mdl *m, ts_mdl_dev *d, ts_engine *dev, ts_e
         VEC(TS_LS_ATTN_POST_NORM, L->attn_post_norm, hp->n_embd);
         VEC(TS_LS_FFN_POST_NORM, L->ffn_post_norm, hp->n_embd);
 #undef VEC
-        uint8_t *freq = (uint8_t *)d->freq + fb * (size_t)l;
-        ts_eng_rope_freq_pack(L->inv_freq, m->n_rot, freq);
-        S[TS_LS_ROPE_FREQ] = (ts_rt_host_slot){.data = freq, .bytes = ts_eng_rope_freq_bytes(m->n_rot)};
+        if (L->inv_freq != m->inv_freq_global && L->inv_freq != m->inv_freq_swa)
+            return ts_err_set(err, "layer %d: rope angles neither the global nor the sliding-window set", l);
+        const int set = L->inv_freq != m->inv_freq_global;
+        S[TS_LS_ROPE_FREQ] = (ts_rt_host_slot){.data = packed[set], .bytes = ts_eng_rope_freq_bytes(m->n_rot)};
         S[TS_LS_WQ] = host_matrix(&L->wq);
         S[TS_LS_WK] = host_matrix(&L->wk);
         S[TS_LS_WV] = host_matrix(&L->wv);
@@ -100,9 +102,8 @@ static int describe_weights(const ts_mdl *m, ts_mdl_dev *d, ts_engine *dev, ts_e
         S[TS_LS_W_UP] = host_matrix(&L->w_up);
         S[TS_LS_W_DOWN] = host_matrix(&L->w_down);
     }
-    d->w = ts_rt_weights_new(dev, nl, slots, err);
-    free(slots);
-    return d->w ? 0 : -1;
+    m->host_w = ts_rt_weights_new(NULL, nl, m->host_slots, err);
+    return m->host_w ? 0 : -1;
 }
 
 ts_mdl_dev *ts_mdl_dev_acquire(const ts_mdl *m, const char *spec, int n_threads, ts_err *err) {
@@ -126,9 +127,9 @@ ts_mdl_dev *ts_mdl_dev_acquire(const ts_mdl *m, const char *spec, int n_threads,
     const ts_eng_open_params op = {.threads = n_threads};
     ts_engine *dev = d ? ts_eng_open_ex(spec, &op, err) : NULL;
     if (!d) ts_err_set(err, "out of memory");
-    if (!dev || describe_weights(m, d, dev, err)) {
-        if (d && !d->w) ts_eng_close(dev); /* else closed by dev_free */
-        if (d) dev_free(d);
+    if (dev && !(d->w = ts_rt_weights_new(dev, m->hp.n_layer, m->host_slots, err))) ts_eng_close(dev);
+    if (!d || !d->w) {
+        free(d);
         pthread_mutex_unlock(&ds->mu);
         return NULL;
     }

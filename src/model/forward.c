@@ -2,12 +2,13 @@
  * pool) and the forward pass over a batch of tokens.
  *
  * A call to ts_forward is cut into micro-batches of at most n_batch tokens.
- * Each micro-batch runs the layers one after the other, and each layer as a
- * sequence of stages over the whole micro-batch:
- *   attn_norm -> qkv -> qk_norm -> rope -> kv_store -> attention -> o_proj
- *   -> ffn (norm, gate/up, activation, down, residual)
- * Every stage reads and writes the state's buffers only, so a later engine
- * can take a stage (most of all the matmuls) over for a whole batch.
+ * Each micro-batch is embedded here, runs its layers through the block graph
+ * (runtime/block.h: one description of a layer, as data) and ends with the
+ * output norm and logits here. The layers run on the state's own `cpu`
+ * engine (runtime/layers.h over the model's weights) or, for prompt chunks
+ * and diffusion windows a prefill device takes, on that device over the
+ * same buffers and KV cache: placement is the only difference, and the CPU
+ * forward and every device path execute the same nodes.
  *
  * K and V go into the cache (rounded to f16 unless kv_f32) before attention
  * reads them back, so a batched prefill and a token-by-token decode compute
@@ -21,12 +22,13 @@
 
 #include <stdio.h>
 
-#include "runtime/layers.h"
+#include "engine/cpu/cpu_engine.h"
 #include "kernels/fastops.h"
 #include "kernels/linear.h"
 #include "kernels/repack.h"
 #include "model/model_impl.h"
 #include "quant/quant.h"
+#include "runtime/layers.h"
 
 /* ---- state ------------------------------------------------------------ */
 
@@ -56,10 +58,8 @@ static void pf_open(ts_state *s, const ts_state_params *p) {
     const char *spec = p->prefill_device;
     ts_err e = {{0}};
     /* the model's session for this device (opened by the first state that
-     * asks), and a `cpu` engine of the state's own for what it does not take */
-    const ts_eng_open_params op = {.threads = s->n_threads};
-    if (!(s->pf_sess = ts_mdl_dev_acquire(s->m, spec, s->n_threads, &e)) ||
-        !(s->pf_cpu = ts_eng_open_ex("cpu", &op, &e))) {
+     * asks); what it does not take runs on the state's own `cpu` engine */
+    if (!(s->pf_sess = ts_mdl_dev_acquire(s->m, spec, s->n_threads, &e))) {
         ts_eng_fallback_line(spec, &e, s->pf_fallback, sizeof s->pf_fallback);
         ts_mdl_dev_release(s->m, s->pf_sess);
         s->pf_sess = NULL;
@@ -90,32 +90,29 @@ static void pf_open(ts_state *s, const ts_state_params *p) {
 static void pf_close(ts_state *s) {
     ts_rt_layers_free(s->pf);
     s->pf = NULL;
-    ts_eng_close(s->pf_cpu);
-    s->pf_cpu = NULL;
     ts_mdl_dev_release(s->m, s->pf_sess);
     s->pf_sess = NULL;
     s->pf_dev = NULL;
 }
 
-/* Describes the state's layer shapes to runtime/layers.c and sets it up
- * over the state's buffers and the model's weights on the device. -1 with
- * err when the device cannot take the model. */
-static int pf_attach_layers(ts_state *s, ts_err *err) {
+/* The state's layer shapes [n_layer] (calloc'd; the caller frees), or NULL
+ * with err. */
+static ts_rt_block_shape *layer_shapes(const ts_state *s, ts_err *err) {
     const ts_mdl *m = s->m;
     const ts_hparams *hp = &m->hp;
     const int nl = hp->n_layer;
     ts_rt_block_shape *shapes = calloc((size_t)nl, sizeof *shapes);
-    int rc = -1;
     if (!shapes) {
         ts_err_set(err, "out of memory describing the layers");
-        goto done;
+        return NULL;
     }
     for (int l = 0; l < nl; l++) {
         const ts_layer *L = &m->layers[l];
         if (!L->q_norm != !L->k_norm || !L->attn_post_norm != !L->ffn_post_norm || !L->bq != !L->bk ||
             !L->bq != !L->bv) {
             ts_err_set(err, "layer %d mixes present and absent optional parts (q/k norms, post norms, biases)", l);
-            goto done;
+            free(shapes);
+            return NULL;
         }
         shapes[l] = (ts_rt_block_shape){
             .n_embd = hp->n_embd,
@@ -133,34 +130,41 @@ static int pf_attach_layers(ts_state *s, ts_err *err) {
             .gelu = m->ffn_gelu,
             .kv_f16 = !s->kv_f32,
             .fast_kernels = s->lin != NULL, /* the kernels the CPU forward runs */
+            .ref_matmul = s->lin == NULL,
             .eps = hp->norm_eps,
             .attn_scale = m->attn_scale,
             .attn_softcap = hp->attn_logit_softcap,
         };
     }
+    return shapes;
+}
+
+/* A layer runner over the state's buffers for weights w (the model's own,
+ * for the CPU layers; or a device session's), width tokens per run. */
+static ts_rt_layers *layers_new(ts_state *s, ts_rt_weights *w, int width, ts_err *err) {
+    ts_rt_block_shape *shapes = layer_shapes(s, err);
+    if (!shapes) return NULL;
     ts_rt_layers_params pp = {
-        .weights = s->pf_sess->w,
-        .cpu = s->pf_cpu,
-        .width = s->pf_width,
-        .n_layer = nl,
+        .weights = w,
+        .cpu = s->cpu_eng,
+        .width = width,
+        .n_layer = s->m->hp.n_layer,
         .shapes = shapes,
         .act = {s->x, s->xn, s->q, s->k, s->v, s->attn, s->o, s->gate, s->up},
         .k_cache = s->k_cache,
         .v_cache = s->v_cache,
         .kv_layer_bytes = (uint64_t)s->n_ctx * (uint64_t)s->n_kv_dim * (s->kv_f32 ? 4u : 2u),
     };
-    s->pf = ts_rt_layers_new(&pp, NULL, 0, err);
-    rc = s->pf ? 0 : -1;
-done:
+    ts_rt_layers *l = ts_rt_layers_new(&pp, NULL, 0, err);
     free(shapes);
-    return rc;
+    return l;
 }
 
 /* After the buffers exist: the device path, or the fallback line. */
 static void pf_attach(ts_state *s) {
     if (!s->pf_dev) return;
     ts_err e = {{0}};
-    if (pf_attach_layers(s, &e) < 0) {
+    if (!(s->pf = layers_new(s, s->pf_sess->w, s->pf_width, &e))) {
         const char *spec = ts_eng_describe(s->pf_dev)->name;
         ts_eng_fallback_line(spec, &e, s->pf_fallback, sizeof s->pf_fallback);
         pf_close(s);
@@ -243,6 +247,7 @@ ts_state *ts_state_new(const ts_mdl *m, const ts_state_params *p, ts_err *err) {
     s->pool = ts_threadpool_new(p->n_threads, err);
     if (!s->pool) goto fail;
     s->n_threads = ts_threadpool_n_threads(s->pool);
+    if (!(s->cpu_eng = ts_eng_cpu_open_pool(s->pool, err))) goto fail;
     pf_open(s, p); /* prefill device: may raise n_batch to hold a chunk */
     s->n_kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
     s->n_q_dim = (int64_t)hp->n_head * hp->head_dim;
@@ -261,7 +266,6 @@ ts_state *ts_state_new(const ts_mdl *m, const ts_state_params *p, ts_err *err) {
     s->gate = alloc3(B, hp->n_ff, 1, sizeof(float));
     s->up = alloc3(B, hp->n_ff, 1, sizeof(float));
     s->logits = alloc3(hp->n_vocab, 1, 1, sizeof(float));
-    for (int i = 0; i < 2; i++) s->rope[i].cs = alloc3(B, m->n_rot, 1, sizeof(float));
 
     /* Per-thread scratch: one dequantized weight row (the widest matmul
      * input), or attention's K/V row, accumulator and scores over n_ctx.
@@ -284,10 +288,12 @@ ts_state *ts_state_new(const ts_mdl *m, const ts_state_params *p, ts_err *err) {
     }
 
     if (!s->k_cache || !s->v_cache || !s->x || !s->xn || !s->o || !s->q || !s->attn || !s->k || !s->v ||
-        !s->gate || !s->up || !s->logits || !s->rope[0].cs || !s->rope[1].cs || !s->scratch) {
+        !s->gate || !s->up || !s->logits || !s->scratch) {
         ts_err_set(err, "out of memory allocating the state (n_ctx %d, n_batch %d)", s->n_ctx, s->n_batch);
         goto fail;
     }
+    /* the layers on the CPU: the block graph over these buffers */
+    if (!(s->cpu_layers = layers_new(s, m->host_w, (int)B, err))) goto fail;
     pf_attach(s); /* the device path over these buffers, or the fallback line */
     return s;
 fail:
@@ -298,6 +304,8 @@ fail:
 void ts_state_free(ts_state *s) {
     if (!s) return;
     pf_close(s); /* finishes the device's queues before the buffers go */
+    ts_rt_layers_free(s->cpu_layers);
+    ts_eng_close(s->cpu_eng);
     ts_threadpool_free(s->pool);
     ts_linear_ws_free(s->lin);
     free(s->k_cache);
@@ -312,8 +320,6 @@ void ts_state_free(ts_state *s) {
     free(s->gate);
     free(s->up);
     free(s->logits);
-    free(s->rope[0].cs);
-    free(s->rope[1].cs);
     free(s->scratch);
     free(s);
 }
@@ -344,166 +350,13 @@ static void stage_embed(ts_state *s, const int32_t *tokens, int nb) {
     }
 }
 
-typedef struct {
-    float *dst;
-    const float *src, *w;
-    int64_t n;
-    float eps;
-} norm_job;
-
-static void norm_rows(void *ctx, int64_t t0, int64_t t1, int tid) {
-    (void)tid;
-    const norm_job *j = ctx;
-    for (int64_t t = t0; t < t1; t++) ts_rmsnorm_f32(j->dst + t * j->n, j->src + t * j->n, j->w, j->n, j->eps);
-}
-
-/* dst[t] = rmsnorm(src[t]) * w for each of nb rows of n floats; rows are
- * independent, so large batches are split over the pool (same bits). */
-static void stage_norm_rows(const ts_state *s, float *dst, const float *src, const float *w, int64_t n, int nb) {
-    norm_job j = {dst, src, w, n, s->m->hp.norm_eps};
-    if ((int64_t)nb * n < 32768)
-        norm_rows(&j, 0, nb, 0);
-    else
-        ts_parallel_for_grain(s->pool, nb, 8, norm_rows, &j);
-}
-
-static void add_bias(float *y, const float *b, int64_t n, int nb) {
-    if (!b) return;
-    for (int t = 0; t < nb; t++)
-        for (int64_t i = 0; i < n; i++) y[t * n + i] += b[i];
-}
-
-/* y_i = x W_i^T for n matrices reading the same input x (nb rows of
- * w[0]->n_in floats; y_i rows of w[i]->n_out). The fast path converts x once
- * and runs all the matrices in one parallel region. */
-static void matmul_n(ts_state *s, int n, const ts_wmat *const *w, float *const *y, const float *x, int nb) {
+/* y = x W^T over nb rows: the fast path (ts_linear) or the reference. */
+static void matmul(ts_state *s, const ts_wmat *w, const float *x, float *y, int nb) {
     if (s->lin) {
-        ts_linear(s->pool, s->lin, n, w, y, x, nb);
+        ts_linear(s->pool, s->lin, 1, &w, &y, x, nb);
         return;
     }
-    for (int i = 0; i < n; i++)
-        ts_matmul(s->pool, w[i], x, w[i]->n_in, y[i], w[i]->n_out, nb, s->scratch, s->scratch_stride);
-}
-
-static void matmul(ts_state *s, const ts_wmat *w, const float *x, float *y, int nb) {
-    matmul_n(s, 1, &w, &y, x, nb);
-}
-
-/* q, k, v = xn Wq (+bq), xn Wk (+bk), xn Wv (+bv) */
-static void stage_qkv(ts_state *s, const ts_layer *L, int nb) {
-    const ts_wmat *w[3] = {&L->wq, &L->wk, &L->wv};
-    float *y[3] = {s->q, s->k, s->v};
-    matmul_n(s, 3, w, y, s->xn, nb);
-    add_bias(s->q, L->bq, s->n_q_dim, nb);
-    add_bias(s->k, L->bk, s->n_kv_dim, nb);
-    add_bias(s->v, L->bv, s->n_kv_dim, nb);
-}
-
-/* Per-head RMSNorm of q and k (qwen3, gemma3), before rope. */
-static void stage_qk_norm(ts_state *s, const ts_layer *L, int nb) {
-    const ts_hparams *hp = &s->m->hp;
-    const int hd = hp->head_dim;
-    if (L->q_norm) stage_norm_rows(s, s->q, s->q, L->q_norm, hd, nb * hp->n_head);
-    if (L->k_norm) stage_norm_rows(s, s->k, s->k, L->k_norm, hd, nb * hp->n_head_kv);
-}
-
-/* The cos/sin tables of positions pos0 .. pos0+nb-1 for the layer's
- * frequencies: computed by the first layer of a batch that uses them (a
- * model has at most two sets: global and sliding-window) and reused by the
- * others, instead of 2 x n_layer x n_rot/2 double sin/cos per token. */
-static const float *rope_table(ts_state *s, const double *inv_freq, int64_t pos0, int nb) {
-    const int n_rot = s->m->n_rot, i = inv_freq == s->m->inv_freq_swa;
-    ts_rope_tab *rt = &s->rope[i];
-    if (rt->freq != inv_freq || rt->pos0 != pos0 || rt->nb < nb) {
-        for (int t = 0; t < nb; t++) ts_rope_cs(inv_freq, n_rot, pos0 + t, rt->cs + (int64_t)t * n_rot);
-        rt->freq = inv_freq;
-        rt->pos0 = pos0;
-        rt->nb = nb;
-    }
-    return rt->cs;
-}
-
-static void stage_rope(ts_state *s, const ts_layer *L, int64_t pos0, int nb) {
-    const ts_hparams *hp = &s->m->hp;
-    const bool neox = hp->rope_type == TS_ROPE_NEOX;
-    const int n_rot = s->m->n_rot;
-    const float *cs = rope_table(s, L->inv_freq, pos0, nb);
-    for (int t = 0; t < nb; t++) {
-        ts_rope_apply(s->q + t * s->n_q_dim, hp->n_head, hp->head_dim, n_rot, neox, cs + (int64_t)t * n_rot);
-        ts_rope_apply(s->k + t * s->n_kv_dim, hp->n_head_kv, hp->head_dim, n_rot, neox, cs + (int64_t)t * n_rot);
-    }
-}
-
-static size_t kv_elem_size(const ts_state *s) { return s->kv_f32 ? sizeof(float) : sizeof(uint16_t); }
-
-static uint8_t *kv_layer(const ts_state *s, void *cache, int il) {
-    return (uint8_t *)cache + (size_t)il * (size_t)s->n_ctx * (size_t)s->n_kv_dim * kv_elem_size(s);
-}
-
-/* Appends the batch's K and V rows at positions pos0.. of layer il. */
-static void stage_kv_store(ts_state *s, int il, int64_t pos0, int nb) {
-    const int64_t D = s->n_kv_dim;
-    uint8_t *kc = kv_layer(s, s->k_cache, il), *vc = kv_layer(s, s->v_cache, il);
-    for (int t = 0; t < nb; t++) {
-        const float *kt = s->k + t * D, *vt = s->v + t * D;
-        const size_t off = (size_t)(pos0 + t) * (size_t)D;
-        if (s->kv_f32) {
-            memcpy((float *)kc + off, kt, (size_t)D * sizeof(float));
-            memcpy((float *)vc + off, vt, (size_t)D * sizeof(float));
-        } else {
-            uint16_t *kd = (uint16_t *)kc + off, *vd = (uint16_t *)vc + off;
-            for (int64_t i = 0; i < D; i++) {
-                kd[i] = ts_f32_to_f16(kt[i]);
-                vd[i] = ts_f32_to_f16(vt[i]);
-            }
-        }
-    }
-}
-
-/* n_kv = 0: causal; n_kv > 0: every query attends to cache rows [0, n_kv)
- * (ts_forward_window). */
-static void stage_attention(ts_state *s, const ts_layer *L, int il, int64_t pos0, int nb, int64_t n_kv) {
-    const ts_mdl *m = s->m;
-    const ts_hparams *hp = &m->hp;
-    ts_attn_params ap = {
-        .n_head = hp->n_head,
-        .n_head_kv = hp->n_head_kv,
-        .head_dim = hp->head_dim,
-        .scale = m->attn_scale,
-        .softcap = hp->attn_logit_softcap,
-        .n_swa = L->swa ? hp->n_swa : 0,
-        .kv_f16 = !s->kv_f32,
-        .kv_stride = s->n_kv_dim,
-        .n_kv = n_kv,
-    };
-    if (s->lin)
-        ts_attention_fast(s->pool, &ap, s->q, kv_layer(s, s->k_cache, il), kv_layer(s, s->v_cache, il), pos0, nb,
-                          s->attn, s->scratch, s->scratch_stride);
-    else
-        ts_attention(s->pool, &ap, s->q, kv_layer(s, s->k_cache, il), kv_layer(s, s->v_cache, il), pos0, nb,
-                     s->attn, s->scratch, s->scratch_stride);
-}
-
-/* x += post_norm(attn Wo) */
-static void stage_o_proj(ts_state *s, const ts_layer *L, int nb) {
-    const int64_t E = s->m->hp.n_embd;
-    matmul(s, &L->wo, s->attn, s->o, nb);
-    if (L->attn_post_norm) stage_norm_rows(s, s->o, s->o, L->attn_post_norm, E, nb);
-    for (int64_t i = 0; i < nb * E; i++) s->x[i] += s->o[i];
-}
-
-/* x += post_norm(down(act(norm(x) Wgate) * norm(x) Wup)) */
-static void stage_ffn(ts_state *s, const ts_layer *L, int nb) {
-    const ts_hparams *hp = &s->m->hp;
-    const int64_t E = hp->n_embd, F = hp->n_ff;
-    stage_norm_rows(s, s->xn, s->x, L->ffn_norm, E, nb);
-    const ts_wmat *w[2] = {&L->w_gate, &L->w_up};
-    float *y[2] = {s->gate, s->up};
-    matmul_n(s, 2, w, y, s->xn, nb);
-    ts_glu(s->pool, s->m->ffn_gelu, s->lin != NULL, s->gate, s->gate, s->up, nb * F);
-    matmul(s, &L->w_down, s->gate, s->o, nb);
-    if (L->ffn_post_norm) stage_norm_rows(s, s->o, s->o, L->ffn_post_norm, E, nb);
-    for (int64_t i = 0; i < nb * E; i++) s->x[i] += s->o[i];
+    ts_matmul(s->pool, w, x, w->n_in, y, w->n_out, nb, s->scratch, s->scratch_stride);
 }
 
 /* Output norm and projection for rows [t0, nb) of the batch into out
@@ -512,7 +365,7 @@ static void stage_logits(ts_state *s, int t0, int nb, float *out) {
     const ts_mdl *m = s->m;
     const int64_t E = m->hp.n_embd, V = m->hp.n_vocab;
     const int n = nb - t0;
-    stage_norm_rows(s, s->xn, s->x + t0 * E, m->output_norm, E, n);
+    ts_rmsnorm_rows(s->pool, s->xn, s->x + t0 * E, m->output_norm, E, n, m->hp.norm_eps);
     matmul(s, &m->output, s->xn, out, n);
     if (m->hp.final_logit_softcap > 0.0f) ts_softcap_f32(out, (int64_t)n * V, m->hp.final_logit_softcap);
 }
@@ -528,21 +381,8 @@ static int eval_span(ts_state *s, const int32_t *tokens, int nb, int64_t pos0, i
     const ts_mdl *m = s->m;
     const ts_hparams *hp = &m->hp;
     stage_embed(s, tokens, nb);
-    if (on_device) {
-        if (ts_rt_layers_run_window(s->pf, pos0, nb, n_kv, err) < 0) return -1;
-    } else {
-        for (int il = 0; il < hp->n_layer; il++) {
-            const ts_layer *L = &m->layers[il];
-            stage_norm_rows(s, s->xn, s->x, L->attn_norm, hp->n_embd, nb);
-            stage_qkv(s, L, nb);
-            stage_qk_norm(s, L, nb);
-            stage_rope(s, L, pos0, nb);
-            stage_kv_store(s, il, pos0, nb);
-            stage_attention(s, L, il, pos0, nb, n_kv);
-            stage_o_proj(s, L, nb);
-            stage_ffn(s, L, nb);
-        }
-    }
+    /* the layers: one block graph, on the device or on the state's cpu engine */
+    if (ts_rt_layers_run_window(on_device ? s->pf : s->cpu_layers, pos0, nb, n_kv, err) < 0) return -1;
     const int64_t V = hp->n_vocab;
     if (logits_out) {
         stage_logits(s, 0, nb, logits_out);
@@ -594,7 +434,7 @@ int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all,
             }
             if (nb > w) nb = w;
         }
-        eval_span(s, tokens + done, nb, s->n_past, 0, false, out, done + nb == n, NULL); /* cannot fail on the CPU */
+        if (eval_span(s, tokens + done, nb, s->n_past, 0, false, out, done + nb == n, err) < 0) return -1;
         s->n_past += nb;
         done += nb;
     }

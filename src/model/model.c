@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "model/model_impl.h"
+#include "runtime/layers.h"
 #include "quant/quant.h"
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -486,7 +487,7 @@ ts_mdl *ts_mdl_load(const char *path, const ts_mdl_params *p, ts_err *err) {
         ts_err_prefix(err, "tokenizer");
         goto fail;
     }
-    if (ts_mdl_prepare_fast(m, !p->use_mmap, err)) goto fail;
+    if (ts_mdl_prepare_fast(m, !p->use_mmap, err) || ts_mdl_describe_weights(m, err)) goto fail;
     return m;
 fail:
     ts_err_prefix(err, "%s", path);
@@ -497,6 +498,9 @@ fail:
 void ts_mdl_free(ts_mdl *m) {
     if (!m) return;
     ts_mdl_devs_free(m->devs); /* every state is gone: no session is in use */
+    ts_rt_weights_free(m->host_w);
+    free(m->host_slots);
+    free(m->rope_packed);
     ts_mdl_release_fast(m);
     ts_tokenizer_free(m->tok);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);

@@ -61,6 +61,13 @@ struct ts_mdl {
      * on it per device name, shared by the states that run there. The only
      * part of a loaded model that changes (under its own lock). */
     struct ts_mdl_devs *devs;
+    /* the layers' weights as runtime slots (model/devices.c, at load):
+     * [n_layer][TS_LS_COUNT] over the model's memory and rope_packed (the
+     * global and sliding-window angles, ts_eng_rope_freq_pack); host_w is
+     * them for the states' CPU layer graphs (no device) */
+    struct ts_rt_host_slot *host_slots;
+    void *rope_packed;
+    struct ts_rt_weights *host_w;
 
     /* fast path (model/fast.c) */
     bool ref_kernels;            /* TS_KERNELS=ref at load: reference matmul/attention */
@@ -85,8 +92,10 @@ typedef struct ts_mdl_dev {
     char key[288]; /* device name + "#threads" */
     int refs;      /* states holding it */
     struct ts_rt_weights *w;
-    void *freq; /* [n_layer] packed rope angles (ts_eng_rope_freq_pack), a weight slot */
 } ts_mdl_dev;
+
+/* Builds m->host_slots, rope_packed and host_w (after the fast repack). */
+int ts_mdl_describe_weights(ts_mdl *m, ts_err *err);
 
 struct ts_mdl_devs *ts_mdl_devs_new(void);
 void ts_mdl_devs_free(struct ts_mdl_devs *d);
@@ -97,15 +106,6 @@ void ts_mdl_devs_free(struct ts_mdl_devs *d);
 ts_mdl_dev *ts_mdl_dev_acquire(const ts_mdl *m, const char *spec, int n_threads, ts_err *err);
 /* Drops a state's hold; the last one closes the device and frees its weights. */
 void ts_mdl_dev_release(const ts_mdl *m, ts_mdl_dev *d);
-
-/* cos/sin tables of one batch's positions for one set of rope frequencies
- * (forward.c rope_table) */
-typedef struct {
-    float *cs;                   /* [n_batch][n_rot] */
-    const double *freq;          /* the frequencies they were made for; NULL: none yet */
-    int64_t pos0;
-    int nb;
-} ts_rope_tab;
 
 struct ts_state {
     const ts_mdl *m;
@@ -133,17 +133,20 @@ struct ts_state {
     float *up;                   /* [n_batch][n_ff] */
     float *logits;               /* [n_vocab] last evaluated token */
 
-    struct ts_linear_ws *lin;    /* fast matmul work space; NULL: reference path */
+    /* the layers: the block graph (runtime/block.h) run on the state's own
+     * `cpu` engine over the buffers above and the model's weights */
+    struct ts_engine *cpu_eng;   /* over pool */
+    struct ts_rt_layers *cpu_layers;
+
+    struct ts_linear_ws *lin;    /* fast matmul work space (the output matmul); NULL: reference path */
     float *scratch;              /* [n_threads][scratch_stride] */
     int64_t scratch_stride;
-    ts_rope_tab rope[2];         /* per frequency set (global, sliding window) */
 
     /* prefill on a device (forward.c, runtime/layers.h): full chunks of
      * pf_width tokens run their layers there, over the buffers above
      * (allocated for max(n_batch, pf_width) rows) and the KV cache */
     ts_mdl_dev *pf_sess;         /* the model's session for the device (shared) */
     struct ts_engine *pf_dev;    /* its engine (not owned); NULL: CPU only */
-    struct ts_engine *pf_cpu;    /* `cpu` engine for the stages the device does not take */
     struct ts_rt_layers *pf;
     int32_t pf_width, pf_min;
     char pf_fallback[640];       /* the fallback line, "" when none */

@@ -20,7 +20,7 @@ int ts_rt_block_nodes(const ts_rt_block_shape *s, ts_eng_node *out) {
     }
 #define MM(ws, xs, ys, ni, no) \
     out[k++] = (ts_eng_node) { \
-        .op = TS_OP_MATMUL, .matmul = {.w = R(ws), .x = R(xs), .y = R(ys), .n_in = (ni), .n_out = (no) } \
+        .op = TS_OP_MATMUL, .matmul = {.w = R(ws), .x = R(xs), .y = R(ys), .n_in = (ni), .n_out = (no), .ref = s->ref_matmul } \
     }
 #define ADD(op_, ys, xs, len) \
     out[k++] = (ts_eng_node) { \

@@ -70,6 +70,7 @@ typedef struct ts_rt_block_shape {
     bool kv_f16;
     bool fast_kernels; /* attention and SwiGLU on the forward's fast kernels (fastops.h), as
                           the CPU forward runs them when it is not on TS_KERNELS=ref */
+    bool ref_matmul;   /* matmuls on the reference ts_matmul (TS_KERNELS=ref) instead of ts_linear */
     float eps, attn_scale, attn_softcap;
 } ts_rt_block_shape;
 

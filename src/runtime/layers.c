@@ -77,6 +77,7 @@ struct ts_rt_layers {
     ts_eng_buf **cpu_maps;  /* [n_layer * TS_LS_COUNT] */
     ts_eng_bind *dev_binds; /* [n_layer * TS_LS_COUNT] */
     ts_eng_bind *cpu_binds;
+    ts_eng_bindset **bsets; /* [n_layer * TS_LS_MAX_NODES]: layer l's segment i, checked once */
     bool need_cpu;
     bool attached; /* counted in w->users */
     /* streaming through two slots: layer l computes from slot l % 2 while
@@ -105,8 +106,8 @@ static void free_plan_copies(layer_plan *lp) {
 }
 
 ts_rt_weights *ts_rt_weights_new(ts_engine *dev, int n_layer, const ts_rt_host_slot *slots, ts_err *err) {
-    if (!dev || n_layer < 1 || !slots) {
-        ts_err_set(err, "device weights: missing engine or slots, or n_layer < 1");
+    if (n_layer < 1 || !slots) {
+        ts_err_set(err, "device weights: missing slots, or n_layer < 1");
         return NULL;
     }
     ts_rt_weights *w = calloc(1, sizeof *w);
@@ -163,6 +164,10 @@ void ts_rt_layers_free(ts_rt_layers *pf) {
         ts_eng_event_free(pf->slot_free[j]);
         ts_eng_buf_free(pf->slot[j]);
     }
+    if (pf->bsets)
+        for (int i = 0; i < pf->n_layer * TS_LS_MAX_NODES; i++)
+            ts_eng_bindset_free(pf->bsets[i]);
+    free(pf->bsets);
     for (int v = 0; v < pf->n_vars; v++)
         for (int i = 0; i < pf->vars[v].n_segs; i++)
             ts_eng_graph_free(pf->vars[v].graphs[i]);
@@ -185,7 +190,7 @@ void ts_rt_layers_free(ts_rt_layers *pf) {
     ts_eng_queue_free(pf->dq);
     ts_eng_queue_free(pf->uq);
     ts_eng_queue_free(pf->cq);
-    if (pf->attached) {
+    if (pf->attached && pf->dev) {
         pthread_mutex_lock(&pf->w->mu);
         pf->w->users--;
         pthread_mutex_unlock(&pf->w->mu);
@@ -461,12 +466,13 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
     pf->cpu_maps = calloc((size_t)p->n_layer * TS_LS_COUNT, sizeof *pf->cpu_maps);
     pf->dev_binds = calloc((size_t)p->n_layer * TS_LS_COUNT, sizeof *pf->dev_binds);
     pf->cpu_binds = calloc((size_t)p->n_layer * TS_LS_COUNT, sizeof *pf->cpu_binds);
-    if (!pf->layer_var || !pf->vars || !pf->cpu_maps || !pf->dev_binds || !pf->cpu_binds) {
+    pf->bsets = calloc((size_t)p->n_layer * TS_LS_MAX_NODES, sizeof *pf->bsets);
+    if (!pf->layer_var || !pf->vars || !pf->cpu_maps || !pf->dev_binds || !pf->cpu_binds || !pf->bsets) {
         ts_err_set(err, "out of memory");
         goto fail;
     }
-    pf->dq = ts_eng_queue_new(pf->dev, err);
-    if (!pf->dq)
+    /* no device: the CPU forward's own layers, every node on the cpu engine */
+    if (pf->dev && !(pf->dq = ts_eng_queue_new(pf->dev, err)))
         goto fail;
     pf->cq = ts_eng_queue_new(pf->cpu, err);
     if (!pf->cq)
@@ -501,7 +507,7 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
     pf->st.segments_per_layer = pf->vars[0].n_segs;
     for (int i = 0; i < pf->vars[0].n_segs; i++)
         pf->st.device_segments += pf->vars[0].segs[i].on_device;
-    if (!pf->st.device_segments) {
+    if (pf->dev && !pf->st.device_segments) {
         ts_err_set(err, "%s takes none of a layer's ops", ts_eng_describe(pf->dev)->name);
         goto fail;
     }
@@ -510,8 +516,7 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
      * engines that touch it (an NPU taking matmuls alone never does) */
     for (int i = 0; i < N_ACT; i++) {
         const size_t b = (size_t)(pf->act_row[i] * (uint64_t)p->width);
-        pf->dev_act[i] = ts_eng_buf_map(pf->dev, p->act[i], b, err);
-        if (!pf->dev_act[i])
+        if (pf->dev && !(pf->dev_act[i] = ts_eng_buf_map(pf->dev, p->act[i], b, err)))
             goto fail;
         if (pf->need_cpu && !(pf->cpu_act[i] = ts_eng_buf_map(pf->cpu, p->act[i], b, err)))
             goto fail;
@@ -528,7 +533,7 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
      * moment), convert; the weight binds of every layer */
     ts_rt_weights *wt = pf->w;
     pthread_mutex_lock(&wt->mu);
-    if (!wt->planned) {
+    if (!wt->planned && pf->dev) {
         probe_cache pc[64];
         int n_pc = 0;
         for (int l = 0; l < p->n_layer; l++)
@@ -573,7 +578,7 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
         }
     }
 
-    if (!wt->placed) {
+    if (!wt->placed && pf->dev) {
         if (place_weights(wt, pf->dq, err))
             goto fail_locked;
         for (int l = 0; l < p->n_layer; l++)
@@ -582,7 +587,19 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
     }
     if (wt->streaming && stream_slots(pf, err))
         goto fail_locked;
-    wt->users++;
+    /* every layer's bindings, checked once: runs check only positions */
+    for (int l = 0; l < p->n_layer; l++) {
+        const variant *V = &pf->vars[pf->layer_var[l]];
+        for (int i = 0; i < V->n_segs; i++) {
+            const ts_eng_bind *b = (V->segs[i].on_device ? pf->dev_binds : pf->cpu_binds) + (size_t)l * TS_LS_COUNT;
+            if (!(pf->bsets[(size_t)l * TS_LS_MAX_NODES + i] = ts_eng_bindset_new(V->graphs[i], b, TS_LS_COUNT, err))) {
+                ts_err_prefix(err, "layer %d", l);
+                goto fail_locked;
+            }
+        }
+    }
+    if (pf->dev)
+        wt->users++;
     pf->attached = true;
     pf->st.converted = wt->converted;
     pf->st.weight_bytes = wt->weight_bytes;
@@ -593,7 +610,7 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
 fail_locked:
     pthread_mutex_unlock(&wt->mu);
 fail:
-    ts_err_prefix(err, "prefill on %s", ts_eng_describe(pf->dev)->name);
+    ts_err_prefix(err, "prefill on %s", pf->dev ? ts_eng_describe(pf->dev)->name : "cpu");
     ts_rt_layers_free(pf);
     return NULL;
 }
@@ -674,7 +691,7 @@ int ts_rt_layers_run_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n
         return ts_err_set(err, "prefill: NULL");
     if (n_tok < 1 || n_tok > pf->width)
         return ts_err_set(err, "prefill: %d tokens outside [1, width %d]", n_tok, pf->width);
-    if (ts_eng_describe(pf->dev)->widths_required && n_tok != pf->width)
+    if (pf->dev && ts_eng_describe(pf->dev)->widths_required && n_tok != pf->width)
         return ts_err_set(err, "prefill: %s runs only full chunks of %d tokens, not %d (run the tail on the CPU)",
                           ts_eng_describe(pf->dev)->name, pf->width, n_tok);
     if (pos0 < 0)
@@ -685,11 +702,12 @@ int ts_rt_layers_run_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n
     /* the broken hook left the previous run in flight: catch up first */
     if (pf->nodrain && drain(pf, err))
         goto fail;
-    ts_eng_stats before, after;
-    ts_eng_get_stats(pf->dev, &before);
+    ts_eng_stats before = {0}, after = {0};
+    if (pf->dev)
+        ts_eng_get_stats(pf->dev, &before);
     /* what the host wrote since the device last looked: the embeddings, and
      * the cache rows the CPU decode appended */
-    if (sync_acts(pf, n_tok, TS_SYNC_TO_DEVICE, err))
+    if (pf->dev && sync_acts(pf, n_tok, TS_SYNC_TO_DEVICE, err))
         goto fail;
     if (pf->kv_valid > pos0)
         pf->kv_valid = pos0;
@@ -707,7 +725,7 @@ int ts_rt_layers_run_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n
     bool dev_dirty = false; /* the device wrote activations the host has not synced */
     for (int l = 0; l < pf->n_layer; l++) {
         variant *V = &pf->vars[pf->layer_var[l]];
-        const ts_eng_bind *db = pf->dev_binds + (size_t)l * TS_LS_COUNT, *cb = pf->cpu_binds + (size_t)l * TS_LS_COUNT;
+        ts_eng_bindset *const *bs = pf->bsets + (size_t)l * TS_LS_MAX_NODES;
         int last_dev = -1;
         for (int i = 0; i < V->n_segs; i++)
             if (V->segs[i].on_device)
@@ -720,7 +738,7 @@ int ts_rt_layers_run_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n
                 if (!dev_dirty && V->kv_read_device && !V->kv_on_device &&
                     sync_kv(pf, l, pos0, pos0 + n_tok, TS_SYNC_TO_DEVICE, err))
                     goto fail;
-                if (ts_eng_enqueue_graph_window(pf->dq, V->graphs[i], db, TS_LS_COUNT, pos0, n_tok, n_kv, err))
+                if (ts_eng_enqueue_bound(pf->dq, bs[i], pos0, n_tok, n_kv, err))
                     goto fail;
                 dev_dirty = pf->dq_pending = true;
                 if (pf->streaming && i == last_dev) {
@@ -741,7 +759,7 @@ int ts_rt_layers_run_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n
                         goto fail;
                     dev_dirty = false;
                 }
-                if (ts_eng_enqueue_graph_window(pf->cq, V->graphs[i], cb, TS_LS_COUNT, pos0, n_tok, n_kv, err))
+                if (ts_eng_enqueue_bound(pf->cq, bs[i], pos0, n_tok, n_kv, err))
                     goto fail;
             }
         }
@@ -762,9 +780,11 @@ int ts_rt_layers_run_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n
     if (ts_eng_queue_finish(pf->cq, err))
         goto fail;
     pf->kv_valid = pos0 + n_tok;
-    ts_eng_get_stats(pf->dev, &after);
-    pf->st.run_crossings += after.crossings - before.crossings;
-    pf->st.run_nodes += after.nodes - before.nodes;
+    if (pf->dev) {
+        ts_eng_get_stats(pf->dev, &after);
+        pf->st.run_crossings += after.crossings - before.crossings;
+        pf->st.run_nodes += after.nodes - before.nodes;
+    }
     pf->st.tokens += (uint64_t)n_tok;
     pf->st.runs++;
     if (n_kv > 0) {
@@ -773,7 +793,8 @@ int ts_rt_layers_run_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n
     }
     return 0;
 fail:
-    (void)ts_eng_queue_finish(pf->dq, NULL);
+    if (pf->dq)
+        (void)ts_eng_queue_finish(pf->dq, NULL);
     if (pf->uq)
         (void)ts_eng_queue_finish(pf->uq, NULL);
     for (int j = 0; j < 2; j++) {
@@ -798,6 +819,6 @@ void ts_rt_layers_kv_truncate(ts_rt_layers *pf, int64_t n) {
 void ts_rt_layers_get_stats(const ts_rt_layers *pf, ts_rt_layers_stats *out) {
     *out = pf->st;
     pthread_mutex_lock(&pf->w->mu);
-    out->weight_users = pf->w->users;
+    out->weight_users = pf->dev ? pf->w->users : 0;
     pthread_mutex_unlock(&pf->w->mu);
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/cpu/cpu_engine.h"
 #include "engine/cpu/cpu_ops.h"
 #include "engine/engine_impl.h"
 #include "kernels/cpu.h"
@@ -20,6 +21,7 @@
 typedef struct cpu_eng {
     ts_threadpool *pool;
     int n_threads;
+    bool own_pool; /* false: the caller's (ts_eng_cpu_open_pool) */
 } cpu_eng;
 
 typedef struct cpu_ev {
@@ -28,7 +30,7 @@ typedef struct cpu_ev {
 
 static void cpu_close(ts_engine *e) {
     cpu_eng *c = e->impl;
-    if (c)
+    if (c && c->own_pool)
         ts_threadpool_free(c->pool);
     free(c);
     ts_eng_dealloc(e);
@@ -108,14 +110,13 @@ static int cpu_graph_run(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *bi
                          int64_t n_kv, ts_err *err) {
     ts_engine *e = q->eng;
     cpu_eng *c = e->impl;
-    uint8_t *stack_base[64];
+    uint8_t *stack_base[64] = {0};
     uint8_t **base = g->n_slots <= 64 ? stack_base : malloc((size_t)g->n_slots * sizeof *base);
     if (!base)
         return ts_err_set(err, "out of memory running a graph");
     for (int s = 0; s < g->n_slots; s++)
         base[s] = binds[s].buf ? (uint8_t *)binds[s].buf->impl + binds[s].off : NULL;
-    for (int i = 0; i < g->n_nodes; i++)
-        ts_cpu_exec_node(g->impl, c->pool, &g->nodes[i], binds, base, pos0, n_tok, n_kv);
+    ts_cpu_exec_run(g->impl, c->pool, g->nodes, g->n_nodes, binds, base, pos0, n_tok, n_kv);
     if (base != stack_base)
         free(base);
     TS_ENG_COUNT(e, nodes, (uint64_t)g->n_nodes);
@@ -208,27 +209,21 @@ uint64_t ts_eng_cpu_weight_types(void) {
     return m;
 }
 
-static ts_engine *cpu_open(const ts_eng_opts *o, ts_err *err) {
-    long long threads = 1;
-    if (ts_eng_opt_int(o, "threads", 1, 256, o->threads_hint > 0 ? o->threads_hint : 1, &threads, err))
-        return NULL;
+/* The engine over pool (owned when own). */
+static ts_engine *cpu_make(const ts_eng_opts *o, ts_threadpool *pool, bool own, ts_err *err) {
     ts_engine *e = ts_eng_alloc(&cpu_vt, o, err);
-    if (!e)
-        return NULL;
-    cpu_eng *c = calloc(1, sizeof *c);
+    cpu_eng *c = e ? calloc(1, sizeof *c) : NULL;
     if (!c) {
+        if (own)
+            ts_threadpool_free(pool);
         ts_eng_dealloc(e);
         ts_err_set(err, "out of memory");
         return NULL;
     }
     e->impl = c;
-    c->n_threads = (int)threads;
-    c->pool = ts_threadpool_new(c->n_threads, err);
-    if (!c->pool) {
-        cpu_close(e);
-        return NULL;
-    }
-    c->n_threads = ts_threadpool_n_threads(c->pool);
+    c->pool = pool;
+    c->own_pool = own;
+    c->n_threads = ts_threadpool_n_threads(pool);
     ts_eng_desc *d = &e->desc;
     snprintf(d->name, sizeof d->name, "cpu");
     snprintf(d->detail, sizeof d->detail, "the host CPU (%s kernels, %d thread%s), synchronous queue",
@@ -246,6 +241,25 @@ static ts_engine *cpu_open(const ts_eng_opts *o, ts_err *err) {
     d->cpu_layouts = true;
     d->stall_measured = true;
     return e;
+}
+
+static ts_engine *cpu_open(const ts_eng_opts *o, ts_err *err) {
+    long long threads = 1;
+    if (ts_eng_opt_int(o, "threads", 1, 256, o->threads_hint > 0 ? o->threads_hint : 1, &threads, err))
+        return NULL;
+    ts_threadpool *pool = ts_threadpool_new((int)threads, err);
+    return pool ? cpu_make(o, pool, true, err) : NULL;
+}
+
+ts_engine *ts_eng_cpu_open_pool(ts_threadpool *pool, ts_err *err) {
+    if (!pool) {
+        ts_err_set(err, "cpu engine: thread pool is NULL");
+        return NULL;
+    }
+    ts_eng_opts o;
+    memset(&o, 0, sizeof o);
+    snprintf(o.base, sizeof o.base, "cpu");
+    return cpu_make(&o, pool, false, err);
 }
 
 static const char *const cpu_options[] = {"threads", NULL};

@@ -9,11 +9,31 @@
 #include "kernels/ops.h"
 #include "quant/quant.h"
 
+#define TS_CPU_MAX_FUSE 4
+
+/* cos/sin tables of a run's positions for one set of rope angles: the two
+ * rope nodes of a layer, and every layer run of a chunk whose angles are
+ * bound to the same memory (a model has one or two sets), share them
+ * instead of computing n_rot/2 double sin/cos per token per node. */
+typedef struct rope_tab {
+    const double *freq; /* the angles they were made for (the bound address); NULL: none */
+    double *angles;     /* [max n_rot / 2] a copy: memory rebound to other angles is not mistaken */
+    int n_rot;
+    int64_t pos0;
+    int n_tok;
+    float *cs; /* [width][max n_rot] */
+} rope_tab;
+
 struct ts_cpu_exec {
-    ts_linear_ws *lin;   /* NULL when the graph has no matmul */
-    float *attn_scratch; /* [n_threads][attn_stride] */
+    ts_linear_ws *lin;   /* NULL when the graph has no fast matmul */
+    float *attn_scratch; /* [n_threads][attn_stride]: attention, and the reference matmul's rows */
     int64_t attn_stride;
-    float *rope_cs; /* [max n_rot] */
+    int width;
+    rope_tab rope[2]; /* most recent first */
+    /* matmul nodes that start a run of consecutive matmuls reading the same
+     * input: run_len[i] is the run's length at its first node, 0 for the
+     * others (ts_linear quantizes that input once for all of them) */
+    int *run_len;
 };
 
 /* What the nodes need: widest matmul input, widest attention scratch row,
@@ -26,6 +46,9 @@ static void needs(const ts_eng_node *nodes, int n_nodes, int64_t *max_in, int64_
         const ts_eng_node *n = &nodes[i];
         if (n->op == TS_OP_MATMUL && n->matmul.n_in > *max_in)
             *max_in = n->matmul.n_in;
+        /* the reference matmul dequantizes one weight row per thread */
+        if (n->op == TS_OP_MATMUL && n->matmul.ref && n->matmul.n_in > *attn_row)
+            *attn_row = n->matmul.n_in;
         if (n->op == TS_OP_ATTENTION) {
             /* ts_attention: (pos0 + n_tok) scores + 2 * head_dim per thread;
              * ts_attention_fast: its tile buffers */
@@ -57,7 +80,8 @@ uint64_t ts_cpu_exec_bytes(const ts_eng_node *nodes, int n_nodes, int width, int
     if (max_in)
         b += (uint64_t)max_in * 4 * ((uint64_t)width + (uint64_t)n_threads) + 4096;
     b += (uint64_t)attn_row * (uint64_t)n_threads * 4;
-    b += (uint64_t)max_rot * 4;
+    b += 2 * ((uint64_t)max_rot * (uint64_t)width * 4 + (uint64_t)max_rot * 4 + 8);
+    b += (uint64_t)n_nodes * sizeof(int);
     return b;
 }
 
@@ -81,9 +105,33 @@ ts_cpu_exec *ts_cpu_exec_new(const ts_eng_node *nodes, int n_nodes, int width, i
         if (!x->attn_scratch)
             goto oom;
     }
-    x->rope_cs = calloc((size_t)(max_rot ? max_rot : 1), sizeof(float));
-    if (!x->rope_cs)
+    x->width = width;
+    for (int j = 0; j < 2; j++)
+        if (!(x->rope[j].cs = calloc((size_t)(max_rot ? max_rot : 1) * (size_t)width, sizeof(float))) ||
+            !(x->rope[j].angles = calloc((size_t)(max_rot / 2 + 1), sizeof(double))))
+            goto oom;
+    if (!(x->run_len = calloc((size_t)(n_nodes ? n_nodes : 1), sizeof(int))))
         goto oom;
+    /* runs of up to TS_CPU_MAX_FUSE consecutive fast matmuls over one input
+     * (q, k, v; gate, up), none of them writing that input */
+    for (int i = 0; i < n_nodes;) {
+        const ts_eng_node *n = &nodes[i];
+        if (n->op != TS_OP_MATMUL || n->matmul.ref) {
+            i++;
+            continue;
+        }
+        int k = 1;
+        while (n->matmul.y.slot != n->matmul.x.slot && i + k < n_nodes && k < TS_CPU_MAX_FUSE) {
+            const ts_eng_node *m = &nodes[i + k];
+            if (m->op != TS_OP_MATMUL || m->matmul.ref || m->matmul.x.slot != n->matmul.x.slot ||
+                m->matmul.x.off != n->matmul.x.off || m->matmul.n_in != n->matmul.n_in ||
+                m->matmul.y.slot == n->matmul.x.slot)
+                break;
+            k++;
+        }
+        x->run_len[i] = k;
+        i += k;
+    }
     return x;
 oom:
     ts_cpu_exec_free(x);
@@ -96,47 +144,90 @@ void ts_cpu_exec_free(ts_cpu_exec *x) {
         return;
     ts_linear_ws_free(x->lin);
     free(x->attn_scratch);
-    free(x->rope_cs);
+    for (int j = 0; j < 2; j++) {
+        free(x->rope[j].cs);
+        free(x->rope[j].angles);
+    }
+    free(x->run_len);
     free(x);
 }
 
 static void *at(uint8_t *const *base, ts_eng_ref r) { return r.slot < 0 ? NULL : base[r.slot] + r.off; }
 
-void ts_cpu_exec_node(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *n, const ts_eng_bind *binds,
+static ts_wmat node_wmat(const ts_eng_node *n, const ts_eng_bind *binds, uint8_t *const *base) {
+    const ts_eng_bind *b = &binds[n->matmul.w.slot];
+    const uint8_t *wp = at(base, n->matmul.w);
+    return (ts_wmat){
+        .type = b->wtype,
+        .data = wp,
+        .n_in = n->matmul.n_in,
+        .n_out = n->matmul.n_out,
+        .row_bytes = (size_t)b->row_bytes,
+        .packed = b->layout == TS_WL_PANELS ? wp : NULL,
+    };
+}
+
+/* The cos/sin table of positions pos0 .. pos0 + n_tok - 1 for the angles
+ * at freq: made once, then reused while the same angles and positions come
+ * back (the k rope after the q rope, the next layers of the run). */
+static const float *rope_table(ts_cpu_exec *x, const double *freq, int n_rot, int64_t pos0, int n_tok) {
+    for (int j = 0; j < 2; j++) {
+        rope_tab *t = &x->rope[j];
+        if (t->freq == freq && t->n_rot == n_rot && t->pos0 == pos0 && t->n_tok >= n_tok &&
+            !memcmp(t->angles, freq, (size_t)(n_rot / 2) * sizeof(double)))
+            return t->cs;
+    }
+    /* replace the older one */
+    rope_tab tmp = x->rope[1];
+    x->rope[1] = x->rope[0];
+    x->rope[0] = tmp;
+    rope_tab *t = &x->rope[0];
+    for (int i = 0; i < n_tok; i++)
+        ts_rope_cs(freq, n_rot, pos0 + i, t->cs + (int64_t)i * n_rot);
+    memcpy(t->angles, freq, (size_t)(n_rot / 2) * sizeof(double));
+    t->freq = freq, t->n_rot = n_rot, t->pos0 = pos0, t->n_tok = n_tok;
+    return t->cs;
+}
+
+static void exec_node(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *nodes, int ni, const ts_eng_bind *binds,
                       uint8_t *const *base, int64_t pos0, int n_tok, int64_t n_kv) {
+    const ts_eng_node *n = &nodes[ni];
     switch (n->op) {
     case TS_OP_MATMUL: {
-        const ts_eng_bind *b = &binds[n->matmul.w.slot];
-        const uint8_t *wp = at(base, n->matmul.w);
-        const ts_wmat w = {
-            .type = b->wtype,
-            .data = wp,
-            .n_in = n->matmul.n_in,
-            .n_out = n->matmul.n_out,
-            .row_bytes = (size_t)b->row_bytes,
-            .packed = b->layout == TS_WL_PANELS ? wp : NULL,
-        };
-        const ts_wmat *wl[1] = {&w};
-        float *y[1] = {at(base, n->matmul.y)};
-        ts_linear(pool, x->lin, 1, wl, y, at(base, n->matmul.x), n_tok);
+        if (n->matmul.ref) {
+            /* the reference path (TS_KERNELS=ref), as the CPU forward ran it */
+            const ts_wmat w = node_wmat(n, binds, base);
+            ts_matmul(pool, &w, at(base, n->matmul.x), n->matmul.n_in, at(base, n->matmul.y), n->matmul.n_out, n_tok,
+                      x->attn_scratch, x->attn_stride);
+            break;
+        }
+        const int k = x->run_len[ni];
+        if (!k)
+            break; /* computed with the first matmul of its run */
+        ts_wmat w[TS_CPU_MAX_FUSE];
+        const ts_wmat *wl[TS_CPU_MAX_FUSE];
+        float *y[TS_CPU_MAX_FUSE];
+        for (int i = 0; i < k; i++) {
+            w[i] = node_wmat(&nodes[ni + i], binds, base);
+            wl[i] = &w[i];
+            y[i] = at(base, nodes[ni + i].matmul.y);
+        }
+        ts_linear(pool, x->lin, k, wl, y, at(base, n->matmul.x), n_tok);
         break;
     }
     case TS_OP_RMSNORM: {
-        const float *src = at(base, n->rmsnorm.x);
-        float *dst = at(base, n->rmsnorm.y);
-        const float *w = at(base, n->rmsnorm.w);
-        const int64_t rows = (int64_t)n_tok * n->rmsnorm.rows_per_tok, len = n->rmsnorm.n;
-        for (int64_t r = 0; r < rows; r++)
-            ts_rmsnorm_f32(dst + r * len, src + r * len, w, len, n->rmsnorm.eps);
+        /* rows are independent: large batches split over the pool (same bits) */
+        ts_rmsnorm_rows(pool, at(base, n->rmsnorm.y), at(base, n->rmsnorm.x), at(base, n->rmsnorm.w), n->rmsnorm.n,
+                        (int64_t)n_tok * n->rmsnorm.rows_per_tok, n->rmsnorm.eps);
         break;
     }
     case TS_OP_ROPE: {
         float *xs = at(base, n->rope.x);
-        const double *inv_freq = at(base, n->rope.freq);
+        const int n_rot = n->rope.n_rot;
+        const float *cs = rope_table(x, at(base, n->rope.freq), n_rot, pos0, n_tok);
         const int64_t row = (int64_t)n->rope.n_head * n->rope.head_dim;
         for (int t = 0; t < n_tok; t++)
-            ts_rope_f32(xs + t * row, n->rope.n_head, n->rope.head_dim, n->rope.n_rot, n->rope.neox, inv_freq, pos0 + t,
-                        x->rope_cs);
+            ts_rope_apply(xs + t * row, n->rope.n_head, n->rope.head_dim, n_rot, n->rope.neox, cs + (int64_t)t * n_rot);
         break;
     }
     case TS_OP_KV_STORE: {
@@ -205,4 +296,10 @@ void ts_cpu_exec_node(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *n,
     }
     default: break;
     }
+}
+
+void ts_cpu_exec_run(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *nodes, int n_nodes,
+                     const ts_eng_bind *binds, uint8_t *const *base, int64_t pos0, int n_tok, int64_t n_kv) {
+    for (int i = 0; i < n_nodes; i++)
+        exec_node(x, pool, nodes, i, binds, base, pos0, n_tok, n_kv);
 }

@@ -4,12 +4,13 @@
  * only difference between them is where the memory is and which thread
  * runs the call.
  *
- * Each node calls exactly the function the CPU forward calls for that
- * step (matmul: ts_linear; norm: ts_rmsnorm_f32 per row; rope: ts_rope_f32
- * per token; attention: ts_attention; activations: ts_swiglu_f32 /
- * ts_geglu_tanh_f32; KV store: ts_f32_to_f16 per element; residual adds: a
- * plain f32 loop), all of which give a token's result independently of the
- * batch size and thread count.
+ * These are the CPU forward's layers: the forward runs its block graph on
+ * the `cpu` engine (runtime/layers.h), so a node is the only code for its
+ * step (matmul: ts_linear, or ts_matmul on the reference path; norm:
+ * ts_rmsnorm_f32 per row; rope: ts_rope_cs + ts_rope_apply; attention:
+ * ts_attention or ts_attention_fast; activations: ts_glu; KV store:
+ * ts_f32_to_f16 per element; residual adds: a plain f32 loop), all of which
+ * give a token's result independently of the batch size and thread count.
  */
 #ifndef TS_ENGINE_CPU_OPS_H
 #define TS_ENGINE_CPU_OPS_H
@@ -28,11 +29,15 @@ uint64_t ts_cpu_exec_bytes(const ts_eng_node *nodes, int n_nodes, int width, int
 ts_cpu_exec *ts_cpu_exec_new(const ts_eng_node *nodes, int n_nodes, int width, int n_threads, ts_err *err);
 void ts_cpu_exec_free(ts_cpu_exec *x);
 
-/* Runs node n over n_tok tokens at pos0 (attention: n_kv 0 causal, > 0
- * every query sees cache rows [0, n_kv), ts_attn_params.n_kv). base[s] is the host address of
- * slot s (its buffer + binding offset); binds gives the weight type and
- * layout of matmul slots. pool has the n_threads the exec was made for. */
-void ts_cpu_exec_node(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *n, const ts_eng_bind *binds,
-                      uint8_t *const *base, int64_t pos0, int n_tok, int64_t n_kv);
+/* Runs nodes[0 .. n_nodes) (the graph x was made for) over n_tok tokens at
+ * pos0 (attention: n_kv 0 causal, > 0 every query sees cache rows [0,
+ * n_kv), ts_attn_params.n_kv). base[s] is the host address of slot s (its
+ * buffer + binding offset); binds gives the weight type and layout of
+ * matmul slots. pool has the n_threads the exec was made for. Consecutive
+ * fast matmuls reading the same input run as one ts_linear call (the input
+ * quantized once), as the CPU forward always ran q/k/v and gate/up; rope
+ * nodes share a cos/sin table per (angles, positions). */
+void ts_cpu_exec_run(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *nodes, int n_nodes,
+                     const ts_eng_bind *binds, uint8_t *const *base, int64_t pos0, int n_tok, int64_t n_kv);
 
 #endif

@@ -123,15 +123,14 @@ static void sleep_us(int64_t us) {
 static int run_graph(ts_engine *e, loop_cmd *c) {
     loop_eng *L = e->impl;
     ts_eng_graph *g = c->g;
-    uint8_t *stack_base[64];
+    uint8_t *stack_base[64] = {0};
     uint8_t **base = g->n_slots <= 64 ? stack_base : malloc((size_t)g->n_slots * sizeof *base);
     if (!base)
         return -1;
     for (int s = 0; s < g->n_slots; s++)
         base[s] = c->binds[s].buf ? (uint8_t *)c->binds[s].buf->impl + c->binds[s].off : NULL;
     pthread_mutex_lock(&L->compute);
-    for (int i = 0; i < g->n_nodes; i++)
-        ts_cpu_exec_node(g->impl, L->pool, &g->nodes[i], c->binds, base, c->pos0, c->n_tok, c->n_kv);
+    ts_cpu_exec_run(g->impl, L->pool, g->nodes, g->n_nodes, c->binds, base, c->pos0, c->n_tok, c->n_kv);
     pthread_mutex_unlock(&L->compute);
     if (base != stack_base)
         free(base);

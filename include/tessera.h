@@ -542,6 +542,41 @@ TS_API ts_status ts_context_get_stats(const ts_context *ctx, ts_stats *out);
  * should check the second call's length too. Thread-safe. */
 TS_API int64_t ts_devices_list(char *buf, size_t cap);
 
+/* The same listing as data. */
+typedef enum ts_device_kind {
+    TS_DEVICE_CPU = 0, /* the host CPU */
+    TS_DEVICE_LOOP,    /* loopback test device (the CPU's kernels behind a device boundary) */
+    TS_DEVICE_GPU,
+    TS_DEVICE_NPU,     /* a matrix engine (loop:npu emulates one) */
+    TS_DEVICE_OTHER,   /* e.g. an OpenCL device of CPU type */
+} ts_device_kind;
+
+typedef struct ts_device_info {
+    size_t struct_size;
+    char name[48];          /* what ts_context_params.prefill_device takes */
+    bool ok;                /* it opened; the profile below is valid */
+    char reason[256];       /* why it did not open, when !ok */
+    ts_device_kind kind;
+    char kind_name[8];      /* "cpu", "loop", "gpu", "npu", "other" */
+    char detail[160];       /* one line: what it is */
+    uint64_t window_bytes;  /* memory it can address, all buffers together */
+    uint64_t max_buf_bytes; /* largest single buffer */
+    int32_t n_widths;       /* graph widths (tokens per chunk) it names */
+    int32_t widths[8];
+    bool widths_required;   /* a chunk must be exactly one of widths (else: preferred) */
+    int32_t max_width, min_width;
+    uint64_t crossing_ns;   /* cost of one hand-off to the device and back */
+    char ops[160];          /* the ops it runs, comma-separated ("matmul,rmsnorm,...") */
+    char weight_types[256]; /* the matmul weight types it takes, comma-separated ("f16,q8_0,...") */
+} ts_device_info;
+
+/* Fills out[0 .. cap) with the devices ts_devices_list shows, in its order,
+ * and returns how many there are (may exceed cap; -1 when out of memory).
+ * Set out[0].struct_size (TS_STRUCT_INIT): the elements are that many bytes
+ * apart, and each gets the fields a struct of that size has. cap 0 (out may
+ * be NULL) counts only. Opens and closes each device. Thread-safe. */
+TS_API int32_t ts_devices(ts_device_info *out, int32_t cap);
+
 /* ---- quantization --------------------------------------------------------- */
 
 typedef struct ts_quantize_params {

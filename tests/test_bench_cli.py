@@ -91,6 +91,35 @@ def case_devices(exe, models):
     print(r.stdout)
 
 
+def case_devices_json(exe, models):
+    """`tessera devices --json` (ts_devices): the text listing's devices, as records."""
+    r = run(exe, "devices", "--json")
+    if r.returncode != 0:
+        fail(f"rc {r.returncode}: {r.stderr}")
+    try:
+        devs = json.loads(r.stdout)
+    except ValueError as e:
+        fail(f"not JSON ({e}): {r.stdout!r}")
+    text = run(exe, "devices").stdout.splitlines()
+    names = [d["name"] for d in devs]
+    if names != [ln.split()[0] for ln in text if ln.strip()]:
+        fail(f"--json names {names} differ from the text listing {text}")
+    by = {d["name"]: d for d in devs}
+    for want in ("cpu", "loop", "loop:npu"):
+        if not by.get(want, {}).get("ok"):
+            fail(f"{want} not ok: {by.get(want)}")
+    npu = by["loop:npu"]
+    if npu["kind"] != "npu" or npu["widths"] != [32, 64, 128, 256] or not npu["widths_required"] \
+            or npu["ops"] != "matmul" or npu["window_bytes"] != 256 << 20 or "q8_0" not in npu["weight_types"].lower():
+        fail(f"loop:npu profile: {npu}")
+    if by["cpu"]["kind"] != "cpu" or "attention" not in by["cpu"]["ops"]:
+        fail(f"cpu profile: {by['cpu']}")
+    for d in devs:
+        if not d["ok"] and not d.get("reason"):
+            fail(f"{d['name']}: not ok without a reason")
+    print(f"{len(devs)} devices: " + ", ".join(f"{d['name']} ({d.get('kind', 'unavailable')})" for d in devs))
+
+
 def case_errors(exe, models):
     p = model_path(models)
     cases = [
@@ -120,7 +149,8 @@ def case_errors(exe, models):
 
 def main():
     case, exe, models = sys.argv[1], sys.argv[2], sys.argv[3]
-    {"json": case_json, "table": case_table, "devices": case_devices, "errors": case_errors}[case](exe, models)
+    {"json": case_json, "table": case_table, "devices": case_devices, "devices_json": case_devices_json,
+     "errors": case_errors}[case](exe, models)
 
 
 if __name__ == "__main__":

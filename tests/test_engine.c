@@ -5,10 +5,12 @@
  * session (tail chunks and decode on the CPU), queue/event ordering and the
  * broken "nowait" hook, memory-window accounting, and the weight-type probe
  * with its conversion. */
+#include <pthread.h>
 #include <time.h>
 
 #include "engine_ops_util.h"
 #include "engine_test_util.h"
+#include "core/clock.h"
 
 static ts_engine *open_or_die(const char *spec) {
     ts_err err = {{0}};
@@ -573,6 +575,93 @@ static void test_probe(void) {
     ts_eng_close(loop);
 }
 
+/* ---- waits across engines ---- */
+
+typedef struct {
+    ts_eng_event *ev;
+    int delay_ms;
+} signal_job;
+
+static void *signal_later(void *p) {
+    signal_job *j = p;
+    struct timespec ts = {0, (long)j->delay_ms * 1000000L};
+    nanosleep(&ts, NULL);
+    ts_err err = {{0}};
+    CHECK(!ts_eng_event_signal(j->ev, &err), "%s", err.msg);
+    return NULL;
+}
+
+static void test_cross_engine(void) {
+    ts_err err = {{0}};
+    ts_engine *a = open_or_die("loop"), *b = open_or_die("loop"), *c = open_or_die("cpu");
+    ts_eng_queue *qa = ts_eng_queue_new(a, &err), *qb = ts_eng_queue_new(b, &err), *qc = ts_eng_queue_new(c, &err);
+    NEED(qa && qb && qc, err);
+    ts_eng_event *go = ts_eng_user_event(a, &err);
+    NEED(go, err);
+    /* a's queue: wait for go, then a marker; b's queue waits on that marker
+     * (another engine's event), then copies staging, which the host fills
+     * only just before go */
+    CHECK(!ts_eng_enqueue_wait(qa, go, 0, &err), "%s", err.msg);
+    ts_eng_event *ma = ts_eng_enqueue_marker(qa, &err);
+    NEED(ma, err);
+    CHECK(!ts_eng_queue_flush(qa, &err), "%s", err.msg);
+    enum { N = 4096 };
+    uint8_t *staging = t_alloc(N), *back = t_alloc(N);
+    ts_eng_buf *buf = ts_eng_buf_alloc(b, TS_MEM_DEVICE, N, &err);
+    NEED(buf, err);
+    CHECK(!ts_eng_enqueue_wait(qb, ma, 0, &err), "b waits on a's marker: %s", err.msg);
+    ts_eng_event_free(ma); /* the bridge holds its own reference */
+    CHECK(!ts_eng_enqueue_write(qb, buf, 0, staging, N, &err), "%s", err.msg);
+    CHECK(!ts_eng_enqueue_read(qb, buf, 0, back, N, &err), "%s", err.msg);
+    ts_eng_event *mb = ts_eng_enqueue_marker(qb, &err);
+    NEED(mb, err);
+    CHECK(!ts_eng_queue_flush(qb, &err), "%s", err.msg);
+    int early = 0;
+    for (int i = 0; i < 50 && !early; i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+        early = ts_eng_event_done(mb);
+    }
+    CHECK(!early, "b's queue ran past a wait on a's pending marker");
+    for (int i = 0; i < N; i++)
+        staging[i] = (uint8_t)(i * 7 + 1);
+    CHECK(!ts_eng_event_signal(go, &err), "%s", err.msg);
+    CHECK(!ts_eng_event_wait(mb, &err), "%s", err.msg);
+    CHECK(!memcmp(back, staging, N), "b copied staging before a's marker completed");
+    printf("cross-engine: loop waits on another loop's marker: held %s, then exact\n", early ? "NOT" : "50 ms");
+
+    /* a cpu queue runs on the host: its wait on a's event is a host wait */
+    ts_eng_event *go2 = ts_eng_user_event(a, &err);
+    NEED(go2, err);
+    CHECK(!ts_eng_enqueue_wait(qa, go2, 0, &err), "%s", err.msg);
+    ts_eng_event *ma2 = ts_eng_enqueue_marker(qa, &err);
+    NEED(ma2, err);
+    CHECK(!ts_eng_queue_flush(qa, &err), "%s", err.msg);
+    signal_job j = {go2, 30};
+    pthread_t th;
+    CHECK(!pthread_create(&th, NULL, signal_later, &j), "thread");
+    const uint64_t t0 = ts_now_ns();
+    CHECK(!ts_eng_enqueue_wait(qc, ma2, 0, &err), "cpu waits on a loop marker: %s", err.msg);
+    const double ms = (double)(ts_now_ns() - t0) / 1e6;
+    CHECK(ts_eng_event_done(ma2) && ms >= 20.0, "the cpu wait returned after %.1f ms, marker done %d", ms,
+          ts_eng_event_done(ma2));
+    pthread_join(th, NULL);
+    printf("cross-engine: cpu waits on a loop marker on the host: %.1f ms\n", ms);
+    ts_eng_event_free(ma2);
+    ts_eng_event_free(go2);
+    ts_eng_event_free(go);
+    ts_eng_event_free(mb);
+    ts_eng_buf_free(buf);
+    ts_eng_queue_free(qa);
+    ts_eng_queue_free(qb);
+    ts_eng_queue_free(qc);
+    ts_eng_close(a);
+    ts_eng_close(b);
+    ts_eng_close(c);
+    free(staging);
+    free(back);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--expect-opencl-off")) {
         /* a TS_OPENCL=OFF build: opening it is a clean, explained error */
@@ -589,6 +678,7 @@ int main(int argc, char **argv) {
     test_npu_matmul();
     test_prefill_loop();
     test_ordering();
+    test_cross_engine();
     test_window();
     test_probe();
     if (g_fail) {

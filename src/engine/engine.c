@@ -147,6 +147,7 @@ ts_engine *ts_eng_alloc(const ts_eng_vt *vt, const ts_eng_opts *o, ts_err *err) 
     if (o)
         e->opts = *o;
     pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->bridges_done, NULL);
     return e;
 }
 
@@ -154,6 +155,7 @@ void ts_eng_dealloc(ts_engine *e) {
     if (!e)
         return;
     pthread_mutex_destroy(&e->lock);
+    pthread_cond_destroy(&e->bridges_done);
     free(e);
 }
 
@@ -162,6 +164,10 @@ void ts_eng_dealloc(ts_engine *e) {
 void ts_eng_close(ts_engine *e) {
     if (!e)
         return;
+    pthread_mutex_lock(&e->lock);
+    while (e->bridges)
+        pthread_cond_wait(&e->bridges_done, &e->lock);
+    pthread_mutex_unlock(&e->lock);
     if (e->vt->close)
         e->vt->close(e); /* frees impl and the shell */
     else
@@ -350,13 +356,93 @@ int ts_eng_enqueue_host_sync(ts_eng_queue *q, ts_eng_buf *b, size_t off, size_t 
     return q->eng->vt->enq_host_sync ? q->eng->vt->enq_host_sync(q, b, off, n, dir, err) : 0;
 }
 
+/* ---- waits across engines ----------------------------------------------- */
+
+static void bridges_add(ts_engine *e, int d) {
+    pthread_mutex_lock(&e->lock);
+    e->bridges += d;
+    if (!e->bridges)
+        pthread_cond_broadcast(&e->bridges_done);
+    pthread_mutex_unlock(&e->lock);
+}
+
+static void event_hold(ts_eng_event *ev) {
+    pthread_mutex_lock(&ev->eng->lock);
+    ev->handles++;
+    pthread_mutex_unlock(&ev->eng->lock);
+}
+
+typedef struct bridge {
+    ts_eng_event *from; /* the other engine's event (held) */
+    ts_eng_event *to;   /* a user event of the waiting queue's engine (held) */
+} bridge;
+
+static void *bridge_main(void *p) {
+    bridge *b = p;
+    ts_engine *fe = b->from->eng, *te = b->to->eng;
+    (void)ts_eng_event_wait(b->from, NULL); /* a failed wait still releases the queue */
+    ts_eng_event_free(b->from);
+    (void)ts_eng_event_signal(b->to, NULL);
+    ts_eng_event_free(b->to);
+    free(b);
+    bridges_add(fe, -1);
+    bridges_add(te, -1);
+    return NULL;
+}
+
+/* q waits on ev of another engine (see engine.h). */
+static int wait_foreign(ts_eng_queue *q, ts_eng_event *ev, unsigned flags, ts_err *err) {
+    ts_engine *e = q->eng;
+    if (e->desc.sync_queue) {
+        /* q runs on the host as commands come: waiting here is the wait */
+        const uint64_t t0 = ts_now_ns();
+        const int rc = ts_eng_event_wait(ev, err);
+        const uint64_t dt = ts_now_ns() - t0;
+        if (flags & TS_WAIT_WEIGHTS)
+            TS_ENG_COUNT(e, stall_ns, dt);
+        else
+            TS_ENG_COUNT(e, wait_ns, dt);
+        return rc;
+    }
+    ts_eng_event *u = ts_eng_user_event(e, err);
+    if (!u)
+        return -1;
+    if (e->vt->enq_wait(q, u, flags, err)) {
+        ts_eng_event_free(u);
+        return -1;
+    }
+    bridge *b = malloc(sizeof *b);
+    if (!b) {
+        (void)ts_eng_event_signal(u, NULL); /* never leave q blocked */
+        ts_eng_event_free(u);
+        return ts_err_set(err, "out of memory bridging a wait across engines");
+    }
+    event_hold(ev);
+    b->from = ev;
+    b->to = u;
+    bridges_add(e, 1);
+    bridges_add(ev->eng, 1);
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    const int rc = pthread_create(&th, &at, bridge_main, b);
+    pthread_attr_destroy(&at);
+    if (rc) {
+        /* no thread: wait on the host instead, then release q */
+        bridge_main(b);
+        return 0;
+    }
+    return 0;
+}
+
 int ts_eng_enqueue_wait(ts_eng_queue *q, ts_eng_event *ev, unsigned flags, ts_err *err) {
     if (!q || !ev)
         return ts_err_set(err, "wait: queue or event is NULL");
-    if (ev->eng != q->eng)
-        return ts_err_set(err, "wait: the event belongs to another engine");
     if (flags & ~TS_WAIT_WEIGHTS)
         return ts_err_set(err, "wait: unknown flags 0x%x", flags);
+    if (ev->eng != q->eng)
+        return wait_foreign(q, ev, flags, err);
     return q->eng->vt->enq_wait(q, ev, flags, err);
 }
 
@@ -369,6 +455,7 @@ static ts_eng_event *event_make(ts_engine *e, ts_eng_queue *q, bool user, ts_err
     ev->eng = e;
     ev->queue = q;
     ev->user = user;
+    ev->handles = 1;
     if (!e->vt->event_init ? ts_err_set(err, "%s has no events", e->desc.name) : e->vt->event_init(e, ev, user, err)) {
         free(ev);
         return NULL;
@@ -420,6 +507,11 @@ void ts_eng_event_free(ts_eng_event *ev) {
     if (!ev)
         return;
     ts_engine *e = ev->eng;
+    pthread_mutex_lock(&e->lock);
+    const int left = --ev->handles;
+    pthread_mutex_unlock(&e->lock);
+    if (left > 0)
+        return; /* a bridge still holds it */
     e->vt->event_fini(ev); /* the engine frees ev once nothing refers to it */
     objects_add(e, -1);
 }

@@ -122,6 +122,7 @@ typedef struct ts_eng_desc {
     bool host_visible_device_mem; /* DEVICE buffers have a host pointer (cpu only) */
     bool cpu_layouts;             /* takes TS_WL_PANELS weights (its kernels are the CPU's) */
     bool stall_measured;          /* stats.stall_ns is measured (false: reported as 0) */
+    bool sync_queue;              /* commands run on the host as they are enqueued (cpu) */
 } ts_eng_desc;
 
 /* ---- telemetry -------------------------------------------------------- */
@@ -246,8 +247,12 @@ typedef enum ts_eng_sync_dir {
 int ts_eng_enqueue_host_sync(ts_eng_queue *q, ts_eng_buf *b, size_t off, size_t n, ts_eng_sync_dir dir, ts_err *err);
 
 #define TS_WAIT_WEIGHTS 1u /* the wait guards weights: its time counts as stall_ns */
-/* Commands after this one start only after ev completes. ev must be of the
- * same engine (another queue's marker, or a user event). */
+/* Commands after this one start only after ev completes: another queue's
+ * marker or a user event, of this engine or of another one. Across engines
+ * the wait is bridged: on an engine whose queue runs on the host (cpu) the
+ * host waits here; on any other, a bridge thread waits for ev and then
+ * completes a user event of q's engine that q waits on, so the host goes on
+ * (ev may be freed at once; closing either engine waits for the bridge). */
 int ts_eng_enqueue_wait(ts_eng_queue *q, ts_eng_event *ev, unsigned flags, ts_err *err);
 /* A new event that completes when every command enqueued so far on q is
  * done. The caller frees it (ts_eng_event_free); NULL with err on failure. */

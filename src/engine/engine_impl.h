@@ -109,6 +109,10 @@ struct ts_engine {
     pthread_mutex_t lock; /* window accounting and counters */
     ts_eng_stats stats;
     int n_objects; /* live buffers, queues, events, graphs (close checks it) */
+    /* cross-engine waits in flight that involve this engine (engine.c's
+     * bridge threads); close waits for them */
+    int bridges;
+    pthread_cond_t bridges_done;
 };
 
 struct ts_eng_buf {
@@ -128,6 +132,7 @@ struct ts_eng_event {
     ts_engine *eng;
     ts_eng_queue *queue; /* the queue that completes it, NULL for a user event */
     bool user;
+    int handles; /* host references (the caller's, a bridge's): event_fini runs when the last goes; under eng->lock */
     void *impl;
 };
 

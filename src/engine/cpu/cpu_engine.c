@@ -240,6 +240,7 @@ static ts_engine *cpu_make(const ts_eng_opts *o, ts_threadpool *pool, bool own, 
     d->host_visible_device_mem = true;
     d->cpu_layouts = true;
     d->stall_measured = true;
+    d->sync_queue = true;
     return e;
 }
 

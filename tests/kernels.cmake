@@ -74,3 +74,12 @@ if(TARGET tessera_core AND NOT TS_SANITIZE AND NOT CMAKE_CROSSCOMPILING
   set_tests_properties(test_perf_model_avx2 test_real_pinned_avx2 test_tiny_oracle_avx2
                        PROPERTIES ENVIRONMENT "TS_CPU_LEVEL=avx2")
 endif()
+
+# The reference kernels of kernels/block_ops.h (LayerNorm, adaLN modulation,
+# MoE routing / grouping / grouped matmul / FFN, cross-attention) against
+# double-precision formulas (tests/test_block_ops.c). Only in the main build:
+# the kernel-only cross build has neither ref/block_ops_ref.c nor the
+# ts_wmat_row / activation references it uses.
+if(TARGET tessera_core)
+  ts_add_c_test(test_block_ops ${CMAKE_CURRENT_LIST_DIR}/test_block_ops.c)
+endif()

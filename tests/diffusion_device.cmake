@@ -51,3 +51,12 @@ set_tests_properties(diffusion_device_break_nowait PROPERTIES SKIP_RETURN_CODE 7
 add_test(NAME diffusion_device_cli
          COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_diffusion_device_cli.py $<TARGET_FILE:tessera> ${TS_DD_MODELS})
 set_tests_properties(diffusion_device_cli PROPERTIES FIXTURES_REQUIRED dd_models TIMEOUT 120)
+
+# the window forward in two halves (submit, then wait) on a slow loop device:
+# the host runs while the device computes, the logits are the CPU's bits
+add_executable(test_window_async ${CMAKE_CURRENT_LIST_DIR}/test_window_async.c)
+target_include_directories(test_window_async PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests)
+target_compile_definitions(test_window_async PRIVATE _GNU_SOURCE)
+target_link_libraries(test_window_async PRIVATE tessera_core)
+add_test(NAME test_window_async COMMAND test_window_async ${TS_DD_MODELS}/llada.gguf)
+set_tests_properties(test_window_async PROPERTIES FIXTURES_REQUIRED dd_models TIMEOUT 120)

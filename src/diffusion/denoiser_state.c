@@ -12,6 +12,13 @@ static int state_forward(void *ctx, const int32_t *tokens, int32_t n, int32_t po
 
 static int state_set_prefix(void *ctx, int32_t n, ts_err *err) { return ts_state_set_n_past(ctx, n, err); }
 
+static int state_submit(void *ctx, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, float *logits,
+                        ts_err *err) {
+    return ts_forward_window_submit(ctx, tokens, n, pos0, n_kv, logits, err);
+}
+
+static int state_wait(void *ctx, ts_err *err) { return ts_forward_window_wait(ctx, err); }
+
 int ts_state_denoiser(ts_state *s, const ts_mdl *m, int32_t mask_id_override, ts_denoiser *out, ts_err *err) {
     const ts_hparams *hp = ts_mdl_hparams(m);
     int32_t mask = mask_id_override >= 0 ? mask_id_override : hp->mask_token_id;
@@ -29,5 +36,7 @@ int ts_state_denoiser(ts_state *s, const ts_mdl *m, int32_t mask_id_override, ts
     out->max_window = ts_state_n_batch(s);
     out->forward = state_forward;
     out->set_prefix = state_set_prefix;
+    out->submit = state_submit;
+    out->wait = state_wait;
     return 0;
 }

@@ -54,6 +54,13 @@ typedef struct ts_denoiser {
     int (*forward)(void *ctx, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, float *logits,
                    ts_err *err);
     int (*set_prefix)(void *ctx, int32_t n, ts_err *err);
+    /* Optional (NULL: not offered): forward in two halves, so a CPU path can
+     * run while the device computes. submit takes forward's arguments and
+     * returns once the work is handed over; wait blocks until logits are
+     * written. One forward in flight; forward = submit + wait. */
+    int (*submit)(void *ctx, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, float *logits,
+                  ts_err *err);
+    int (*wait)(void *ctx, ts_err *err);
 } ts_denoiser;
 
 /* ---- configuration ------------------------------------------------------ */

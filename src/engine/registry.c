@@ -109,12 +109,12 @@ static int parse_spec(const char *spec, const ts_eng_open_params *p, ts_eng_opts
             return ts_err_set(err, "device '%s': option '%s' is not key=value", o->base, tok);
         *eq = 0;
         const char *key = tok, *val = eq + 1;
-        long long v = 0;
         if (!strcmp(key, "window")) {
             if (ts_eng_parse_size(val, &o->window) || o->window == 0)
                 return ts_err_set(err, "option window=%s: expected a size such as 64M or 2G", val);
 #ifdef TS_TEST_HOOKS
         } else if (!strcmp(key, "nodrain")) {
+            long long v = 0;
             if (parse_int(key, val, 0, 1, &v, err))
                 return -1;
             o->nodrain = v != 0;

@@ -81,7 +81,9 @@ static void pf_open(ts_state *s, const ts_state_params *p) {
         w = d->max_width;
     }
     s->pf_width = w;
-    s->pf_min = p->prefill_min_tokens > 0 ? p->prefill_min_tokens : 32;
+    /* the narrowest chunk worth a crossing: asked for, else the device's own
+     * min_width where it names one, else 32 */
+    s->pf_min = p->prefill_min_tokens > 0 ? p->prefill_min_tokens : d->min_width > 1 ? d->min_width : 32;
     if (s->pf_min < 2) s->pf_min = 2; /* a one-token forward is decode: it stays on the CPU */
     /* a chunk must fit one micro-batch of the state */
     if (s->n_batch < w) s->n_batch = w < s->n_ctx ? w : s->n_ctx;
@@ -370,6 +372,18 @@ static void stage_logits(ts_state *s, int t0, int nb, float *out) {
     if (m->hp.final_logit_softcap > 0.0f) ts_softcap_f32(out, (int64_t)n * V, m->hp.final_logit_softcap);
 }
 
+/* The logits of the span's nb rows into logits_out (or NULL); when last,
+ * the last row also goes to s->logits. */
+static void finish_logits(ts_state *s, int nb, float *logits_out, bool last) {
+    const int64_t V = s->m->hp.n_vocab;
+    if (logits_out) {
+        stage_logits(s, 0, nb, logits_out);
+        if (last) memcpy(s->logits, logits_out + (int64_t)(nb - 1) * V, (size_t)V * sizeof(float));
+    } else if (last) {
+        stage_logits(s, nb - 1, nb, s->logits);
+    }
+}
+
 /* nb tokens at positions pos0 ...: the embedding and the logits on the CPU,
  * the layers on the CPU stages or, on_device, through runtime/layers.c
  * over the same buffers and KV cache (placement is the only difference).
@@ -378,18 +392,10 @@ static void stage_logits(ts_state *s, int t0, int nb, float *out) {
  * to s->logits. */
 static int eval_span(ts_state *s, const int32_t *tokens, int nb, int64_t pos0, int64_t n_kv, bool on_device,
                      float *logits_out, bool last, ts_err *err) {
-    const ts_mdl *m = s->m;
-    const ts_hparams *hp = &m->hp;
     stage_embed(s, tokens, nb);
     /* the layers: one block graph, on the device or on the state's cpu engine */
     if (ts_rt_layers_run_window(on_device ? s->pf : s->cpu_layers, pos0, nb, n_kv, err) < 0) return -1;
-    const int64_t V = hp->n_vocab;
-    if (logits_out) {
-        stage_logits(s, 0, nb, logits_out);
-        if (last) memcpy(s->logits, logits_out + (int64_t)(nb - 1) * V, (size_t)V * sizeof(float));
-    } else if (last) {
-        stage_logits(s, nb - 1, nb, s->logits);
-    }
+    finish_logits(s, nb, logits_out, last);
     return 0;
 }
 
@@ -415,6 +421,7 @@ int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all,
     if (!tokens) return ts_err_set(err, "tokens is NULL");
     if ((int64_t)s->n_past + n > s->n_ctx)
         return ts_err_set(err, "context full: %d cached + %d new tokens exceed n_ctx %d", s->n_past, n, s->n_ctx);
+    if (s->win_pending) return ts_err_set(err, "a submitted window forward is still in flight (wait for it first)");
     if (check_tokens(s, tokens, n, err) < 0) return -1;
     const int32_t n_vocab = s->m->hp.n_vocab;
 
@@ -443,13 +450,15 @@ int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all,
 
 /* ---- bidirectional window (diffusion LLMs) ----------------------------- */
 
-int ts_forward_window(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, float *logits_all,
-                      ts_err *err) {
+/* The checks of a window forward; *on_device: its layers go to the device. */
+static int window_checks(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, bool *on_device,
+                         ts_err *err) {
     if (!s) return ts_err_set(err, "state is NULL");
     if (n < 0) return ts_err_set(err, "window token count %d is negative", n);
     if (pos0 < 0) return ts_err_set(err, "window start pos0 %d is negative", pos0);
     if (n == 0) return 0;
     if (!tokens) return ts_err_set(err, "tokens is NULL");
+    if (s->win_pending) return ts_err_set(err, "a submitted window forward is still in flight (wait for it first)");
     if (n > s->n_batch)
         return ts_err_set(err,
                           "window of %d tokens exceeds n_batch %d (a window is evaluated in one batch: every query "
@@ -467,12 +476,45 @@ int ts_forward_window(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos
      * (same rule as ts_forward's chunks: >= the minimum, <= the width, ==
      * the width where the device requires widths); the embedding, output
      * norm and logits stay on the CPU */
-    const bool on_device = n <= s->pf_width && pf_takes(s, n);
+    *on_device = n <= s->pf_width && pf_takes(s, n);
     /* the CPU rewrites rows pos0.. of the cache: a prefill device that keeps
      * its own copy must not trust its rows from there on */
-    if (s->pf && !on_device) ts_rt_layers_kv_truncate(s->pf, pos0);
+    if (s->pf && !*on_device) ts_rt_layers_kv_truncate(s->pf, pos0);
+    return 0;
+}
+
+int ts_forward_window(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, float *logits_all,
+                      ts_err *err) {
+    bool on_device = false;
+    if (window_checks(s, tokens, n, pos0, n_kv, &on_device, err) < 0) return -1;
+    if (n == 0) return 0;
     return eval_span(s, tokens, n, pos0, n_kv, on_device, logits_all, true, err);
 }
+
+int ts_forward_window_submit(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv,
+                             float *logits_all, ts_err *err) {
+    bool on_device = false;
+    if (window_checks(s, tokens, n, pos0, n_kv, &on_device, err) < 0) return -1;
+    if (n == 0) return 0;
+    if (!on_device) return eval_span(s, tokens, n, pos0, n_kv, false, logits_all, true, err);
+    stage_embed(s, tokens, n);
+    if (ts_rt_layers_submit_window(s->pf, pos0, n, n_kv, err) < 0) return -1;
+    s->win_pending = true;
+    s->win_n = n;
+    s->win_logits = logits_all;
+    return 0;
+}
+
+int ts_forward_window_wait(ts_state *s, ts_err *err) {
+    if (!s) return ts_err_set(err, "state is NULL");
+    if (!s->win_pending) return 0;
+    s->win_pending = false;
+    if (ts_rt_layers_wait(s->pf, err) < 0) return -1;
+    finish_logits(s, s->win_n, s->win_logits, true);
+    return 0;
+}
+
+bool ts_forward_window_done(ts_state *s) { return !s || !s->win_pending || ts_rt_layers_done(s->pf); }
 
 int ts_state_set_n_past(ts_state *s, int32_t n, ts_err *err) {
     if (!s) return ts_err_set(err, "state is NULL");

@@ -99,7 +99,7 @@ typedef struct ts_state_params {
      * state on the CPU with the reason in ts_state_dev_fallback. */
     const char *prefill_device; /* ts_eng_open name: "loop", "loop:npu,window=16M", "opencl:0", ... */
     int32_t chunk;              /* tokens per device chunk; 0: 256 (a device requiring widths gets one of them) */
-    int32_t prefill_min_tokens; /* chunks narrower than this stay on the CPU; 0: 32 (at least 2: decode stays) */
+    int32_t prefill_min_tokens; /* chunks narrower than this stay on the CPU; 0: the device's min_width if > 1, else 32 (at least 2: decode stays) */
 } ts_state_params;
 ts_state_params ts_state_default_params(void);
 
@@ -172,6 +172,17 @@ const float *ts_state_logits(const ts_state *s); /* n_vocab floats: the last eva
  * (counted in ts_state_dev_stats' dev_window_tokens/runs); the rest on the CPU. */
 int ts_forward_window(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, float *logits_all,
                       ts_err *err);
+/* ts_forward_window in two halves, so the caller can work on the CPU while
+ * the device computes: submit checks and starts the window (a window that
+ * does not go to the device is computed right here, and then wait has
+ * nothing left to do); wait blocks until its layers are done and writes the
+ * logits. Between the two the caller must not use s (no other forward, no
+ * truncation) nor read logits_all. One window in flight per state. */
+int ts_forward_window_submit(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv,
+                             float *logits_all, ts_err *err);
+int ts_forward_window_wait(ts_state *s, ts_err *err);
+bool ts_forward_window_done(ts_state *s); /* non-blocking: the submitted window's layers are done */
+
 /* Declares rows [0, n) of the cache valid (n <= n_ctx): after a window
  * evaluation, the caller makes a prefix permanent with this. A following
  * ts_forward appends at position n. */

@@ -150,6 +150,10 @@ struct ts_state {
     struct ts_rt_layers *pf;
     int32_t pf_width, pf_min;
     char pf_fallback[640];       /* the fallback line, "" when none */
+    /* a window forward submitted to the device, not yet waited for */
+    bool win_pending;
+    int32_t win_n;
+    float *win_logits;
     char pf_info[256];
 };
 

@@ -88,6 +88,12 @@ struct ts_rt_layers {
     bool nodrain;               /* the broken-on-purpose hook (engine option nodrain=1) */
     int64_t kv_valid;           /* cache rows [0, kv_valid) coherent on the device */
     bool dq_pending;            /* commands on dq since the last drain */
+    /* a submitted run not yet waited for (ts_rt_layers_submit_window) */
+    bool in_flight;
+    int64_t fl_pos0, fl_n_kv;
+    int fl_n_tok;
+    ts_eng_stats fl_before;
+    ts_eng_event *fl_done; /* dq marker after the run's last command (NULL: nothing on the device) */
     ts_rt_layers_stats st;
 };
 
@@ -160,6 +166,7 @@ void ts_rt_layers_free(ts_rt_layers *pf) {
         (void)ts_eng_queue_finish(pf->dq, NULL);
     if (pf->uq)
         (void)ts_eng_queue_finish(pf->uq, NULL);
+    ts_eng_event_free(pf->fl_done);
     for (int j = 0; j < 2; j++) {
         ts_eng_event_free(pf->slot_free[j]);
         ts_eng_buf_free(pf->slot[j]);
@@ -686,9 +693,11 @@ int ts_rt_layers_run(ts_rt_layers *pf, int64_t pos0, int n_tok, ts_err *err) {
     return ts_rt_layers_run_window(pf, pos0, n_tok, 0, err);
 }
 
-int ts_rt_layers_run_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n_kv, ts_err *err) {
+int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n_kv, ts_err *err) {
     if (!pf)
         return ts_err_set(err, "prefill: NULL");
+    if (pf->in_flight)
+        return ts_err_set(err, "prefill: a submitted run is still in flight (wait for it first)");
     if (n_tok < 1 || n_tok > pf->width)
         return ts_err_set(err, "prefill: %d tokens outside [1, width %d]", n_tok, pf->width);
     if (pf->dev && ts_eng_describe(pf->dev)->widths_required && n_tok != pf->width)
@@ -769,30 +778,21 @@ int ts_rt_layers_run_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n
     for (int l = 0; l < pf->n_layer; l++)
         if (pf->vars[pf->layer_var[l]].kv_on_device && sync_kv(pf, l, pos0, pos0 + n_tok, TS_SYNC_TO_HOST, err))
             goto fail;
-    if (pf->nodrain) {
-        /* BROKEN ON PURPOSE: hand the work over and return at once, so the
-         * caller reads x and the KV rows before the device wrote them */
-        if (ts_eng_queue_flush(pf->dq, err))
+    /* hand the rest to the device and return: ts_rt_layers_wait waits for
+     * the marker after it */
+    if (pf->dq && pf->dq_pending) {
+        if (!(pf->fl_done = ts_eng_enqueue_marker(pf->dq, err)) || ts_eng_queue_flush(pf->dq, err))
             goto fail;
-    } else if (drain(pf, err)) {
-        goto fail;
     }
     if (ts_eng_queue_finish(pf->cq, err))
         goto fail;
-    pf->kv_valid = pos0 + n_tok;
-    if (pf->dev) {
-        ts_eng_get_stats(pf->dev, &after);
-        pf->st.run_crossings += after.crossings - before.crossings;
-        pf->st.run_nodes += after.nodes - before.nodes;
-    }
-    pf->st.tokens += (uint64_t)n_tok;
-    pf->st.runs++;
-    if (n_kv > 0) {
-        pf->st.window_tokens += (uint64_t)n_tok;
-        pf->st.window_runs++;
-    }
+    pf->in_flight = true;
+    pf->fl_pos0 = pos0, pf->fl_n_tok = n_tok, pf->fl_n_kv = n_kv, pf->fl_before = before;
+    (void)after;
     return 0;
 fail:
+    ts_eng_event_free(pf->fl_done);
+    pf->fl_done = NULL;
     if (pf->dq)
         (void)ts_eng_queue_finish(pf->dq, NULL);
     if (pf->uq)
@@ -806,9 +806,65 @@ fail:
     return -1;
 }
 
+/* The run is over: the counters. */
+static void run_done(ts_rt_layers *pf) {
+    pf->in_flight = false;
+    pf->kv_valid = pf->fl_pos0 + pf->fl_n_tok;
+    if (pf->dev) {
+        ts_eng_stats after;
+        ts_eng_get_stats(pf->dev, &after);
+        pf->st.run_crossings += after.crossings - pf->fl_before.crossings;
+        pf->st.run_nodes += after.nodes - pf->fl_before.nodes;
+    }
+    pf->st.tokens += (uint64_t)pf->fl_n_tok;
+    pf->st.runs++;
+    if (pf->fl_n_kv > 0) {
+        pf->st.window_tokens += (uint64_t)pf->fl_n_tok;
+        pf->st.window_runs++;
+    }
+}
+
+int ts_rt_layers_wait(ts_rt_layers *pf, ts_err *err) {
+    if (!pf)
+        return ts_err_set(err, "prefill: NULL");
+    if (!pf->in_flight)
+        return 0;
+    const int rc = pf->fl_done ? ts_eng_event_wait(pf->fl_done, err) : 0;
+    ts_eng_event_free(pf->fl_done);
+    pf->fl_done = NULL;
+    pf->dq_pending = false;
+    if (rc) {
+        pf->in_flight = false;
+        pf->kv_valid = 0;
+        return -1;
+    }
+    run_done(pf);
+    return 0;
+}
+
+bool ts_rt_layers_done(ts_rt_layers *pf) {
+    return !pf || !pf->in_flight || !pf->fl_done || ts_eng_event_done(pf->fl_done);
+}
+
+int ts_rt_layers_run_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n_kv, ts_err *err) {
+    if (ts_rt_layers_submit_window(pf, pos0, n_tok, n_kv, err))
+        return -1;
+    if (pf->nodrain) {
+        /* BROKEN ON PURPOSE: return without waiting for the device, so the
+         * caller reads x and the KV rows before the device wrote them (the
+         * next run catches up) */
+        ts_eng_event_free(pf->fl_done);
+        pf->fl_done = NULL;
+        run_done(pf);
+        return 0;
+    }
+    return ts_rt_layers_wait(pf, err);
+}
+
 void ts_rt_layers_kv_truncate(ts_rt_layers *pf, int64_t n) {
     if (!pf)
         return;
+    (void)ts_rt_layers_wait(pf, NULL); /* a submitted run may still write those rows */
     /* the broken hook may have left a run in flight over those rows */
     if (pf->nodrain)
         (void)drain(pf, NULL);

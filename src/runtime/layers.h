@@ -101,6 +101,17 @@ int ts_rt_layers_run(ts_rt_layers *pf, int64_t pos0, int n_tok, ts_err *err);
  * the device first. Counted in tokens/runs and in window_tokens/runs. */
 int ts_rt_layers_run_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n_kv, ts_err *err);
 
+/* The same in two halves, so the host can work while the device computes:
+ * submit enqueues the run and hands it to the device (it blocks only for
+ * the parts of the layers that run on the CPU between device segments, and
+ * returns once the last device segment is handed over); wait blocks until
+ * the device is done, after which x and the KV rows are the host's. One run
+ * in flight at a time; ts_rt_layers_run_window is submit + wait. The host
+ * must not touch the forward's buffers or the run's KV rows in between. */
+int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n_kv, ts_err *err);
+int ts_rt_layers_wait(ts_rt_layers *pf, ts_err *err); /* 0 at once when nothing is in flight */
+bool ts_rt_layers_done(ts_rt_layers *pf);             /* the submitted run has finished (non-blocking) */
+
 /* The KV cache was truncated to n rows on the host (ts_state_kv_truncate):
  * rows past it are no longer known to the device. */
 void ts_rt_layers_kv_truncate(ts_rt_layers *pf, int64_t n);

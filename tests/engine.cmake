@@ -86,3 +86,8 @@ add_test(NAME prefill_gate1_SmolLM2_scalar COMMAND test_prefill_device gate1
          ${TS_MODELS_DIR}/SmolLM2-135M-Instruct.Q4_1.gguf)
 set_tests_properties(prefill_gate1_SmolLM2_scalar PROPERTIES ENVIRONMENT "TS_CPU_LEVEL=scalar")
 endif()
+
+# The graph ops of the coming families (MoE, diffusion transformers) on cpu
+# and loop: bit-identical to kernels/block_ops.h called directly, and the
+# expert-array binding checks (tests/test_graph_ops.c).
+ts_add_c_test(test_graph_ops ${CMAKE_CURRENT_LIST_DIR}/test_graph_ops.c)

@@ -35,7 +35,10 @@ const char *ts_op_name(ts_op op) {
         [TS_OP_ROPE] = "rope",           [TS_OP_KV_STORE] = "kv_store",
         [TS_OP_ATTENTION] = "attention", [TS_OP_SWIGLU] = "swiglu",
         [TS_OP_GEGLU] = "geglu",         [TS_OP_ADD] = "add",
-        [TS_OP_ADD_ROW] = "add_row",
+        [TS_OP_ADD_ROW] = "add_row",     [TS_OP_LAYERNORM] = "layernorm",
+        [TS_OP_MUL] = "mul",             [TS_OP_MODULATE] = "modulate",
+        [TS_OP_GATED_ADD] = "gated_add", [TS_OP_MOE_ROUTE] = "moe_route",
+        [TS_OP_MOE_MATMUL] = "moe_matmul", [TS_OP_CROSS_ATTN] = "cross_attn",
     };
     return (unsigned)op < TS_OP_COUNT ? names[op] : "?";
 }
@@ -584,6 +587,54 @@ int ts_eng_node_refs(const ts_eng_node *n, int n_tok, ts_eng_ref *refs, uint64_t
         REF(n->add.y, T * (uint64_t)n->add.n * 4, 4, false);
         REF(n->add.x, (n->op == TS_OP_ADD ? T : 1) * (uint64_t)n->add.n * 4, 4, false);
         break;
+    case TS_OP_LAYERNORM: {
+        const uint64_t b = T * (uint64_t)n->layernorm.n * 4;
+        REF(n->layernorm.x, b, 4, false);
+        REF(n->layernorm.y, b, 4, false);
+        REF(n->layernorm.w, (uint64_t)n->layernorm.n * 4, 4, false);
+        REF(n->layernorm.b, (uint64_t)n->layernorm.n * 4, 4, false);
+        break;
+    }
+    case TS_OP_MUL:
+        REF(n->mul.y, T * (uint64_t)n->mul.n * 4, 4, false);
+        REF(n->mul.a, T * (uint64_t)n->mul.n * 4, 4, false);
+        REF(n->mul.b, (n->mul.b_row ? 1 : T) * (uint64_t)n->mul.n * 4, 4, false);
+        break;
+    case TS_OP_MODULATE:
+    case TS_OP_GATED_ADD: {
+        /* modulation rows: one per sample of tok_per_sample tokens */
+        const uint64_t tps = n->modulate.tok_per_sample > 0 ? (uint64_t)n->modulate.tok_per_sample : 1;
+        const uint64_t samples = T ? (T + tps - 1) / tps : 0;
+        const uint64_t mb = samples ? ((samples - 1) * (uint64_t)n->modulate.mod_stride + (uint64_t)n->modulate.n) * 4 : 0;
+        REF(n->modulate.x, T * (uint64_t)n->modulate.n * 4, 4, false);
+        REF(n->modulate.y, T * (uint64_t)n->modulate.n * 4, 4, false);
+        REF(n->modulate.shift, mb, 4, false);
+        REF(n->modulate.scale, mb, 4, false);
+        break;
+    }
+    case TS_OP_MOE_ROUTE:
+        REF(n->route.logits, T * (uint64_t)n->route.n_expert * 4, 4, false);
+        REF(n->route.ids, T * (uint64_t)n->route.k * 4, 4, false);
+        REF(n->route.weights, T * (uint64_t)n->route.k * 4, 4, false);
+        break;
+    case TS_OP_MOE_MATMUL: {
+        const uint64_t K = (uint64_t)n->moe.k;
+        REF(n->moe.w, 0, 1, true); /* size from the binding */
+        REF(n->moe.x, (n->moe.x_by_pair ? T * K : T) * (uint64_t)n->moe.n_in * 4, 4, false);
+        REF(n->moe.y, (n->moe.y_by_pair ? T * K : T) * (uint64_t)n->moe.n_out * 4, 4, false);
+        REF(n->moe.ids, T * K * 4, 4, false);
+        REF(n->moe.weights, T * K * 4, 4, false);
+        break;
+    }
+    case TS_OP_CROSS_ATTN: {
+        const uint64_t qb = T * (uint64_t)n->xattn.n_head * (uint64_t)n->xattn.head_dim * 4;
+        const uint64_t kb = (uint64_t)n->xattn.n_kv * (uint64_t)n->xattn.n_head_kv * (uint64_t)n->xattn.head_dim * 4;
+        REF(n->xattn.q, qb, 4, false);
+        REF(n->xattn.k, kb, 4, false);
+        REF(n->xattn.v, kb, 4, false);
+        REF(n->xattn.out, qb, 4, false);
+        break;
+    }
     default: break;
     }
 #undef REF
@@ -640,6 +691,39 @@ static int check_node_shape(const ts_eng_node *n, int idx, int n_slots, ts_err *
     case TS_OP_GEGLU: BAD(n->glu.n < 1 || n->glu.n > lim, "n %lld out of range", (long long)n->glu.n); break;
     case TS_OP_ADD:
     case TS_OP_ADD_ROW: BAD(n->add.n < 1 || n->add.n > lim, "n %lld out of range", (long long)n->add.n); break;
+    case TS_OP_LAYERNORM:
+        BAD(n->layernorm.n < 1 || n->layernorm.n > lim, "n %lld out of range", (long long)n->layernorm.n);
+        BAD(!(n->layernorm.eps >= 0.0f) || !isfinite(n->layernorm.eps), "eps %g is not a finite value >= 0",
+            (double)n->layernorm.eps);
+        break;
+    case TS_OP_MUL: BAD(n->mul.n < 1 || n->mul.n > lim, "n %lld out of range", (long long)n->mul.n); break;
+    case TS_OP_MODULATE:
+    case TS_OP_GATED_ADD:
+        BAD(n->modulate.n < 1 || n->modulate.n > lim, "n %lld out of range", (long long)n->modulate.n);
+        BAD(n->modulate.tok_per_sample < 1, "tok_per_sample %d must be >= 1", n->modulate.tok_per_sample);
+        BAD(n->modulate.mod_stride < n->modulate.n || n->modulate.mod_stride > lim,
+            "mod_stride %lld must be in [n %lld, 2^30]", (long long)n->modulate.mod_stride, (long long)n->modulate.n);
+        break;
+    case TS_OP_MOE_ROUTE:
+        BAD(n->route.n_expert < 1 || n->route.n_expert > 65536, "n_expert %d out of range", n->route.n_expert);
+        BAD(n->route.k < 1 || n->route.k > n->route.n_expert, "k %d must be in [1, n_expert %d]", n->route.k,
+            n->route.n_expert);
+        BAD(n->route.score > 1, "score %d unknown (0 top-k softmax, 1 softmax top-k)", (int)n->route.score);
+        break;
+    case TS_OP_MOE_MATMUL:
+        BAD(n->moe.n_in < 1 || n->moe.n_in > lim, "n_in %lld out of range", (long long)n->moe.n_in);
+        BAD(n->moe.n_out < 1 || n->moe.n_out > lim, "n_out %lld out of range", (long long)n->moe.n_out);
+        BAD(n->moe.n_expert < 1 || n->moe.n_expert > 65536, "n_expert %d out of range", n->moe.n_expert);
+        BAD(n->moe.k < 1 || n->moe.k > n->moe.n_expert, "k %d must be in [1, n_expert %d]", n->moe.k,
+            n->moe.n_expert);
+        break;
+    case TS_OP_CROSS_ATTN:
+        BAD(n->xattn.n_head < 1 || n->xattn.n_head_kv < 1 || n->xattn.n_head % n->xattn.n_head_kv,
+            "n_head %d is not a positive multiple of n_head_kv %d", n->xattn.n_head, n->xattn.n_head_kv);
+        BAD(n->xattn.head_dim < 1 || n->xattn.head_dim > 65536, "head_dim %d out of range", n->xattn.head_dim);
+        BAD(n->xattn.n_kv < 1 || n->xattn.n_kv > (1 << 24), "n_kv %d out of range", n->xattn.n_kv);
+        BAD(!isfinite(n->xattn.scale), "scale %g not finite", (double)n->xattn.scale);
+        break;
     default: break;
     }
     ts_eng_ref refs[6] = {{0}};
@@ -648,7 +732,11 @@ static int check_node_shape(const ts_eng_node *n, int idx, int n_slots, ts_err *
     bool isw[6] = {0};
     const int k = ts_eng_node_refs(n, 1, refs, bytes, align, isw);
     for (int i = 0; i < k; i++) {
-        const bool optional = n->op == TS_OP_RMSNORM && i == 2;
+        /* optional operands: norm weights and bias, modulation shift/scale,
+         * the routing weights of a grouped matmul */
+        const bool optional = (n->op == TS_OP_RMSNORM && i == 2) || (n->op == TS_OP_LAYERNORM && i >= 2) ||
+                              (n->op == TS_OP_MODULATE && i >= 2) || (n->op == TS_OP_GATED_ADD && i == 2) ||
+                              (n->op == TS_OP_MOE_MATMUL && i == 4);
         BAD(refs[i].slot < 0 && !optional, "operand %d has no slot", i);
         BAD(refs[i].slot >= n_slots, "operand %d uses slot %d of %d", i, refs[i].slot, n_slots);
     }
@@ -839,8 +927,19 @@ static int bind_checks(const ts_engine *e, const ts_eng_graph *g, const ts_eng_b
                 return ts_err_set(err, "graph run: node %d (%s): slot %d is not bound", ni, ts_op_name(n->op),
                                   refs[i].slot);
             uint64_t need = bytes[i];
-            if (isw[i] && check_weight(e, b, n->matmul.n_in, n->matmul.n_out, &need, err))
+            if (isw[i] && n->op == TS_OP_MOE_MATMUL) {
+                uint64_t one = 0;
+                if (check_weight(e, b, n->moe.n_in, n->moe.n_out, &one, err))
+                    return ts_err_prefix(err, "graph run: node %d (moe_matmul), slot %d", ni, refs[i].slot);
+                if (b->n_expert != n->moe.n_expert || b->expert_bytes < one)
+                    return ts_err_set(err,
+                                      "graph run: node %d (moe_matmul), slot %d: bound to %d experts of %" PRIu64
+                                      " bytes, the node needs %d of >= %" PRIu64,
+                                      ni, refs[i].slot, b->n_expert, b->expert_bytes, n->moe.n_expert, one);
+                need = (uint64_t)(n->moe.n_expert - 1) * b->expert_bytes + one;
+            } else if (isw[i] && check_weight(e, b, n->matmul.n_in, n->matmul.n_out, &need, err)) {
                 return ts_err_prefix(err, "graph run: node %d (matmul), slot %d", ni, refs[i].slot);
+            }
             uint64_t start, end;
             if (ts_add_overflow_u64(b->off, refs[i].off, &start) || ts_add_overflow_u64(start, need, &end) ||
                 end > b->buf->size)

@@ -98,8 +98,20 @@ typedef enum ts_op {
     TS_OP_GEGLU,      /* out = gelu_tanh(gate) * up                             */
     TS_OP_ADD,        /* y[t] += x[t]   (residual)                              */
     TS_OP_ADD_ROW,    /* y[t] += b      (bias, one row for every token)         */
+    /* the ops of the coming families (MoE LLMs, diffusion transformers);
+     * kernels/block_ops.h has their definitions */
+    TS_OP_LAYERNORM,   /* y[t] = (x[t] - mean) / sqrt(var + eps) * w + b        */
+    TS_OP_MUL,         /* y[t] = a[t] * b[t] (or b as one row)                  */
+    TS_OP_MODULATE,    /* y[t] = x[t] * (1 + scale_s) + shift_s (adaLN)         */
+    TS_OP_GATED_ADD,   /* x[t] += gate_s * y[t] (adaLN's gated residual)        */
+    TS_OP_MOE_ROUTE,   /* router logits -> top-k expert ids and weights         */
+    TS_OP_MOE_MATMUL,  /* y += (w) x W_e^T over each token's k experts (an expert array) */
+    TS_OP_CROSS_ATTN,  /* attention over K/V of another sequence (no cache)     */
     TS_OP_COUNT
 } ts_op;
+/* The ops of the LLM block (matmul .. add_row): what an engine that knows
+ * only those (opencl) offers. */
+#define TS_OP_MASK_LLM ((1u << (TS_OP_ADD_ROW + 1)) - 1)
 const char *ts_op_name(ts_op op);
 
 #define TS_ENG_MAX_WIDTHS 8
@@ -335,6 +347,44 @@ typedef struct ts_eng_node {
             ts_eng_ref y, x;
             int64_t n;
         } add;
+        struct {                   /* TS_OP_LAYERNORM: n_tok rows of n */
+            ts_eng_ref x, y, w, b; /* y may equal x; w, b [n] f32 or TS_ENG_NOREF */
+            int64_t n;
+            float eps;
+        } layernorm;
+        struct {                /* TS_OP_MUL */
+            ts_eng_ref y, a, b; /* [n_tok][n]; b [n] when b_row; y may equal a */
+            int64_t n;
+            bool b_row;
+        } mul;
+        struct {                         /* TS_OP_MODULATE (x, shift, scale -> y), TS_OP_GATED_ADD (x += gate * y) */
+            ts_eng_ref x, y, shift, scale; /* x, y [n_tok][n]; GATED_ADD: the gate in `scale`, shift unused */
+            int64_t n;
+            int64_t mod_stride;     /* floats between one sample's modulation row and the next */
+            int32_t tok_per_sample; /* rows per sample (>= 1) */
+        } modulate;
+        struct {                            /* TS_OP_MOE_ROUTE */
+            ts_eng_ref logits, ids, weights; /* [n_tok][n_expert] f32 -> [n_tok][k] int32, [n_tok][k] f32 */
+            int32_t n_expert, k;
+            uint8_t score; /* ts_moe_score (kernels/block_ops.h) */
+            bool norm_topk;
+        } route;
+        struct {                /* TS_OP_MOE_MATMUL */
+            ts_eng_ref w;       /* the expert array: the slot's binding gives n_expert and expert_bytes */
+            ts_eng_ref x, y;    /* rows of n_in / n_out: by token [n_tok] or by pair [n_tok * k] */
+            ts_eng_ref ids;     /* [n_tok][k] int32 (a route node's) */
+            ts_eng_ref weights; /* [n_tok][k] f32 routing weights, or TS_ENG_NOREF (weight 1) */
+            int64_t n_in, n_out;
+            int32_t n_expert, k;
+            bool x_by_pair, y_by_pair;
+            bool accumulate; /* false: y's rows are zeroed first */
+        } moe;
+        struct {                      /* TS_OP_CROSS_ATTN */
+            ts_eng_ref q, k, v, out;  /* q, out [n_tok][n_head*head_dim]; k, v [n_kv][n_head_kv*head_dim] f32 */
+            int32_t n_head, n_head_kv, head_dim;
+            int32_t n_kv; /* keys of the other sequence */
+            float scale;
+        } xattn;
     };
 } ts_eng_node;
 
@@ -348,10 +398,14 @@ typedef enum ts_eng_wlayout {
 typedef struct ts_eng_bind {
     ts_eng_buf *buf;
     uint64_t off;
-    /* MATMUL weights only: */
+    /* MATMUL and MOE_MATMUL weights only: */
     uint32_t wtype;     /* ts_type */
     uint64_t row_bytes; /* ts_row_size(wtype, n_in) */
     ts_eng_wlayout layout;
+    /* MOE_MATMUL: the slot holds n_expert matrices of this type and layout,
+     * expert e at off + e * expert_bytes */
+    int32_t n_expert;
+    uint64_t expert_bytes;
 } ts_eng_bind;
 
 /* Builds a graph of n_nodes nodes over n_slots slots, for runs of up to

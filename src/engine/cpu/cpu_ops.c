@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/block_ops.h"
 #include "kernels/fastops.h"
 #include "kernels/linear.h"
 #include "kernels/ops.h"
@@ -34,7 +35,35 @@ struct ts_cpu_exec {
      * input: run_len[i] is the run's length at its first node, 0 for the
      * others (ts_linear quantizes that input once for all of them) */
     int *run_len;
+    /* grouped expert matmuls: the grouping of a run's (token, slot) pairs
+     * and the expert matrices; cross-attention's score rows */
+    int64_t *moe_offsets; /* [max n_expert + 1] */
+    ts_moe_pair *moe_pairs; /* [width * max k] */
+    ts_wmat *moe_w;         /* [max n_expert] */
+    double *xattn_scratch;  /* [n_threads][xattn_stride] */
+    int64_t xattn_stride;
 };
+
+/* What the block ops need: pairs (width * k), experts, expert matmul input
+ * rows, cross-attention doubles per thread. */
+static void needs_blocks(const ts_eng_node *nodes, int n_nodes, int width, int64_t *pairs, int64_t *experts,
+                         int64_t *moe_in, int64_t *xattn_row) {
+    *pairs = *experts = *moe_in = *xattn_row = 0;
+    for (int i = 0; i < n_nodes; i++) {
+        const ts_eng_node *n = &nodes[i];
+        if (n->op == TS_OP_MOE_MATMUL) {
+            if ((int64_t)width * n->moe.k > *pairs)
+                *pairs = (int64_t)width * n->moe.k;
+            if (n->moe.n_expert > *experts)
+                *experts = n->moe.n_expert;
+            if (n->moe.n_in > *moe_in)
+                *moe_in = n->moe.n_in;
+        }
+        if (n->op == TS_OP_CROSS_ATTN && (int64_t)n->xattn.n_kv + n->xattn.head_dim > *xattn_row)
+            *xattn_row = (int64_t)n->xattn.n_kv + n->xattn.head_dim;
+    }
+    *xattn_row = (*xattn_row + 7) & ~(int64_t)7; /* threads never share a cache line */
+}
 
 /* What the nodes need: widest matmul input, widest attention scratch row,
  * largest n_rot. */
@@ -46,9 +75,12 @@ static void needs(const ts_eng_node *nodes, int n_nodes, int64_t *max_in, int64_
         const ts_eng_node *n = &nodes[i];
         if (n->op == TS_OP_MATMUL && n->matmul.n_in > *max_in)
             *max_in = n->matmul.n_in;
-        /* the reference matmul dequantizes one weight row per thread */
+        /* the reference matmul and the grouped expert matmul dequantize one
+         * weight row per thread */
         if (n->op == TS_OP_MATMUL && n->matmul.ref && n->matmul.n_in > *attn_row)
             *attn_row = n->matmul.n_in;
+        if (n->op == TS_OP_MOE_MATMUL && n->moe.n_in > *attn_row)
+            *attn_row = n->moe.n_in;
         if (n->op == TS_OP_ATTENTION) {
             /* ts_attention: (pos0 + n_tok) scores + 2 * head_dim per thread;
              * ts_attention_fast: its tile buffers */
@@ -82,6 +114,10 @@ uint64_t ts_cpu_exec_bytes(const ts_eng_node *nodes, int n_nodes, int width, int
     b += (uint64_t)attn_row * (uint64_t)n_threads * 4;
     b += 2 * ((uint64_t)max_rot * (uint64_t)width * 4 + (uint64_t)max_rot * 4 + 8);
     b += (uint64_t)n_nodes * sizeof(int);
+    int64_t pairs, experts, moe_in, xattn_row;
+    needs_blocks(nodes, n_nodes, width, &pairs, &experts, &moe_in, &xattn_row);
+    b += (uint64_t)(experts + 1) * 8 + (uint64_t)pairs * sizeof(ts_moe_pair) + (uint64_t)experts * sizeof(ts_wmat);
+    b += (uint64_t)xattn_row * (uint64_t)n_threads * 8;
     return b;
 }
 
@@ -106,6 +142,17 @@ ts_cpu_exec *ts_cpu_exec_new(const ts_eng_node *nodes, int n_nodes, int width, i
             goto oom;
     }
     x->width = width;
+    int64_t pairs, experts, moe_in, xattn_row;
+    needs_blocks(nodes, n_nodes, width, &pairs, &experts, &moe_in, &xattn_row);
+    if (experts && (!(x->moe_offsets = calloc((size_t)experts + 1, sizeof *x->moe_offsets)) ||
+                    !(x->moe_pairs = calloc((size_t)pairs, sizeof *x->moe_pairs)) ||
+                    !(x->moe_w = calloc((size_t)experts, sizeof *x->moe_w))))
+        goto oom;
+    if (xattn_row) {
+        x->xattn_stride = xattn_row;
+        if (!(x->xattn_scratch = calloc((size_t)xattn_row * (size_t)n_threads, sizeof(double))))
+            goto oom;
+    }
     for (int j = 0; j < 2; j++)
         if (!(x->rope[j].cs = calloc((size_t)(max_rot ? max_rot : 1) * (size_t)width, sizeof(float))) ||
             !(x->rope[j].angles = calloc((size_t)(max_rot / 2 + 1), sizeof(double))))
@@ -149,6 +196,10 @@ void ts_cpu_exec_free(ts_cpu_exec *x) {
         free(x->rope[j].angles);
     }
     free(x->run_len);
+    free(x->moe_offsets);
+    free(x->moe_pairs);
+    free(x->moe_w);
+    free(x->xattn_scratch);
     free(x);
 }
 
@@ -292,6 +343,60 @@ static void exec_node(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *no
         for (int t = 0; t < n_tok; t++)
             for (int64_t i = 0; i < n->add.n; i++)
                 y[(int64_t)t * n->add.n + i] += b[i];
+        break;
+    }
+    case TS_OP_LAYERNORM:
+        ts_layernorm_f32(pool, at(base, n->layernorm.y), at(base, n->layernorm.x), at(base, n->layernorm.w),
+                         at(base, n->layernorm.b), n_tok, n->layernorm.n, n->layernorm.eps);
+        break;
+    case TS_OP_MUL:
+        ts_mul_f32(at(base, n->mul.y), at(base, n->mul.a), at(base, n->mul.b), n->mul.b_row, n_tok, n->mul.n);
+        break;
+    case TS_OP_MODULATE:
+        ts_modulate_f32(at(base, n->modulate.y), at(base, n->modulate.x), at(base, n->modulate.shift),
+                        at(base, n->modulate.scale), n->modulate.mod_stride, n->modulate.tok_per_sample, n_tok,
+                        n->modulate.n);
+        break;
+    case TS_OP_GATED_ADD:
+        ts_gated_residual_f32(at(base, n->modulate.x), at(base, n->modulate.y), at(base, n->modulate.scale),
+                              n->modulate.mod_stride, n->modulate.tok_per_sample, n_tok, n->modulate.n);
+        break;
+    case TS_OP_MOE_ROUTE:
+        ts_moe_route(at(base, n->route.logits), n_tok, n->route.n_expert, n->route.k, (ts_moe_score)n->route.score,
+                     n->route.norm_topk, at(base, n->route.ids), at(base, n->route.weights));
+        break;
+    case TS_OP_MOE_MATMUL: {
+        const int32_t *ids = at(base, n->moe.ids);
+        /* the ids come from a route node of this graph: in range by
+         * construction, but a bad one must not index past the experts */
+        if (ts_moe_group(ids, n_tok, n->moe.k, n->moe.n_expert, x->moe_offsets, x->moe_pairs, NULL))
+            break;
+        const ts_eng_bind *b = &binds[n->moe.w.slot];
+        const uint8_t *w0 = at(base, n->moe.w);
+        for (int e = 0; e < n->moe.n_expert; e++) {
+            const uint8_t *we = w0 + (size_t)e * b->expert_bytes;
+            x->moe_w[e] = (ts_wmat){.type = b->wtype,
+                                    .data = we,
+                                    .n_in = n->moe.n_in,
+                                    .n_out = n->moe.n_out,
+                                    .row_bytes = (size_t)b->row_bytes,
+                                    .packed = b->layout == TS_WL_PANELS ? we : NULL};
+        }
+        float *y = at(base, n->moe.y);
+        if (!n->moe.accumulate)
+            memset(y, 0, (size_t)(n->moe.y_by_pair ? n_tok * n->moe.k : n_tok) * (size_t)n->moe.n_out * sizeof(float));
+        ts_moe_matmul(pool, x->moe_w, n->moe.n_expert, x->moe_offsets, x->moe_pairs, at(base, n->moe.weights), n->moe.k,
+                      at(base, n->moe.x), n->moe.n_in, n->moe.x_by_pair, y, n->moe.n_out, n->moe.y_by_pair,
+                      x->attn_scratch, x->attn_stride);
+        break;
+    }
+    case TS_OP_CROSS_ATTN: {
+        const ts_xattn_params ap = {.n_head = n->xattn.n_head,
+                                    .n_head_kv = n->xattn.n_head_kv,
+                                    .head_dim = n->xattn.head_dim,
+                                    .scale = n->xattn.scale};
+        ts_cross_attention(pool, &ap, at(base, n->xattn.q), n_tok, at(base, n->xattn.k), at(base, n->xattn.v),
+                           n->xattn.n_kv, at(base, n->xattn.out), x->xattn_scratch, x->xattn_stride);
         break;
     }
     default: break;

@@ -656,7 +656,7 @@ static void describe(ts_eng_desc *d, const dev_ref *r, int index) {
     d->widths_required = false;
     d->max_width = 4096;
     d->min_width = d->kind == TS_ENG_KIND_GPU ? 32 : 1;
-    d->ops = (1u << TS_OP_COUNT) - 1;
+    d->ops = TS_OP_MASK_LLM; /* its kernels: the LLM block's ops */
     d->weight_types = (1ull << TS_TYPE_F32) | (1ull << TS_TYPE_F16) | (1ull << TS_TYPE_Q8_0) | (1ull << TS_TYPE_Q4_0) |
                       (1ull << TS_TYPE_Q4_1);
     d->host_visible_device_mem = false;

@@ -91,3 +91,8 @@ endif()
 # and loop: bit-identical to kernels/block_ops.h called directly, and the
 # expert-array binding checks (tests/test_graph_ops.c).
 ts_add_c_test(test_graph_ops ${CMAKE_CURRENT_LIST_DIR}/test_graph_ops.c)
+
+# A MoE block (runtime/block.c's TS_BLOCK_MOE, expert arrays in the layer's
+# weight table) on the CPU, loop and loop:npu against the reference
+# composition of kernels/block_ops.h (tests/test_block_moe.c).
+ts_add_c_test(test_block_moe ${CMAKE_CURRENT_LIST_DIR}/test_block_moe.c)

@@ -187,7 +187,7 @@ static void t_model_free(t_model *m) {
 
 typedef struct t_state {
     int rows;
-    float *act[TS_LS_KC];
+    float *act[TS_LS_N_ACT]; /* the dense block's (X .. UP); the MoE slots stay NULL */
     uint16_t *kc, *vc; /* f16 caches [n_layer][n_ctx][KD] */
     uint64_t kv_layer_bytes;
     ts_threadpool *pool;
@@ -201,10 +201,10 @@ static void t_state_init(t_state *st, const t_model *m, int rows) {
     const ts_rt_block_shape *s = &m->L[0].s;
     const int64_t E = s->n_embd, QD = (int64_t)s->n_head * s->head_dim, KD = (int64_t)s->n_head_kv * s->head_dim,
                   F = s->n_ff;
-    const int64_t w[TS_LS_KC] = {E, E, QD, KD, KD, QD, E, F, F};
+    const int64_t w[TS_LS_ROUTER] = {E, E, QD, KD, KD, QD, E, F, F};
     memset(st, 0, sizeof *st);
     st->rows = rows;
-    for (int i = 0; i < TS_LS_KC; i++)
+    for (int i = 0; i < TS_LS_ROUTER; i++)
         st->act[i] = t_alloc((size_t)(w[i] * rows) * sizeof(float));
     st->kv_layer_bytes = (uint64_t)s->n_ctx * (uint64_t)KD * 2;
     st->kc = t_alloc((size_t)st->kv_layer_bytes * (size_t)m->n_layer);
@@ -220,7 +220,7 @@ static void t_state_init(t_state *st, const t_model *m, int rows) {
 }
 
 static void t_state_free(t_state *st) {
-    for (int i = 0; i < TS_LS_KC; i++)
+    for (int i = 0; i < TS_LS_N_ACT; i++)
         free(st->act[i]);
     free(st->kc), free(st->vc), free(st->scratch), free(st->cs);
     ts_linear_ws_free(st->ws);

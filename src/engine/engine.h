@@ -445,6 +445,12 @@ int ts_eng_enqueue_bound(ts_eng_queue *q, ts_eng_bindset *bs, int64_t pos0, int 
 
 /* ---- helpers for the runtime ------------------------------------------ */
 
+/* Bytes node n reads/writes through each of its refs for n_tok rows and
+ * cache capacity; used by engine.c's checks, by probes and by the runtime (which slots a block uses). Returns the
+ * number of refs written into refs[]/bytes[]/align[] (at most 6). */
+int ts_eng_node_refs(const ts_eng_node *n, int n_tok, ts_eng_ref *refs, uint64_t *bytes, uint32_t *align,
+                     bool *is_weight);
+
 /* The ROPE frequency slot holds the layer's angles per position in two
  * forms: n_rot/2 doubles (what the CPU kernel takes, bit-exact), then
  * n_rot/2 pairs of floats (hi, lo) with hi + lo = the double to ~2^-48, for

@@ -169,11 +169,7 @@ void ts_eng_copy_str(char *dst, size_t n, const char *src);
 
 /* Monotonic nanoseconds. */
 
-/* Bytes node n reads/writes through each of its refs for n_tok rows and
- * cache capacity; used by engine.c's checks and by probes. Returns the
- * number of refs written into refs[]/bytes[]/align[] (at most 6). */
-int ts_eng_node_refs(const ts_eng_node *n, int n_tok, ts_eng_ref *refs, uint64_t *bytes, uint32_t *align,
-                     bool *is_weight);
+
 
 /* Weight types the CPU kernels read (every type ts_dequant_row reads). */
 uint64_t ts_eng_cpu_weight_types(void);

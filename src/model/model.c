@@ -39,16 +39,18 @@
 
 /* ---- small helpers ---------------------------------------------------- */
 
-static const struct {
-    const char *name;
-    enum ts_arch arch;
-} arch_table[] = {
-    {"llama", TS_ARCH_LLAMA},
-    {"qwen2", TS_ARCH_QWEN2},
-    {"qwen3", TS_ARCH_QWEN3},
-    {"gemma3", TS_ARCH_GEMMA3},
-    {"llada", TS_ARCH_LLADA},
-    {"dream", TS_ARCH_DREAM},
+/* The architectures, as data: one line each. What a family's files must
+ * hold and how its block computes; the loader and the block description
+ * read these fields, never the family's name. A family that fits these
+ * traits is one line here (docs/ARCHITECTURE.md). */
+static const ts_arch_desc arch_table[] = {
+    /* name      id              rope          qkv_b  qk_n   post_n gelu   e_sqrt swa    diff   shift  attn62 */
+    {"llama", TS_ARCH_LLAMA, TS_ROPE_NORM, false, false, false, false, false, false, false, false, false},
+    {"qwen2", TS_ARCH_QWEN2, TS_ROPE_NEOX, true, false, false, false, false, false, false, false, false},
+    {"qwen3", TS_ARCH_QWEN3, TS_ROPE_NEOX, false, true, false, false, false, false, false, false, false},
+    {"gemma3", TS_ARCH_GEMMA3, TS_ROPE_NEOX, false, true, true, true, true, true, false, false, true},
+    {"llada", TS_ARCH_LLADA, TS_ROPE_NORM, false, false, false, false, false, false, true, false, false},
+    {"dream", TS_ARCH_DREAM, TS_ROPE_NEOX, true, false, false, false, false, false, true, true, false},
 };
 
 /* Formats "{arch}.{suffix}" into buf (keys are short; truncation impossible
@@ -181,14 +183,20 @@ static int load_hparams(ts_mdl *m, ts_err *err) {
     hp->arch_name = NULL;
     for (size_t i = 0; i < sizeof arch_table / sizeof arch_table[0]; i++) {
         if (s.len == strlen(arch_table[i].name) && !memcmp(s.ptr, arch_table[i].name, s.len)) {
+            m->ad = &arch_table[i];
             hp->arch = arch_table[i].arch;
             hp->arch_name = arch_table[i].name;
         }
     }
-    if (!hp->arch_name)
-        return ts_err_set(err,
-                          "general.architecture '%.*s' is not supported (llama, qwen2, qwen3, gemma3, llada, dream)",
-                          (int)(s.len > 64 ? 64 : s.len), s.ptr);
+    if (!hp->arch_name) {
+        char names[128];
+        size_t len = 0;
+        for (size_t i = 0; i < sizeof arch_table / sizeof arch_table[0] && len < sizeof names; i++)
+            len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "", arch_table[i].name);
+        return ts_err_set(err, "general.architecture '%.*s' is not supported (%s)", (int)(s.len > 64 ? 64 : s.len),
+                          s.ptr, names);
+    }
+    const ts_arch_desc *ad = m->ad;
 
     if (req_i32(m, "block_count", 1, 4096, &hp->n_layer, err)) return -1;
     if (req_i32(m, "embedding_length", 1, 1 << 18, &hp->n_embd, err)) return -1;
@@ -228,10 +236,10 @@ static int load_hparams(ts_mdl *m, ts_err *err) {
         hp->norm_eps = eps;
     }
 
-    hp->rope_type = hp->arch == TS_ARCH_LLAMA || hp->arch == TS_ARCH_LLADA ? TS_ROPE_NORM : TS_ROPE_NEOX;
+    hp->rope_type = ad->rope;
     hp->rope_freq_base = 10000.0f;
     if (opt_f32(m, "rope.freq_base", 1e-3, 1e30, &hp->rope_freq_base, err) < 0) return -1;
-    hp->rope_freq_base_swa = hp->arch == TS_ARCH_GEMMA3 ? 10000.0f : hp->rope_freq_base;
+    hp->rope_freq_base_swa = ad->swa ? 10000.0f : hp->rope_freq_base;
     if (opt_f32(m, "rope.freq_base_swa", 1e-3, 1e30, &hp->rope_freq_base_swa, err) < 0) return -1;
 
     /* Rope scaling, as llama.cpp reads it: the type defaults to linear, the
@@ -272,15 +280,13 @@ static int load_hparams(ts_mdl *m, ts_err *err) {
 #undef TY_IS
     }
 
-    if (hp->arch == TS_ARCH_GEMMA3) {
+    if (ad->swa) {
         if (opt_i32(m, "attention.sliding_window", 0, INT32_MAX, &hp->n_swa, err) < 0) return -1;
         hp->swa_pattern = 6;
         if (opt_i32(m, "attention.sliding_window_pattern", 0, 4096, &hp->swa_pattern, err) < 0) return -1;
-        hp->embd_scale = sqrtf((float)hp->n_embd);
-        m->ffn_gelu = true;
-    } else {
-        hp->embd_scale = 1.0f;
     }
+    hp->embd_scale = ad->embd_scale_sqrt ? sqrtf((float)hp->n_embd) : 1.0f;
+    m->ffn_gelu = ad->gelu;
     if (opt_f32(m, "final_logit_softcapping", 0.0, 1e9, &hp->final_logit_softcap, err) < 0) return -1;
     if (opt_f32(m, "attn_logit_softcapping", 0.0, 1e9, &hp->attn_logit_softcap, err) < 0) return -1;
 
@@ -291,7 +297,7 @@ static int load_hparams(ts_mdl *m, ts_err *err) {
     if (opt_f32(m, "attention.scale", 0.0, 1e6, &scale, err) < 0) return -1;
     if (scale > 0.0f) {
         m->attn_scale = scale;
-    } else if (hp->arch == TS_ARCH_GEMMA3 && hp->n_layer == 62) {
+    } else if (ad->attn_scale_62 && hp->n_layer == 62) {
         m->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
     } else {
         m->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
@@ -326,8 +332,8 @@ static int bind_tensors(ts_mdl *m, ts_err *err) {
 
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return ts_err_set(err, "out of memory");
-    const bool need_qk_norm = hp->arch == TS_ARCH_QWEN3 || hp->arch == TS_ARCH_GEMMA3;
-    const bool gemma = hp->arch == TS_ARCH_GEMMA3;
+    const bool need_qk_norm = m->ad->qk_norm;
+    const bool gemma = m->ad->post_norms;
     char nm[96];
 #define N(suffix) (snprintf(nm, sizeof nm, "blk.%d." suffix, il), nm)
     for (int il = 0; il < hp->n_layer; il++) {
@@ -337,7 +343,7 @@ static int bind_tensors(ts_mdl *m, ts_err *err) {
         if (bind_mat(m, N("attn_k.weight"), E, KD, "n_embd, n_head_kv*head_dim", true, &L->wk, err)) return -1;
         if (bind_mat(m, N("attn_v.weight"), E, KD, "n_embd, n_head_kv*head_dim", true, &L->wv, err)) return -1;
         if (bind_mat(m, N("attn_output.weight"), QD, E, "n_head*head_dim, n_embd", true, &L->wo, err)) return -1;
-        const bool need_bias = hp->arch == TS_ARCH_QWEN2 || hp->arch == TS_ARCH_DREAM;
+        const bool need_bias = m->ad->qkv_bias;
         if (bind_vec(m, N("attn_q.bias"), QD, need_bias, &L->bq, err)) return -1;
         if (bind_vec(m, N("attn_k.bias"), KD, need_bias, &L->bk, err)) return -1;
         if (bind_vec(m, N("attn_v.bias"), KD, need_bias, &L->bv, err)) return -1;
@@ -388,7 +394,7 @@ static int build_rope(ts_mdl *m, ts_err *err) {
  * id is checked against n_vocab). */
 static int load_diffusion_keys(ts_mdl *m, ts_err *err) {
     ts_hparams *hp = &m->hp;
-    const bool diffusion = hp->arch == TS_ARCH_LLADA || hp->arch == TS_ARCH_DREAM;
+    const bool diffusion = m->ad->diffusion;
     char key[128];
     hp->causal = !diffusion;
     if (ts_gguf_opt_bool(m->gguf, akey(key, sizeof key, m, "attention.causal"), &hp->causal, err) < 0) return -1;
@@ -406,7 +412,7 @@ static int load_diffusion_keys(ts_mdl *m, ts_err *err) {
                               hp->n_vocab);
         hp->mask_token_id = (int32_t)id;
     }
-    bool shift = hp->arch == TS_ARCH_DREAM;
+    bool shift = m->ad->shift_logits;
     if (ts_gguf_opt_bool(m->gguf, "diffusion.shift_logits", &shift, err) < 0) return -1;
     hp->shift_logits = shift ? 1 : 0;
     return 0;

@@ -32,8 +32,26 @@ typedef struct ts_layer {
     const double *inv_freq;      /* [n_rot/2] rope angles per position for this layer */
 } ts_layer;
 
+/* An architecture family as data (model.c's table): what its files must
+ * hold and how its block computes. */
+typedef struct ts_arch_desc {
+    const char *name;
+    enum ts_arch arch;
+    enum ts_rope_type rope;
+    bool qkv_bias;        /* attn_{q,k,v}.bias required */
+    bool qk_norm;         /* attn_{q,k}_norm.weight required (per-head RMSNorm) */
+    bool post_norms;      /* post_attention_norm / post_ffw_norm required */
+    bool gelu;            /* GeGLU (else SwiGLU) */
+    bool embd_scale_sqrt; /* embeddings scaled by sqrt(n_embd) */
+    bool swa;             /* sliding-window layers (attention.sliding_window[_pattern], pattern 6), local rope base 10000 */
+    bool diffusion;       /* a diffusion LLM: bidirectional attention, mask token */
+    bool shift_logits;    /* default of diffusion.shift_logits */
+    bool attn_scale_62;   /* 62 layers: attention scaled by 1/sqrt(n_embd/n_head) (Gemma 3 27B) */
+} ts_arch_desc;
+
 struct ts_mdl {
     ts_gguf *gguf;
+    const ts_arch_desc *ad; /* the family (model.c's table) */
     void *file_copy;             /* the whole file when use_mmap is false */
     ts_tokenizer *tok;
     ts_hparams hp;

@@ -1,9 +1,11 @@
-/* layer_graph.c - a transformer block as engine nodes (see layer_graph.h). */
+/* block.c - transformer blocks as engine nodes, one builder per block form (see block.h). */
 #include "runtime/block.h"
 
 #define R(s) TS_ENG_REF((s), 0)
 
-int ts_rt_block_nodes(const ts_rt_block_shape *s, ts_eng_node *out) {
+/* TS_BLOCK_DECODER: the forward's stages, op for op (block.h); and
+ * TS_BLOCK_MOE: the same attention, the routed experts as the FFN. */
+static int decoder_nodes(const ts_rt_block_shape *s, ts_eng_node *out) {
     int k = 0;
     const int64_t E = s->n_embd, F = s->n_ff, QD = (int64_t)s->n_head * s->head_dim,
                   KD = (int64_t)s->n_head_kv * s->head_dim;
@@ -82,15 +84,49 @@ int ts_rt_block_nodes(const ts_rt_block_shape *s, ts_eng_node *out) {
     ADD(TS_OP_ADD, TS_LS_X, TS_LS_O, E);
     /* feed-forward block */
     NORM(TS_LS_X, TS_LS_XN, TS_LS_FFN_NORM, E, 1);
-    MM(TS_LS_W_GATE, TS_LS_XN, TS_LS_GATE, E, F);
-    MM(TS_LS_W_UP, TS_LS_XN, TS_LS_UP, E, F);
-    out[k++] = (ts_eng_node){.op = s->gelu ? TS_OP_GEGLU : TS_OP_SWIGLU,
-                             .glu = {.gate = R(TS_LS_GATE),
-                                     .up = R(TS_LS_UP),
-                                     .out = R(TS_LS_GATE),
-                                     .n = F,
-                                     .fast = s->fast_kernels}};
-    MM(TS_LS_W_DOWN, TS_LS_GATE, TS_LS_O, F, E);
+    if (s->kind == TS_BLOCK_MOE) {
+        /* router, top-k, then the experts over (token, slot) pairs: gate and
+         * up by pair, the activation over each token's k pair rows, down
+         * back by token weighted by the routing weights */
+        const int32_t NE = s->n_expert, KE = s->n_expert_used;
+        const int64_t FE = s->n_ff_exp;
+        MM(TS_LS_W_ROUTER, TS_LS_XN, TS_LS_ROUTER, E, NE);
+        out[k++] = (ts_eng_node){.op = TS_OP_MOE_ROUTE,
+                                 .route = {.logits = R(TS_LS_ROUTER),
+                                           .ids = R(TS_LS_EXP_IDS),
+                                           .weights = R(TS_LS_EXP_W),
+                                           .n_expert = NE,
+                                           .k = KE,
+                                           .score = s->moe_score,
+                                           .norm_topk = s->moe_norm_topk}};
+#define MOE(ws, xs, ys, ni, no, xp, yp, wt) \
+    out[k++] = (ts_eng_node) { \
+        .op = TS_OP_MOE_MATMUL, .moe = { \
+            .w = R(ws), .x = R(xs), .y = R(ys), .ids = R(TS_LS_EXP_IDS), .weights = (wt), .n_in = (ni), \
+            .n_out = (no), .n_expert = NE, .k = KE, .x_by_pair = (xp), .y_by_pair = (yp) \
+        } \
+    }
+        MOE(TS_LS_W_GATE_EXPS, TS_LS_XN, TS_LS_GATE, E, FE, false, true, TS_ENG_NOREF);
+        MOE(TS_LS_W_UP_EXPS, TS_LS_XN, TS_LS_UP, E, FE, false, true, TS_ENG_NOREF);
+        out[k++] = (ts_eng_node){.op = s->gelu ? TS_OP_GEGLU : TS_OP_SWIGLU,
+                                 .glu = {.gate = R(TS_LS_GATE),
+                                         .up = R(TS_LS_UP),
+                                         .out = R(TS_LS_GATE),
+                                         .n = (int64_t)KE * FE,
+                                         .fast = s->fast_kernels}};
+        MOE(TS_LS_W_DOWN_EXPS, TS_LS_GATE, TS_LS_O, FE, E, true, false, R(TS_LS_EXP_W));
+#undef MOE
+    } else {
+        MM(TS_LS_W_GATE, TS_LS_XN, TS_LS_GATE, E, F);
+        MM(TS_LS_W_UP, TS_LS_XN, TS_LS_UP, E, F);
+        out[k++] = (ts_eng_node){.op = s->gelu ? TS_OP_GEGLU : TS_OP_SWIGLU,
+                                 .glu = {.gate = R(TS_LS_GATE),
+                                         .up = R(TS_LS_UP),
+                                         .out = R(TS_LS_GATE),
+                                         .n = F,
+                                         .fast = s->fast_kernels}};
+        MM(TS_LS_W_DOWN, TS_LS_GATE, TS_LS_O, F, E);
+    }
     if (s->post_norms)
         NORM(TS_LS_O, TS_LS_O, TS_LS_FFN_POST_NORM, E, 1);
     ADD(TS_OP_ADD, TS_LS_X, TS_LS_O, E);
@@ -98,6 +134,35 @@ int ts_rt_block_nodes(const ts_rt_block_shape *s, ts_eng_node *out) {
 #undef MM
 #undef ADD
     return k;
+}
+
+typedef int (*block_builder)(const ts_rt_block_shape *s, ts_eng_node *out);
+static const block_builder builders[TS_BLOCK_KIND_COUNT] = {
+    [TS_BLOCK_DECODER] = decoder_nodes,
+    [TS_BLOCK_MOE] = decoder_nodes,
+};
+
+void ts_rt_block_act_rows(const ts_rt_block_shape *s, uint64_t rows[TS_LS_N_ACT]) {
+    const uint64_t E = (uint64_t)s->n_embd * 4, QD = (uint64_t)s->n_head * (uint64_t)s->head_dim * 4,
+                   KD = (uint64_t)s->n_head_kv * (uint64_t)s->head_dim * 4;
+    uint64_t F = (uint64_t)s->n_ff * 4;
+    const bool moe = s->kind == TS_BLOCK_MOE;
+    const uint64_t pairs_f = moe ? (uint64_t)s->n_expert_used * (uint64_t)s->n_ff_exp * 4 : 0;
+    if (pairs_f > F)
+        F = pairs_f;
+    const uint64_t r[TS_LS_N_ACT] = {
+        [TS_LS_X] = E,      [TS_LS_XN] = E,    [TS_LS_Q] = QD,   [TS_LS_K] = KD,  [TS_LS_V] = KD,
+        [TS_LS_ATTN] = QD,  [TS_LS_O] = E,     [TS_LS_GATE] = F, [TS_LS_UP] = F,
+        [TS_LS_ROUTER] = moe ? (uint64_t)s->n_expert * 4 : 4,
+        [TS_LS_EXP_IDS] = moe ? (uint64_t)s->n_expert_used * 4 : 4,
+        [TS_LS_EXP_W] = moe ? (uint64_t)s->n_expert_used * 4 : 4,
+    };
+    for (int i = 0; i < TS_LS_N_ACT; i++)
+        rows[i] = r[i];
+}
+
+int ts_rt_block_nodes(const ts_rt_block_shape *s, ts_eng_node *out) {
+    return (unsigned)s->kind < TS_BLOCK_KIND_COUNT && builders[s->kind] ? builders[s->kind](s, out) : 0;
 }
 
 int ts_rt_split_nodes(const ts_engine *dev, const ts_eng_node *nodes, int n, ts_rt_segment *segs) {

@@ -1,4 +1,4 @@
-/* layer_graph.h - one transformer block (the forward's per-layer stages) as
+/* block.h - one transformer block (the forward's per-layer stages) as
  * engine graph nodes, and its split between a device and the CPU.
  *
  * The nodes are the forward's stages in the forward's order, op for op:
@@ -33,10 +33,14 @@ typedef enum ts_ls_slot {
     TS_LS_V,     /* [n_head_kv*head_dim] */
     TS_LS_ATTN,  /* [n_head*head_dim] */
     TS_LS_O,     /* [n_embd] */
-    TS_LS_GATE,  /* [n_ff] */
-    TS_LS_UP,    /* [n_ff] */
+    TS_LS_GATE,  /* [n_ff], or [k][n_ff_exp] by (token, slot) pair in a MoE block */
+    TS_LS_UP,    /* likewise */
+    TS_LS_ROUTER, /* [n_expert] router logits (MoE) */
+    TS_LS_EXP_IDS, /* [k] int32: the token's experts (MoE) */
+    TS_LS_EXP_W,   /* [k] their routing weights (MoE) */
+    TS_LS_N_ACT,   /* (the activation slots are 0 .. TS_LS_N_ACT - 1) */
     /* per layer */
-    TS_LS_KC,        /* this layer's K cache [n_ctx][n_head_kv*head_dim] */
+    TS_LS_KC = TS_LS_N_ACT, /* this layer's K cache [n_ctx][n_head_kv*head_dim] */
     TS_LS_VC,        /* this layer's V cache */
     TS_LS_ROPE_FREQ, /* ts_eng_rope_freq_pack of the layer's angles */
     TS_LS_ATTN_NORM,
@@ -55,10 +59,27 @@ typedef enum ts_ls_slot {
     TS_LS_W_UP,
     TS_LS_W_DOWN,
     TS_LS_FFN_POST_NORM,
+    /* a MoE block's FFN: the router [n_expert][n_embd] and the expert
+     * arrays (a slot holding n_expert matrices, ts_eng_bind.n_expert) */
+    TS_LS_W_ROUTER,
+    TS_LS_W_GATE_EXPS, /* [n_expert] x [n_ff_exp][n_embd] */
+    TS_LS_W_UP_EXPS,   /* [n_expert] x [n_ff_exp][n_embd] */
+    TS_LS_W_DOWN_EXPS, /* [n_expert] x [n_embd][n_ff_exp] */
     TS_LS_COUNT
 } ts_ls_slot;
 
+/* The block forms a builder exists for. An architecture picks one and
+ * describes the rest as data (its shape); a new form (the MoE FFN, a DiT
+ * block with adaLN and cross-attention) is a new builder in block.c and a
+ * line in its table. */
+typedef enum ts_rt_block_kind {
+    TS_BLOCK_DECODER = 0, /* attention + gated FFN: llama, qwen2/3, gemma3, llada, dream */
+    TS_BLOCK_MOE,         /* attention + routed experts: the FFN is top-k of n_expert gated FFNs */
+    TS_BLOCK_KIND_COUNT
+} ts_rt_block_kind;
+
 typedef struct ts_rt_block_shape {
+    ts_rt_block_kind kind;
     int32_t n_embd, n_head, n_head_kv, head_dim, n_ff, n_rot;
     int32_t n_ctx;   /* KV capacity (rows) */
     int32_t n_swa;   /* 0 = full causal; a sliding-window layer is its own variant */
@@ -72,11 +93,21 @@ typedef struct ts_rt_block_shape {
                           the CPU forward runs them when it is not on TS_KERNELS=ref */
     bool ref_matmul;   /* matmuls on the reference ts_matmul (TS_KERNELS=ref) instead of ts_linear */
     float eps, attn_scale, attn_softcap;
+    /* TS_BLOCK_MOE */
+    int32_t n_expert, n_expert_used; /* experts, and k of them per token */
+    int32_t n_ff_exp;                /* one expert's FFN width */
+    uint8_t moe_score;               /* ts_moe_score (kernels/block_ops.h) */
+    bool moe_norm_topk;
 } ts_rt_block_shape;
+
+/* Bytes per token of each activation slot for blocks of shape s
+ * ([TS_LS_N_ACT]; the slots a block does not use get 4 bytes). */
+void ts_rt_block_act_rows(const ts_rt_block_shape *s, uint64_t rows[TS_LS_N_ACT]);
 
 #define TS_LS_MAX_NODES 32
 
-/* Writes the layer's nodes into out[TS_LS_MAX_NODES]; returns the count. */
+/* Writes the layer's nodes into out[TS_LS_MAX_NODES] with the builder of
+ * s->kind; returns the count (0 for an unknown kind). */
 int ts_rt_block_nodes(const ts_rt_block_shape *s, ts_eng_node *out);
 
 typedef struct ts_rt_segment {

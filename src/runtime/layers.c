@@ -13,7 +13,7 @@
 #include "quant/quant.h"
 #include "runtime/convert.h"
 
-#define N_ACT TS_LS_KC /* activation slots are 0 .. TS_LS_UP */
+#define N_ACT TS_LS_N_ACT /* activation slots are 0 .. TS_LS_EXP_W */
 #define MIB(b) ((double)(b) / 1048576.0)
 
 typedef struct variant {
@@ -70,6 +70,7 @@ struct ts_rt_layers {
     int *layer_var;
     float *act[N_ACT];
     uint64_t act_row[N_ACT]; /* bytes per token */
+    bool act_used[N_ACT];    /* some layer's nodes use the slot */
     ts_eng_buf *dev_act[N_ACT], *cpu_act[N_ACT];
     ts_eng_buf *dev_kc, *dev_vc, *cpu_kc, *cpu_vc;
     bool kv_mapped_dev; /* some variant reads or writes the cache on the device */
@@ -99,7 +100,8 @@ struct ts_rt_layers {
 
 static bool is_matrix(int s) {
     return s == TS_LS_WQ || s == TS_LS_WK || s == TS_LS_WV || s == TS_LS_WO || s == TS_LS_W_GATE || s == TS_LS_W_UP ||
-           s == TS_LS_W_DOWN;
+           s == TS_LS_W_DOWN || s == TS_LS_W_ROUTER || s == TS_LS_W_GATE_EXPS || s == TS_LS_W_UP_EXPS ||
+           s == TS_LS_W_DOWN_EXPS;
 }
 
 static uint64_t align64(uint64_t v) { return (v + 63) & ~(uint64_t)63; }
@@ -205,25 +207,30 @@ void ts_rt_layers_free(ts_rt_layers *pf) {
     free(pf);
 }
 
-/* Row r of a matrix slot as floats, from its GGUF rows or its panels. */
-static int slot_row(const ts_rt_host_slot *s, int64_t r, float *dst, ts_err *err) {
+/* Row r of expert e (0 for one matrix) of a matrix slot as floats, from
+ * its GGUF rows or its panels. */
+static int slot_row(const ts_rt_host_slot *s, int e, int64_t r, float *dst, ts_err *err) {
     const size_t rb = ts_row_size(s->wtype, s->n_in);
     if (s->rows)
-        return ts_dequant_row(s->wtype, (const uint8_t *)s->rows + (size_t)r * rb, dst, s->n_in, err);
+        return ts_dequant_row(s->wtype, (const uint8_t *)s->rows + ((size_t)e * (size_t)s->n_out + (size_t)r) * rb,
+                              dst, s->n_in, err);
+    const uint8_t *base = (const uint8_t *)s->data + (size_t)e * s->expert_bytes;
     if (s->layout == TS_WL_PANELS) {
-        ts_rp_row(s->wtype, s->n_in, s->data, r, dst);
+        ts_rp_row(s->wtype, s->n_in, base, r, dst);
         return 0;
     }
-    return ts_dequant_row(s->wtype, (const uint8_t *)s->data + (size_t)r * rb, dst, s->n_in, err);
+    return ts_dequant_row(s->wtype, base + (size_t)r * rb, dst, s->n_in, err);
 }
 
 /* The device form of one matrix: type, layout, bytes; *conv is a converted
  * copy owned by the caller (NULL when the host bytes go as they are). */
 static int plan_matrix(ts_rt_weights *wt, const ts_rt_host_slot *s, probe_cache *pc, int *n_pc, char *note,
                        size_t note_size, uint32_t *type, ts_eng_wlayout *layout, const void **src, uint64_t *bytes,
-                       uint8_t **conv, ts_err *err) {
+                       uint64_t *expert_bytes, uint8_t **conv, ts_err *err) {
     const ts_engine *dev = wt->dev;
     *conv = NULL;
+    *expert_bytes = s->expert_bytes;
+    const int n_exp = s->n_expert > 0 ? s->n_expert : 1;
     int chosen = -1;
     for (int i = 0; i < *n_pc; i++)
         if (pc[i].wtype == s->wtype && pc[i].n_in == s->n_in)
@@ -248,28 +255,36 @@ static int plan_matrix(ts_rt_weights *wt, const ts_rt_host_slot *s, probe_cache 
     }
     if ((uint32_t)chosen == s->wtype && s->rows) {
         *type = s->wtype, *layout = TS_WL_ROWS, *src = s->rows;
-        *bytes = (uint64_t)s->n_out * ts_row_size(s->wtype, s->n_in);
+        *bytes = (uint64_t)n_exp * (uint64_t)s->n_out * ts_row_size(s->wtype, s->n_in);
+        *expert_bytes = s->n_expert > 0 ? (uint64_t)s->n_out * ts_row_size(s->wtype, s->n_in) : 0;
         return 0;
     }
-    /* convert once, from the exact values of the stored weights */
+    /* convert once, from the exact values of the stored weights (an expert
+     * array: every expert, stacked as rows) */
     const size_t drb = ts_row_size((uint32_t)chosen, s->n_in);
-    uint8_t *dst = malloc((size_t)s->n_out * drb);
+    uint8_t *dst = malloc((size_t)n_exp * (size_t)s->n_out * drb);
     float *tmp = malloc((size_t)s->n_in * sizeof(float));
     if (!dst || !tmp) {
         free(dst);
         free(tmp);
         return ts_err_set(err, "out of memory converting a weight");
     }
-    for (int64_t r = 0; r < s->n_out; r++)
-        if (slot_row(s, r, tmp, err) || ts_quant_row((uint32_t)chosen, tmp, dst + (size_t)r * drb, s->n_in, err)) {
-            free(dst);
-            free(tmp);
-            return -1;
-        }
+    for (int e = 0; e < n_exp; e++)
+        for (int64_t r = 0; r < s->n_out; r++)
+            if (slot_row(s, e, r, tmp, err) ||
+                ts_quant_row((uint32_t)chosen, tmp, dst + ((size_t)e * (size_t)s->n_out + (size_t)r) * drb, s->n_in,
+                             err)) {
+                free(dst);
+                free(tmp);
+                return -1;
+            }
     free(tmp);
     *conv = dst;
-    *type = (uint32_t)chosen, *layout = TS_WL_ROWS, *src = dst, *bytes = (uint64_t)s->n_out * drb;
+    *type = (uint32_t)chosen, *layout = TS_WL_ROWS, *src = dst, *bytes = (uint64_t)n_exp * (uint64_t)s->n_out * drb;
+    *expert_bytes = s->n_expert > 0 ? (uint64_t)s->n_out * drb : 0;
     wt->converted++;
+    if (s->n_expert > 0)
+        return 0; /* expert arrays stay in rows */
     /* an engine running the CPU's kernels gets the converted matrix in
      * their panel layout where they have one (as the loader repacks the
      * file's matrices): the same arithmetic on every such engine */
@@ -301,12 +316,15 @@ static int plan_layer(ts_rt_weights *wt, int l, probe_cache *pc, int *n_pc, char
         if (is_matrix(s)) {
             uint32_t type = 0;
             ts_eng_wlayout layout = TS_WL_ROWS;
-            if (plan_matrix(wt, &slots[s], pc, n_pc, note, note_size, &type, &layout, &lp->src[s], &lp->bytes[s],
+            uint64_t eb = 0;
+            if (plan_matrix(wt, &slots[s], pc, n_pc, note, note_size, &type, &layout, &lp->src[s], &lp->bytes[s], &eb,
                             &lp->conv[s], err))
                 return -1;
             b[s].wtype = type;
             b[s].layout = layout;
             b[s].row_bytes = ts_row_size(type, slots[s].n_in);
+            b[s].n_expert = slots[s].n_expert;
+            b[s].expert_bytes = eb;
         } else {
             lp->src[s] = slots[s].data;
             lp->bytes[s] = slots[s].bytes;
@@ -355,6 +373,8 @@ static int map_layer_cpu(ts_rt_layers *pf, int l, ts_err *err) {
             b[s].wtype = slots[s].wtype;
             b[s].layout = slots[s].layout;
             b[s].row_bytes = ts_row_size(slots[s].wtype, slots[s].n_in);
+            b[s].n_expert = slots[s].n_expert;
+            b[s].expert_bytes = slots[s].expert_bytes;
         }
     }
     return 0;
@@ -443,11 +463,6 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
         ts_err_set(err, "prefill: missing weights, engine or shapes, or n_layer/width < 1 or not the weights'");
         return NULL;
     }
-    for (int i = 0; i < N_ACT; i++)
-        if (!p->act[i]) {
-            ts_err_set(err, "prefill: activation buffer %d is NULL", i);
-            return NULL;
-        }
     ts_rt_layers *pf = calloc(1, sizeof *pf);
     if (!pf) {
         ts_err_set(err, "out of memory");
@@ -461,10 +476,14 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
     pf->kv_layer_bytes = p->kv_layer_bytes;
     pf->nodrain = ts_eng_test_nodrain(pf->dev);
     const ts_rt_block_shape *s0 = &p->shapes[0];
-    const uint64_t E = (uint64_t)s0->n_embd * 4, QD = (uint64_t)s0->n_head * (uint64_t)s0->head_dim * 4,
-                   KD = (uint64_t)s0->n_head_kv * (uint64_t)s0->head_dim * 4, F = (uint64_t)s0->n_ff * 4;
-    const uint64_t rows[N_ACT] = {E, E, QD, KD, KD, QD, E, F, F};
-    memcpy(pf->act_row, rows, sizeof rows);
+    /* every layer's activation rows, the widest of each slot */
+    for (int l = 0; l < p->n_layer; l++) {
+        uint64_t rows[N_ACT];
+        ts_rt_block_act_rows(&p->shapes[l], rows);
+        for (int i = 0; i < N_ACT; i++)
+            if (rows[i] > pf->act_row[i])
+                pf->act_row[i] = rows[i];
+    }
     memcpy(pf->act, p->act, sizeof pf->act);
     pf->kv_row_bytes = (uint64_t)s0->n_head_kv * (uint64_t)s0->head_dim * (s0->kv_f16 ? 2 : 4);
 
@@ -494,6 +513,10 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
             variant *V = &pf->vars[pf->n_vars++];
             V->shape = p->shapes[l];
             V->n_nodes = ts_rt_block_nodes(&V->shape, V->nodes);
+            if (V->n_nodes < 1) {
+                ts_err_set(err, "layer %d: no builder for block kind %d", l, (int)V->shape.kind);
+                goto fail;
+            }
             V->n_segs = ts_rt_split_nodes(pf->dev, V->nodes, V->n_nodes, V->segs);
             for (int i = 0; i < V->n_segs; i++) {
                 const ts_rt_segment *sg = &V->segs[i];
@@ -511,6 +534,24 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
         }
         pf->layer_var[l] = v;
     }
+    /* the activation slots some layer's nodes use: those must be given,
+     * and only those are mapped and synced */
+    for (int v = 0; v < pf->n_vars; v++)
+        for (int k = 0; k < pf->vars[v].n_nodes; k++) {
+            ts_eng_ref refs[6];
+            uint64_t bytes[6];
+            uint32_t align[6];
+            bool isw[6];
+            const int nr = ts_eng_node_refs(&pf->vars[v].nodes[k], 1, refs, bytes, align, isw);
+            for (int r = 0; r < nr; r++)
+                if (refs[r].slot >= 0 && refs[r].slot < N_ACT)
+                    pf->act_used[refs[r].slot] = true;
+        }
+    for (int i = 0; i < N_ACT; i++)
+        if (pf->act_used[i] && !p->act[i]) {
+            ts_err_set(err, "prefill: activation buffer %d is NULL and a layer uses it", i);
+            goto fail;
+        }
     pf->st.segments_per_layer = pf->vars[0].n_segs;
     for (int i = 0; i < pf->vars[0].n_segs; i++)
         pf->st.device_segments += pf->vars[0].segs[i].on_device;
@@ -523,6 +564,8 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
      * engines that touch it (an NPU taking matmuls alone never does) */
     for (int i = 0; i < N_ACT; i++) {
         const size_t b = (size_t)(pf->act_row[i] * (uint64_t)p->width);
+        if (!pf->act_used[i])
+            continue;
         if (pf->dev && !(pf->dev_act[i] = ts_eng_buf_map(pf->dev, p->act[i], b, err)))
             goto fail;
         if (pf->need_cpu && !(pf->cpu_act[i] = ts_eng_buf_map(pf->cpu, p->act[i], b, err)))
@@ -626,7 +669,8 @@ fail:
 static int sync_acts(ts_rt_layers *pf, int n_tok, ts_eng_sync_dir dir, ts_err *err) {
     pf->dq_pending = true;
     for (int i = 0; i < N_ACT; i++)
-        if (ts_eng_enqueue_host_sync(pf->dq, pf->dev_act[i], 0, (size_t)(pf->act_row[i] * (uint64_t)n_tok), dir, err))
+        if (pf->dev_act[i] &&
+            ts_eng_enqueue_host_sync(pf->dq, pf->dev_act[i], 0, (size_t)(pf->act_row[i] * (uint64_t)n_tok), dir, err))
             return -1;
     return 0;
 }

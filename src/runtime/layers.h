@@ -55,6 +55,11 @@ typedef struct ts_rt_host_slot {
     ts_eng_wlayout layout; /* of data */
     const void *rows;      /* the GGUF rows (== data when layout is ROWS; NULL if lost) */
     int64_t n_in, n_out;
+    /* an expert array (TS_LS_W_*_EXPS): n_expert matrices of n_out x n_in,
+     * expert e at data + e * expert_bytes (rows, when kept: rows + e *
+     * n_out * row size); 0 for one matrix */
+    int32_t n_expert;
+    uint64_t expert_bytes;
 } ts_rt_host_slot;
 
 typedef struct ts_rt_weights ts_rt_weights;
@@ -76,7 +81,8 @@ typedef struct ts_rt_layers_params {
     int n_layer;
     const ts_rt_block_shape *shapes; /* [n_layer] (swa layers differ) */
     /* the forward's buffers, each [>= width] rows (see ts_ls_slot for widths) */
-    float *act[TS_LS_KC];    /* indexed by TS_LS_X .. TS_LS_UP */
+    float *act[TS_LS_N_ACT]; /* indexed by TS_LS_X .. TS_LS_EXP_W, rows of ts_rt_block_act_rows; NULL for a
+                                slot no layer uses */
     void *k_cache, *v_cache; /* [n_layer][n_ctx][n_head_kv*head_dim] */
     uint64_t kv_layer_bytes; /* bytes of one layer's cache */
 } ts_rt_layers_params;

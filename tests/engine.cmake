@@ -96,3 +96,7 @@ ts_add_c_test(test_graph_ops ${CMAKE_CURRENT_LIST_DIR}/test_graph_ops.c)
 # weight table) on the CPU, loop and loop:npu against the reference
 # composition of kernels/block_ops.h (tests/test_block_moe.c).
 ts_add_c_test(test_block_moe ${CMAKE_CURRENT_LIST_DIR}/test_block_moe.c)
+
+# The row ranges of a KV cache a device holds (runtime/kvrange.h) against a
+# bitmap (tests/test_kvrange.c).
+ts_add_c_test(test_kvrange ${CMAKE_CURRENT_LIST_DIR}/test_kvrange.c)

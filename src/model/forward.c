@@ -395,6 +395,8 @@ static int eval_span(ts_state *s, const int32_t *tokens, int nb, int64_t pos0, i
     stage_embed(s, tokens, nb);
     /* the layers: one block graph, on the device or on the state's cpu engine */
     if (ts_rt_layers_run_window(on_device ? s->pf : s->cpu_layers, pos0, nb, n_kv, err) < 0) return -1;
+    /* the CPU wrote those cache rows: a device's copy of them is stale */
+    if (!on_device && s->pf) ts_rt_layers_kv_host_wrote(s->pf, pos0, pos0 + nb);
     finish_logits(s, nb, logits_out, last);
     return 0;
 }

@@ -12,6 +12,7 @@
 #include "kernels/repack.h"
 #include "quant/quant.h"
 #include "runtime/convert.h"
+#include "runtime/kvrange.h"
 
 #define N_ACT TS_LS_N_ACT /* activation slots are 0 .. TS_LS_EXP_W */
 #define MIB(b) ((double)(b) / 1048576.0)
@@ -87,7 +88,7 @@ struct ts_rt_layers {
     ts_eng_buf *slot[2];
     ts_eng_event *slot_free[2]; /* dq marker after the last graph that read the slot */
     bool nodrain;               /* the broken-on-purpose hook (engine option nodrain=1) */
-    int64_t kv_valid;           /* cache rows [0, kv_valid) coherent on the device */
+    ts_rt_kv_ranges kv_held;    /* cache rows coherent on the device (the same in every layer) */
     bool dq_pending;            /* commands on dq since the last drain */
     /* a submitted run not yet waited for (ts_rt_layers_submit_window) */
     bool in_flight;
@@ -762,14 +763,25 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
      * the cache rows the CPU decode appended */
     if (pf->dev && sync_acts(pf, n_tok, TS_SYNC_TO_DEVICE, err))
         goto fail;
-    if (pf->kv_valid > pos0)
-        pf->kv_valid = pos0;
-    for (int l = 0; l < pf->n_layer; l++)
-        if (pf->vars[pf->layer_var[l]].kv_read_device &&
-            (sync_kv(pf, l, pf->kv_valid, pos0, TS_SYNC_TO_DEVICE, err) ||
-             /* a window also reads the rows past it (dual cache suffix) */
-             sync_kv(pf, l, pos0 + n_tok, n_kv, TS_SYNC_TO_DEVICE, err)))
-            goto fail;
+    /* the rows the run reads that the device does not hold: before the
+     * span, and (a window) the rows past it, a dual cache's suffix */
+    if (pf->kv_mapped_dev) {
+        int64_t ma[TS_RT_KV_MAX_RANGES + 2], mb[TS_RT_KV_MAX_RANGES + 2];
+        for (int part = 0; part < 2; part++) {
+            const int64_t a = part ? pos0 + n_tok : 0, b = part ? n_kv : pos0;
+            int nm = b > a ? ts_rt_kv_missing(&pf->kv_held, a, b, ma, mb, TS_RT_KV_MAX_RANGES + 2) : 0;
+            if (nm > TS_RT_KV_MAX_RANGES + 2) { /* more gaps than listed: sync the whole part */
+                nm = 1, ma[0] = a, mb[0] = b;
+            }
+            for (int i = 0; i < nm; i++) {
+                for (int l = 0; l < pf->n_layer; l++)
+                    if (pf->vars[pf->layer_var[l]].kv_read_device &&
+                        sync_kv(pf, l, ma[i], mb[i], TS_SYNC_TO_DEVICE, err))
+                        goto fail;
+                ts_rt_kv_add(&pf->kv_held, ma[i], mb[i]);
+            }
+        }
+    }
     /* streaming: the first two layers' uploads go out before any compute */
     if (pf->streaming)
         for (int l = 0; l < 2 && l < pf->n_layer; l++)
@@ -846,14 +858,15 @@ fail:
         pf->slot_free[j] = NULL;
     }
     pf->dq_pending = false;
-    pf->kv_valid = 0;
+    ts_rt_kv_clear(&pf->kv_held);
     return -1;
 }
 
 /* The run is over: the counters. */
 static void run_done(ts_rt_layers *pf) {
     pf->in_flight = false;
-    pf->kv_valid = pf->fl_pos0 + pf->fl_n_tok;
+    /* the run's rows: written (or synced) on both sides */
+    ts_rt_kv_add(&pf->kv_held, pf->fl_pos0, pf->fl_pos0 + pf->fl_n_tok);
     if (pf->dev) {
         ts_eng_stats after;
         ts_eng_get_stats(pf->dev, &after);
@@ -879,7 +892,7 @@ int ts_rt_layers_wait(ts_rt_layers *pf, ts_err *err) {
     pf->dq_pending = false;
     if (rc) {
         pf->in_flight = false;
-        pf->kv_valid = 0;
+        ts_rt_kv_clear(&pf->kv_held);
         return -1;
     }
     run_done(pf);
@@ -912,8 +925,14 @@ void ts_rt_layers_kv_truncate(ts_rt_layers *pf, int64_t n) {
     /* the broken hook may have left a run in flight over those rows */
     if (pf->nodrain)
         (void)drain(pf, NULL);
-    if (n < pf->kv_valid)
-        pf->kv_valid = n < 0 ? 0 : n;
+    ts_rt_kv_remove(&pf->kv_held, n < 0 ? 0 : n, INT64_MAX);
+}
+
+void ts_rt_layers_kv_host_wrote(ts_rt_layers *pf, int64_t a, int64_t b) {
+    if (!pf)
+        return;
+    (void)ts_rt_layers_wait(pf, NULL);
+    ts_rt_kv_remove(&pf->kv_held, a, b);
 }
 
 void ts_rt_layers_get_stats(const ts_rt_layers *pf, ts_rt_layers_stats *out) {

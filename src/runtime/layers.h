@@ -118,6 +118,10 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
 int ts_rt_layers_wait(ts_rt_layers *pf, ts_err *err); /* 0 at once when nothing is in flight */
 bool ts_rt_layers_done(ts_rt_layers *pf);             /* the submitted run has finished (non-blocking) */
 
+/* The host wrote cache rows [a, b) itself (the CPU's layers ran there): the
+ * device's copy of them is stale until a run syncs them again. */
+void ts_rt_layers_kv_host_wrote(ts_rt_layers *pf, int64_t a, int64_t b);
+
 /* The KV cache was truncated to n rows on the host (ts_state_kv_truncate):
  * rows past it are no longer known to the device. */
 void ts_rt_layers_kv_truncate(ts_rt_layers *pf, int64_t n);

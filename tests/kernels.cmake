@@ -51,6 +51,31 @@ if(NOT TS_SANITIZE AND TS_QEMU_X86_64 AND NOT CMAKE_CROSSCOMPILING)
            COMMAND ${TS_QEMU_X86_64} -cpu Haswell $<TARGET_FILE:test_kernels_rp_gemm> --level avx2)
 endif()
 
+# CPU features as bits, the level chosen from them by score, TS_CPU_LEVEL's
+# clamp against the rank ladder it replaced, and the matmul variants of
+# linear.c (tests/test_cpu_feat.c); once with a lowered level, and on
+# emulated CPUs (qemu-user, as test_kernels above): Haswell -> avx2 (no
+# AVX-512 bits), Nehalem -> scalar (no AVX); aarch64: "max" -> neon,
+# Cortex-A53 (no dotprod) -> scalar.
+ts_add_c_test(test_cpu_feat ${CMAKE_CURRENT_LIST_DIR}/test_cpu_feat.c)
+add_test(NAME test_cpu_feat_env_avx2 COMMAND test_cpu_feat)
+set_tests_properties(test_cpu_feat_env_avx2 PROPERTIES ENVIRONMENT "TS_CPU_LEVEL=avx2")
+if(NOT TS_SANITIZE)
+  if(TS_QEMU_X86_64 AND NOT CMAKE_CROSSCOMPILING)
+    add_test(NAME test_cpu_feat_qemu_Haswell
+             COMMAND ${TS_QEMU_X86_64} -cpu Haswell $<TARGET_FILE:test_cpu_feat> --expect-level avx2)
+    add_test(NAME test_cpu_feat_qemu_Nehalem
+             COMMAND ${TS_QEMU_X86_64} -cpu Nehalem $<TARGET_FILE:test_cpu_feat> --expect-level scalar)
+  elseif(CMAKE_CROSSCOMPILING AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64)$" AND TS_QEMU_AARCH64)
+    add_test(NAME test_cpu_feat_qemu_max
+             COMMAND ${TS_QEMU_AARCH64} -L /usr/aarch64-linux-gnu -cpu max $<TARGET_FILE:test_cpu_feat>
+                     --expect-level neon)
+    add_test(NAME test_cpu_feat_qemu_a53
+             COMMAND ${TS_QEMU_AARCH64} -L /usr/aarch64-linux-gnu -cpu cortex-a53 $<TARGET_FILE:test_cpu_feat>
+                     --expect-level scalar)
+  endif()
+endif()
+
 # An AVX2-only x86 machine, by forcing the dispatch level: whole models with
 # the AVX2 kernels (panel GEMM of gemm_avx2.c, qdot, attention, SwiGLU).
 #   test_perf_model_avx2: SmolLM2-135M Q4_1 repacked at avx2 (Q4_1 + Q8_0

@@ -3,15 +3,17 @@
 # gcc-aarch64-linux-gnu (cmake/aarch64-linux-gnu.cmake) and run their tests
 # under qemu-aarch64 (qemu-user): test_kernels at qemu's default CPU (NEON +
 # dotprod: scalar and neon levels), plus the detection checks on "max"
-# (-> neon) and Cortex-A53 (no dotprod -> scalar). When the whole library is
-# cross-built, the tiny-model transformers oracle (tests/test_tiny_oracle.py)
-# also runs the aarch64 ts_model_tool under qemu, single-threaded: this
+# (-> neon) and Cortex-A53 (no dotprod -> scalar), and test_cpu_feat (the
+# feature bits, the level chosen from them, the matmul variants) on the same
+# three CPUs. When the whole library is cross-built, the tiny-model
+# transformers oracle (tests/test_tiny_oracle.py) also runs the aarch64
+# ts_model_tool under qemu, single-threaded: this
 # machine's qemu-aarch64 (7.2) hangs in pthread_create even for a trivial
 # program that starts one thread, so threaded runs cannot be tested here.
 #
 # With an arm64 PCRE2 installed (libpcre2-dev:arm64) the whole library is
-# cross-built; without it, only what test_kernels needs (the kernels,
-# src/quant, src/core/err.c: cmake/kernels_only).
+# cross-built; without it, only what the kernel tests need (the kernels,
+# src/quant, src/core/err.c and threadpool.c: cmake/kernels_only).
 #
 # Usage: tools/test_aarch64.sh [BUILD_DIR]   (default: build-aarch64)
 set -euo pipefail
@@ -32,8 +34,8 @@ else
 fi
 
 cmake -S "$src" -B "$build" -G Ninja -DCMAKE_TOOLCHAIN_FILE="$toolchain" -DCMAKE_BUILD_TYPE=Release -DTS_SERVER=OFF >/dev/null
-ninja -C "$build" -j2 test_kernels test_kernels_rp_gemm
-ctest --test-dir "$build" -R '^test_kernels' --output-on-failure
+ninja -C "$build" -j2 test_kernels test_kernels_rp_gemm test_cpu_feat
+ctest --test-dir "$build" -R '^test_(kernels|cpu_feat)' --output-on-failure
 
 # The tiny-model oracle (tests/test_tiny_oracle.py: HF transformers on the
 # host vs the aarch64 ts_model_tool under qemu), when the whole library was built.

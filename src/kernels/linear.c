@@ -105,19 +105,20 @@ int ts_linear_pack(const ts_wmat *w, uint8_t *dst, ts_err *err) {
 
 /* ---- the call ---- */
 
-enum { K_PACKED, K_QGEMM, K_REF };
+typedef struct lin_variant lin_variant;
 
 typedef struct {
     const ts_wmat *w;
     float *y;
-    int kind;
+    const lin_variant *v;
     int64_t item0;       /* first global item of this matrix */
-    ts_rp_gemm_fn rp;    /* K_PACKED */
-    const void *act;     /* K_QGEMM: activation rows */
+    ts_rp_gemm_fn rp;    /* panels */
+    const void *act;     /* rows: activation rows */
     size_t act_stride;   /* bytes */
 } mat_job;
 
 typedef struct {
+    ts_threadpool *pool;
     const ts_kern *k;
     ts_linear_ws *ws;
     mat_job m[MAX_MAT];
@@ -129,24 +130,42 @@ typedef struct {
     ts_rp_quant_fn quant;
 } lin_job;
 
-static void prep_tokens(void *ctx, int64_t t0, int64_t t1, int tid) {
-    (void)tid;
-    const lin_job *j = ctx;
-    const ts_linear_ws *ws = j->ws;
-    for (int64_t t = t0; t < t1; t++) {
-        const float *xt = j->x + t * j->n_in;
-        if (j->need_tiles) {
-            const int t0 = (int)t / TS_RP_TT * TS_RP_TT;
-            const int nt = j->n_tok - t0 < TS_RP_TT ? j->n_tok - t0 : TS_RP_TT;
-            j->quant(xt, j->n_in, ws->hi, ws->tiles + ts_rp_tile_offset(j->n_in, t0, ws->hi), nt, (int)t - t0);
-        }
-        if (j->need_q8) ts_act_quantize(j->k, TS_ACT_Q8, xt, ws->q8 + (size_t)t * ws->q8_stride, j->n_in);
-        if (j->need_q8k) ts_act_quantize(j->k, TS_ACT_Q8K, xt, ws->q8k + (size_t)t * ws->q8k_stride, j->n_in);
-    }
+/* ---- the matmul variants ----
+ * ts_linear gives each matrix to the first variant of the table below that
+ * is available (its features usable at the active level) and supports it.
+ * An entry states what its results are tested against and the bound. */
+struct lin_variant {
+    const char *name;
+    ts_cpu_feat needs; /* features it runs on (within ts_cpu_features_active) */
+    /* whether it computes w (hi: the work space's activation precision) */
+    bool (*supports)(const ts_wmat *w, int hi);
+    /* Sets mj up (kernel, activation buffers; flags what j must quantize).
+     * Returns 1 when mj joins the shared row region (run then computes its
+     * items), 0 when the matrix was computed already. */
+    int (*setup)(lin_job *j, mat_job *mj);
+    /* rows [r0, r1) of mj (r0 a multiple of 16), every token */
+    void (*run)(const lin_job *j, const mat_job *mj, int64_t r0, int64_t r1);
+    const char *reference; /* what its results are tested against */
+    const char *bound;     /* ... within this */
+};
+
+/* "panels": the repacked matrix (w->packed): panel x tiles of up to 8
+ * tokens, in token blocks of 64 so that a chunk's panels and the block's
+ * tiles stay in L2 (one weight read per 64 tokens). The level's fast panel
+ * kernel, or the scalar definition where the level has none. */
+static bool panels_supports(const ts_wmat *w, int hi) {
+    (void)hi;
+    return w->packed != NULL;
 }
 
-/* rows [r0, r1) of a packed matrix (r0 a multiple of 16), every token */
-static void run_packed(const lin_job *j, const mat_job *mj, int64_t r0, int64_t r1) {
+static int panels_setup(lin_job *j, mat_job *mj) {
+    const uint32_t t = mj->w->type;
+    mj->rp = j->k->rp_gemm[t] ? j->k->rp_gemm[t] : ts_rp_gemm_ref(t);
+    j->need_tiles = 1;
+    return 1;
+}
+
+static void panels_run(const lin_job *j, const mat_job *mj, int64_t r0, int64_t r1) {
     const ts_wmat *w = mj->w;
     const size_t pb = ts_rp_panel_bytes(w->type, w->n_in);
     const int64_t ys = w->n_out;
@@ -164,7 +183,131 @@ static void run_packed(const lin_job *j, const mat_job *mj, int64_t r0, int64_t 
     }
 }
 
+/* "rows": the stored GGUF rows on the level's dot kernels (ts_qgemm;
+ * ts_qgemv for one token): F32 / F16 on f32 activations; the other types
+ * with a dot kernel (Q5_0, K-quants, ...) on 8-bit activations, at the lo
+ * precision only (their kernels take nothing finer). */
+static bool rows_supports(const ts_wmat *w, int hi) {
+    return ts_qdot_check(w->type, w->n_in, NULL) == 0 && (!hi || ts_qdot_act_type(w->type) == TS_ACT_F32);
+}
+
+static int rows_setup(lin_job *j, mat_job *mj) {
+    ts_linear_ws *ws = j->ws;
+    switch (ts_qdot_act_type(mj->w->type)) {
+    case TS_ACT_Q8:
+        j->need_q8 = 1;
+        mj->act = ws->q8;
+        mj->act_stride = ws->q8_stride;
+        break;
+    case TS_ACT_Q8K:
+        j->need_q8k = 1;
+        mj->act = ws->q8k;
+        mj->act_stride = ws->q8k_stride;
+        break;
+    default:
+        mj->act = j->x;
+        mj->act_stride = (size_t)mj->w->n_in * sizeof(float);
+        break;
+    }
+    return 1;
+}
+
+static void rows_run(const lin_job *j, const mat_job *mj, int64_t r0, int64_t r1) {
+    const ts_wmat *w = mj->w;
+    if (j->n_tok == 1)
+        ts_qgemv(j->k, w->type, w->data, w->row_bytes, w->n_in, mj->act, mj->y, r0, r1);
+    else
+        ts_qgemm(j->k, w->type, w->data, w->row_bytes, w->n_in, mj->act, mj->act_stride, j->n_tok, mj->y, w->n_out,
+                 r0, r1);
+}
+
+/* "ref": anything else (BF16, odd row lengths, and at the hi precision the
+ * types whose dot kernels take 8-bit activations only): the f32 reference
+ * ts_matmul, in its own parallel region, before the shared one. */
+static bool ref_supports(const ts_wmat *w, int hi) {
+    (void)w;
+    (void)hi;
+    return true;
+}
+
+static int ref_setup(lin_job *j, mat_job *mj) {
+    const ts_wmat *w = mj->w;
+    ts_matmul(j->pool, w, j->x, w->n_in, mj->y, w->n_out, j->n_tok, j->ws->ref, j->ws->max_n_in);
+    return 0;
+}
+
+static const lin_variant variants[] = {
+    /* slot: "amx" - AMX tiles (needs TS_FEAT_AMX_TILE | TS_FEAT_AMX_INT8,
+     * so it is off under a lowered TS_CPU_LEVEL): panels re-laid as tiles of
+     * 16 rows x 64 bytes, tdpbusd on the hi/lo activation planes; reference
+     * ts_rp_gemm_ref, bound: bit-identical (the integer sums are exact and
+     * the f32 steps keep the definition's order). It would go first and
+     * take the panel types where it is usable. */
+    {"panels", 0, panels_supports, panels_setup, panels_run,
+     "ts_rp_gemm_ref, the scalar definition of kernels/repack.h (tests/test_rp_gemm.c, test_perf_kernels.c)",
+     "bit-identical at every level; hi precision: logits within ~1e-3 of the f32 reference "
+     "(docs/FIDELITY.md)"},
+    /* slot: "int8_outliers" - INT8 weights with the outlier columns kept in
+     * f16 (LLM.int8()-style; needs nothing beyond the level's dot kernels):
+     * supports only matrices stored in that format; reference: the f32 dot
+     * of the dequantized row, with its own stated bound. */
+    {"rows", 0, rows_supports, rows_setup, rows_run,
+     "the scalar dot table ts_kern_tab_scalar (ref/qdot_ref.c; tests/test_kernels.c, test_perf_kernels.c)",
+     "2 (K + 8) u M of the scalar reference (tests/test_kernels.c); GEMM = GEMV bit for bit; "
+     "bit-identical between AVX2 and AVX-512"},
+    {"ref", 0, ref_supports, ref_setup, NULL,
+     "itself: ts_matmul, f32 dots of the dequantized rows (ref/matmul.c)", "the definition (exact)"},
+};
+#define N_VARIANTS ((int)(sizeof variants / sizeof variants[0]))
+
+static bool variant_available(const lin_variant *v) {
+    return (v->needs & ~ts_cpu_features_active()) == 0;
+}
+
+/* the variant ts_linear gives w to ("ref" supports everything) */
+static const lin_variant *pick(const ts_wmat *w, int hi) {
+    for (int i = 0; i < N_VARIANTS; i++)
+        if (variant_available(&variants[i]) && variants[i].supports(w, hi)) return &variants[i];
+    return &variants[N_VARIANTS - 1];
+}
+
+int ts_linear_variants(const char **names, bool *available, int cap) {
+    for (int i = 0; i < N_VARIANTS && i < cap; i++) {
+        if (names) names[i] = variants[i].name;
+        if (available) available[i] = variant_available(&variants[i]);
+    }
+    return N_VARIANTS;
+}
+
+int ts_linear_variant_doc(int i, const char **reference, const char **bound) {
+    if (i < 0 || i >= N_VARIANTS) return -1;
+    if (reference) *reference = variants[i].reference;
+    if (bound) *bound = variants[i].bound;
+    return 0;
+}
+
+const char *ts_linear_variant_for(const ts_linear_ws *ws, const ts_wmat *w) {
+    return pick(w, ws->hi)->name;
+}
+
+static void prep_tokens(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const lin_job *j = ctx;
+    const ts_linear_ws *ws = j->ws;
+    for (int64_t t = t0; t < t1; t++) {
+        const float *xt = j->x + t * j->n_in;
+        if (j->need_tiles) {
+            const int t0 = (int)t / TS_RP_TT * TS_RP_TT;
+            const int nt = j->n_tok - t0 < TS_RP_TT ? j->n_tok - t0 : TS_RP_TT;
+            j->quant(xt, j->n_in, ws->hi, ws->tiles + ts_rp_tile_offset(j->n_in, t0, ws->hi), nt, (int)t - t0);
+        }
+        if (j->need_q8) ts_act_quantize(j->k, TS_ACT_Q8, xt, ws->q8 + (size_t)t * ws->q8_stride, j->n_in);
+        if (j->need_q8k) ts_act_quantize(j->k, TS_ACT_Q8K, xt, ws->q8k + (size_t)t * ws->q8k_stride, j->n_in);
+    }
+}
+
 static void run_items(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
     const lin_job *j = ctx;
     for (int mi = 0; mi < j->n_mat && i0 < i1; mi++) {
         const mat_job *mj = &j->m[mi];
@@ -173,57 +316,20 @@ static void run_items(void *ctx, int64_t i0, int64_t i1, int tid) {
         if (a >= n_items) continue;
         const int64_t e = b < n_items ? b : n_items;
         const int64_t r0 = a * ITEM_ROWS, r1 = e * ITEM_ROWS < mj->w->n_out ? e * ITEM_ROWS : mj->w->n_out;
-        const ts_wmat *w = mj->w;
-        if (mj->kind == K_PACKED)
-            run_packed(j, mj, r0, r1);
-        else if (j->n_tok == 1)
-            ts_qgemv(j->k, w->type, w->data, w->row_bytes, w->n_in, mj->act, mj->y, r0, r1);
-        else
-            ts_qgemm(j->k, w->type, w->data, w->row_bytes, w->n_in, mj->act, mj->act_stride, j->n_tok, mj->y, w->n_out,
-                     r0, r1);
-        (void)tid;
+        mj->v->run(j, mj, r0, r1);
         i0 = mj->item0 + e;
     }
 }
 
 void ts_linear(ts_threadpool *pool, ts_linear_ws *ws, int n_mat, const ts_wmat *const *w, float *const *y,
                const float *x, int n_tok) {
-    lin_job j = {.k = ts_kern_get(), .ws = ws, .n_in = w[0]->n_in, .n_tok = n_tok, .x = x};
+    lin_job j = {.pool = pool, .k = ts_kern_get(), .ws = ws, .n_in = w[0]->n_in, .n_tok = n_tok, .x = x};
     j.quant = j.k->rp_quant ? j.k->rp_quant : ts_rp_quant_ref;
     int64_t n_items = 0;
     for (int i = 0; i < n_mat && i < MAX_MAT; i++) {
         mat_job *mj = &j.m[j.n_mat];
-        mj->w = w[i];
-        mj->y = y[i];
-        if (w[i]->packed) {
-            mj->kind = K_PACKED;
-            mj->rp = j.k->rp_gemm[w[i]->type] ? j.k->rp_gemm[w[i]->type] : ts_rp_gemm_ref(w[i]->type);
-            j.need_tiles = 1;
-        } else if (ts_qdot_check(w[i]->type, w[i]->n_in, NULL) == 0 &&
-                   (!ws->hi || ts_qdot_act_type(w[i]->type) == TS_ACT_F32)) {
-            mj->kind = K_QGEMM;
-            switch (ts_qdot_act_type(w[i]->type)) {
-            case TS_ACT_Q8:
-                j.need_q8 = 1;
-                mj->act = ws->q8;
-                mj->act_stride = ws->q8_stride;
-                break;
-            case TS_ACT_Q8K:
-                j.need_q8k = 1;
-                mj->act = ws->q8k;
-                mj->act_stride = ws->q8k_stride;
-                break;
-            default:
-                mj->act = x;
-                mj->act_stride = (size_t)w[i]->n_in * sizeof(float);
-                break;
-            }
-        } else {
-            /* no fast kernel (or, at the hi precision, only one with 8-bit
-             * activations): the f32 reference, in its own parallel region */
-            ts_matmul(pool, w[i], x, w[i]->n_in, y[i], w[i]->n_out, n_tok, ws->ref, ws->max_n_in);
-            continue;
-        }
+        *mj = (mat_job){.w = w[i], .y = y[i], .v = pick(w[i], ws->hi)};
+        if (!mj->v->setup(&j, mj)) continue; /* computed in its own region */
         mj->item0 = n_items;
         n_items += (w[i]->n_out + ITEM_ROWS - 1) / ITEM_ROWS;
         j.n_mat++;

@@ -8,16 +8,21 @@
  *      matrices need (panel tiles; TS_ACT_Q8 / Q8K rows; f32 weights read X
  *      directly), split over the pool by token;
  *   2. runs the rows of all the matrices in one parallel region, handed out
- *      in chunks of 16-row items by an atomic counter:
- *        - repacked matrix (w->packed): panel x tiles of up to 8 tokens, in
- *          token blocks of 64 so that a chunk's panels and the block's tiles
- *          stay in L2 (one weight read per 64 tokens);
- *        - F32 / F16 weights: ts_qgemm on f32 activations (4-token register
- *          tiles; for one token, a GEMV);
- *        - other types with a dot kernel (Q5_0, K-quants, ...): ts_qgemm on
- *          8-bit activations at the lo precision; at the hi precision the
- *          f32 reference instead (their kernels only take 8-bit activations);
- *        - anything else (BF16, odd row lengths): the reference ts_matmul.
+ *      in chunks of 16-row items by an atomic counter. Each matrix goes to
+ *      the first matmul variant of linear.c's registry that is available
+ *      (the features it needs usable at the active level) and supports it:
+ *        - "panels": repacked matrix (w->packed): panel x tiles of up to 8
+ *          tokens, in token blocks of 64 so that a chunk's panels and the
+ *          block's tiles stay in L2 (one weight read per 64 tokens);
+ *        - "rows": F32 / F16 weights: ts_qgemm on f32 activations (4-token
+ *          register tiles; for one token, a GEMV); other types with a dot
+ *          kernel (Q5_0, K-quants, ...): ts_qgemm on 8-bit activations at
+ *          the lo precision (at the hi precision they go to "ref": their
+ *          kernels only take 8-bit activations);
+ *        - "ref": anything else (BF16, odd row lengths): the reference
+ *          ts_matmul, in its own parallel region.
+ *      (Slots are marked for AMX tiles and INT8 weights with outliers.)
+ *      Every entry names what it is tested against and the stated bound.
  *
  * Precision (repack.h): hi (default) = 16-bit activations as two int8
  * planes, the logits stay within ~1e-3 of the f32 reference; TS_ACT=q8 in
@@ -31,6 +36,7 @@
 #ifndef TS_KERNELS_LINEAR_H
 #define TS_KERNELS_LINEAR_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/err.h"
@@ -50,6 +56,19 @@ int ts_linear_ws_hi(const ts_linear_ws *ws); /* 1: hi precision, 0: lo (TS_ACT=q
  * n_in (<= max_n_in). */
 void ts_linear(ts_threadpool *pool, ts_linear_ws *ws, int n_mat, const ts_wmat *const *w, float *const *y,
                const float *x, int n_tok);
+
+/* ---- the matmul variants (for tests and device listings) ---- */
+
+/* Writes the names of the variants, in the order ts_linear tries them, and
+ * whether each is available here (the features it needs usable at the
+ * active level) into names[i] / available[i] for i < cap (either may be
+ * NULL). Returns the number of variants. */
+int ts_linear_variants(const char **names, bool *available, int cap);
+/* What variant i is tested against and its stated bound (static strings).
+ * 0, or -1 when there is no variant i. */
+int ts_linear_variant_doc(int i, const char **reference, const char **bound);
+/* The name of the variant ts_linear(.., ws, ..) would run w on now. */
+const char *ts_linear_variant_for(const ts_linear_ws *ws, const ts_wmat *w);
 
 /* Packs w (type supported by repack.h and with a fast panel kernel at the
  * active level) into dst (ts_rp_matrix_bytes). Returns 0, or -1 when this

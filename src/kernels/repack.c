@@ -8,47 +8,25 @@
  * and its scale fields (raw f16 bits, K-quant sub-block scales), then the
  * panel is written from those. Row read-back recomputes every value with the
  * same f32 expression as src/quant/quant.c, so it matches ts_dequant_row bit
- * for bit. */
+ * for bit.
+ *
+ * Every offset and size of the panel layout comes from kernels/rp_layout.h
+ * (the one definition, which the level kernels read too). */
 #include "kernels/repack.h"
 
 #include <math.h>
 #include <string.h>
 
+#include "kernels/rp_layout.h"
 #include "quant/quant.h"
 
-bool ts_rp_supported(uint32_t type) {
-    switch (type) {
-    case TS_TYPE_Q4_0:
-    case TS_TYPE_Q4_1:
-    case TS_TYPE_Q5_0:
-    case TS_TYPE_Q8_0:
-    case TS_TYPE_Q4_K:
-    case TS_TYPE_Q3_K:
-    case TS_TYPE_Q5_K:
-    case TS_TYPE_Q6_K: return true;
-    default: return false;
-    }
-}
+bool ts_rp_supported(uint32_t type) { return rp_kind(type) >= 0; }
 
 /* elements per panel block (32, or a K-quant super-block of 256) */
-static int64_t block_elems(uint32_t type) {
-    return type == TS_TYPE_Q3_K || type == TS_TYPE_Q4_K || type == TS_TYPE_Q5_K || type == TS_TYPE_Q6_K ? 256 : 32;
-}
+static int64_t block_elems(uint32_t type) { return rp_be(rp_kind(type)); }
 
 /* bytes per panel block (16 rows) */
-static size_t block_bytes(uint32_t type) {
-    switch (type) {
-    case TS_TYPE_Q4_0: return 288;
-    case TS_TYPE_Q4_1: return 320;
-    case TS_TYPE_Q5_0: return 352;
-    case TS_TYPE_Q8_0: return 544;
-    case TS_TYPE_Q3_K: return 1824;
-    case TS_TYPE_Q4_K: return 2368;
-    case TS_TYPE_Q5_K: return 2880;
-    case TS_TYPE_Q6_K: return 3360;
-    default: return 0;
-    }
-}
+static size_t block_bytes(uint32_t type) { return ts_rp_supported(type) ? rp_wb(rp_kind(type)) : 0; }
 
 size_t ts_rp_panel_bytes(uint32_t type, int64_t n_in) {
     if (!ts_rp_supported(type) || n_in <= 0 || n_in % block_elems(type)) return 0;
@@ -158,27 +136,7 @@ static void decode(uint32_t type, const uint8_t *b, dec_block *o) {
     }
 }
 
-/* ---- panel layout (offsets inside one panel block; the level kernels read
- * the K-quant offsets and block sizes through kernels/rp_kernel.h) ----
- * For every type the 32 quants of a 32-block are eight byte-vectors v = 0..7
- * of 64 bytes; byte 4r + c of vector v belongs to row r, element 4v + c.
- * 4-bit types store them as four vectors of nibbles (vector j: v = 2j low,
- * v = 2j + 1 high); Q5_0 (and each Q5_K sub-block) adds a 64-byte vector whose byte 4r + c holds in bit
- * v the 5th bit of element 4v + c; Q6_K adds two whose byte 4r + c holds in
- * bits 2(v%4), 2(v%4)+1 of vector v/4 the top two bits of element 4v + c.
- *
- *   Q4_0  nib 0 | d 256
- *   Q4_1  nib 0 | d 256 | m 288
- *   Q5_0  nib 0 | hbit 256 | d 320
- *   Q8_0  bytes 0 (vector v at 64v) | d 512
- *   Q4_K  per sub-block j: nib 256j | d 2048 | dmin 2080 | sc 2112 + 16j | min 2240 + 16j
- *   Q3_K  per sub-block j: 2-bit 224j (two vectors: bits 2(v%4), +1 of vector v/4 hold element
- *         4v + c's low 2 bits) | hbit 224j + 128 (bit v -> bit 2) | sc_lo 224j + 192 | sc_hi 224j + 208 |
- *         d 1792 (scales as int8: the 6-bit scale - 32)
- *   Q5_K  per sub-block j: nib 320j | hbit 320j + 256 (as Q5_0's) | d 2560 | dmin 2592 | sc 2624 + 16j |
- *         min 2752 + 16j
- *   Q6_K  per sub-block j: nib 416j | hbits 416j + 256 | sc_lo 416j + 384 | sc_hi 416j + 400 | d 3328
- */
+/* ---- packing (the layout: kernels/rp_layout.h) ---- */
 
 /* the nibble vectors of one 32-block of row r */
 static void put_nibbles(uint8_t *o, int r, const uint8_t *q) {
@@ -188,9 +146,12 @@ static void put_nibbles(uint8_t *o, int r, const uint8_t *q) {
 }
 
 void ts_rp_pack_panel(uint32_t type, int64_t n_in, const uint8_t *src, size_t row_bytes, int n_rows, uint8_t *dst) {
+    const int kd = rp_kind(type);
+    if (kd < 0) return;
     const size_t bb = block_bytes(type);
     const int64_t be = block_elems(type), nb = n_in / be;
     const size_t sb = ts_row_size(type, be);
+    const int sub = rp_sub(kd), hb = rp_hb(kd), dof = rp_d(kd);
     memset(dst, 0, (size_t)nb * bb);
     dec_block d;
     for (int64_t b = 0; b < nb; b++) {
@@ -201,68 +162,68 @@ void ts_rp_pack_panel(uint32_t type, int64_t n_in, const uint8_t *src, size_t ro
             case TS_TYPE_Q4_0:
             case TS_TYPE_Q4_1:
                 put_nibbles(o, r, d.q);
-                memcpy(o + 256 + 2 * r, d.d, 2);
-                if (type == TS_TYPE_Q4_1) memcpy(o + 288 + 2 * r, d.m, 2);
+                memcpy(o + dof + 2 * r, d.d, 2);
+                if (type == TS_TYPE_Q4_1) memcpy(o + rp_m(kd) + 2 * r, d.m, 2);
                 break;
             case TS_TYPE_Q5_0:
                 put_nibbles(o, r, d.q);
                 for (int v = 0; v < 8; v++)
-                    for (int c = 0; c < 4; c++) o[256 + 4 * r + c] |= (uint8_t)(((d.q[4 * v + c] >> 4) & 1) << v);
-                memcpy(o + 320 + 2 * r, d.d, 2);
+                    for (int c = 0; c < 4; c++) o[hb + 4 * r + c] |= (uint8_t)(((d.q[4 * v + c] >> 4) & 1) << v);
+                memcpy(o + dof + 2 * r, d.d, 2);
                 break;
             case TS_TYPE_Q8_0:
                 for (int v = 0; v < 8; v++)
                     for (int c = 0; c < 4; c++) o[64 * v + 4 * r + c] = d.q[4 * v + c];
-                memcpy(o + 512 + 2 * r, d.d, 2);
+                memcpy(o + dof + 2 * r, d.d, 2);
                 break;
             case TS_TYPE_Q4_K:
                 for (int j = 0; j < 8; j++) {
-                    put_nibbles(o + 256 * j, r, d.q + 32 * j);
-                    o[2112 + 16 * j + r] = d.sc[j];
-                    o[2240 + 16 * j + r] = d.mn[j];
+                    put_nibbles(o + sub * j, r, d.q + 32 * j);
+                    o[rp_sc(kd) + 16 * j + r] = d.sc[j];
+                    o[rp_mn(kd) + 16 * j + r] = d.mn[j];
                 }
-                memcpy(o + 2048 + 2 * r, d.d, 2);
-                memcpy(o + 2080 + 2 * r, d.m, 2);
+                memcpy(o + dof + 2 * r, d.d, 2);
+                memcpy(o + rp_m(kd) + 2 * r, d.m, 2);
                 break;
             case TS_TYPE_Q3_K:
                 for (int j = 0; j < 8; j++) {
-                    uint8_t *oj = o + 224 * j;
+                    uint8_t *oj = o + sub * j;
                     const uint8_t *q = d.q + 32 * j;
                     for (int v = 0; v < 8; v++)
                         for (int c = 0; c < 4; c++) {
                             oj[64 * (v / 4) + 4 * r + c] |= (uint8_t)((q[4 * v + c] & 3) << (2 * (v % 4)));
-                            oj[128 + 4 * r + c] |= (uint8_t)(((q[4 * v + c] >> 2) & 1) << v);
+                            oj[hb + 4 * r + c] |= (uint8_t)(((q[4 * v + c] >> 2) & 1) << v);
                         }
-                    oj[192 + r] = d.sc[2 * j];
-                    oj[208 + r] = d.sc[2 * j + 1];
+                    oj[rp_gsc(kd) + r] = d.sc[2 * j];
+                    oj[rp_gsc(kd) + 16 + r] = d.sc[2 * j + 1];
                 }
-                memcpy(o + 1792 + 2 * r, d.d, 2);
+                memcpy(o + dof + 2 * r, d.d, 2);
                 break;
             case TS_TYPE_Q5_K:
                 for (int j = 0; j < 8; j++) {
-                    uint8_t *oj = o + 320 * j;
+                    uint8_t *oj = o + sub * j;
                     const uint8_t *q = d.q + 32 * j;
                     put_nibbles(oj, r, q);
                     for (int v = 0; v < 8; v++)
-                        for (int c = 0; c < 4; c++) oj[256 + 4 * r + c] |= (uint8_t)(((q[4 * v + c] >> 4) & 1) << v);
-                    o[2624 + 16 * j + r] = d.sc[j];
-                    o[2752 + 16 * j + r] = d.mn[j];
+                        for (int c = 0; c < 4; c++) oj[hb + 4 * r + c] |= (uint8_t)(((q[4 * v + c] >> 4) & 1) << v);
+                    o[rp_sc(kd) + 16 * j + r] = d.sc[j];
+                    o[rp_mn(kd) + 16 * j + r] = d.mn[j];
                 }
-                memcpy(o + 2560 + 2 * r, d.d, 2);
-                memcpy(o + 2592 + 2 * r, d.m, 2);
+                memcpy(o + dof + 2 * r, d.d, 2);
+                memcpy(o + rp_m(kd) + 2 * r, d.m, 2);
                 break;
             case TS_TYPE_Q6_K:
                 for (int j = 0; j < 8; j++) {
-                    uint8_t *oj = o + 416 * j;
+                    uint8_t *oj = o + sub * j;
                     const uint8_t *q = d.q + 32 * j;
                     put_nibbles(oj, r, q);
                     for (int v = 0; v < 8; v++)
                         for (int c = 0; c < 4; c++)
-                            oj[256 + 64 * (v / 4) + 4 * r + c] |= (uint8_t)(((q[4 * v + c] >> 4) & 3) << (2 * (v % 4)));
-                    oj[384 + r] = d.sc[2 * j];
-                    oj[400 + r] = d.sc[2 * j + 1];
+                            oj[hb + 64 * (v / 4) + 4 * r + c] |= (uint8_t)(((q[4 * v + c] >> 4) & 3) << (2 * (v % 4)));
+                    oj[rp_gsc(kd) + r] = d.sc[2 * j];
+                    oj[rp_gsc(kd) + 16 + r] = d.sc[2 * j + 1];
                 }
-                memcpy(o + 3328 + 2 * r, d.d, 2);
+                memcpy(o + dof + 2 * r, d.d, 2);
                 break;
             default: break;
             }
@@ -270,34 +231,24 @@ void ts_rp_pack_panel(uint32_t type, int64_t n_in, const uint8_t *src, size_t ro
     }
 }
 
-/* where Q4_K's and Q5_K's per-row fields sit in a panel block */
-typedef struct {
-    int d, dmin, sc, mn;
-} kq_off;
-static kq_off kq_offsets(uint32_t type) {
-    return type == TS_TYPE_Q5_K ? (kq_off){2560, 2592, 2624, 2752} : (kq_off){2048, 2080, 2112, 2240};
-}
-
-/* unsigned quant of (row r, element k of 32-block `sub`) in panel block o */
-static inline int panel_u(uint32_t type, const uint8_t *o, int r, int sub, int k) {
+/* unsigned quant of (row r, element k of 32-block `sub`) in panel block o of
+ * kind kd */
+static inline int panel_u(int kd, const uint8_t *o, int r, int sub, int k) {
     const int v = k / 4, c = k % 4;
-    if (type == TS_TYPE_Q8_0) return o[64 * v + 4 * r + c];
-    if (type == TS_TYPE_Q3_K) {
-        const uint8_t *b = o + 224 * sub;
-        return ((b[64 * (v / 4) + 4 * r + c] >> (2 * (v % 4))) & 3) | (((b[128 + 4 * r + c] >> v) & 1) << 2);
-    }
-    const uint8_t *nb = o + (type == TS_TYPE_Q4_K   ? 256 * sub
-                             : type == TS_TYPE_Q5_K ? 320 * sub
-                             : type == TS_TYPE_Q6_K ? 416 * sub
-                                                    : 0);
+    if (kd == K_Q8_0) return o[64 * v + 4 * r + c];
+    const uint8_t *nb = o + rp_sub(kd) * sub; /* the 32-block's quants */
+    if (kd == K_Q3_K)
+        return ((nb[64 * (v / 4) + 4 * r + c] >> (2 * (v % 4))) & 3) | (((nb[rp_hb(kd) + 4 * r + c] >> v) & 1) << 2);
     const uint8_t byte = nb[64 * (v / 2) + 4 * r + c];
     int u = v % 2 ? byte >> 4 : byte & 0x0f;
-    if (type == TS_TYPE_Q5_0 || type == TS_TYPE_Q5_K) u |= ((nb[256 + 4 * r + c] >> v) & 1) << 4;
-    if (type == TS_TYPE_Q6_K) u |= ((nb[256 + 64 * (v / 4) + 4 * r + c] >> (2 * (v % 4))) & 3) << 4;
+    if (kd == K_Q5_0 || kd == K_Q5_K) u |= ((nb[rp_hb(kd) + 4 * r + c] >> v) & 1) << 4;
+    if (kd == K_Q6_K) u |= ((nb[rp_hb(kd) + 64 * (v / 4) + 4 * r + c] >> (2 * (v % 4))) & 3) << 4;
     return u;
 }
 
 void ts_rp_row(uint32_t type, int64_t n_in, const uint8_t *packed, int64_t r, float *dst) {
+    const int kd = rp_kind(type);
+    if (kd < 0) return;
     const size_t bb = block_bytes(type);
     const int64_t be = block_elems(type);
     const uint8_t *panel = packed + (size_t)(r / TS_RP_ROWS) * ts_rp_panel_bytes(type, n_in);
@@ -305,55 +256,45 @@ void ts_rp_row(uint32_t type, int64_t n_in, const uint8_t *packed, int64_t r, fl
     for (int64_t b = 0; b < n_in / be; b++) {
         const uint8_t *o = panel + (size_t)b * bb;
         float *y = dst + be * b;
+        const float d = rd_f16(o + rp_d(kd) + 2 * rr);
         switch (type) {
         case TS_TYPE_Q4_0:
         case TS_TYPE_Q5_0: {
-            const float d = rd_f16(o + (type == TS_TYPE_Q5_0 ? 320 : 256) + 2 * rr);
             const int off = type == TS_TYPE_Q5_0 ? 16 : 8;
-            for (int k = 0; k < 32; k++) y[k] = (float)(panel_u(type, o, rr, 0, k) - off) * d;
+            for (int k = 0; k < 32; k++) y[k] = (float)(panel_u(kd, o, rr, 0, k) - off) * d;
             break;
         }
         case TS_TYPE_Q4_1: {
-            const float d = rd_f16(o + 256 + 2 * rr), m = rd_f16(o + 288 + 2 * rr);
+            const float m = rd_f16(o + rp_m(kd) + 2 * rr);
             for (int k = 0; k < 32; k++) {
-                const float p = (float)panel_u(type, o, rr, 0, k) * d;
+                const float p = (float)panel_u(kd, o, rr, 0, k) * d;
                 y[k] = p + m;
             }
             break;
         }
         case TS_TYPE_Q8_0: {
-            const float d = rd_f16(o + 512 + 2 * rr);
-            for (int k = 0; k < 32; k++) y[k] = (float)(panel_u(type, o, rr, 0, k) - 128) * d;
+            for (int k = 0; k < 32; k++) y[k] = (float)(panel_u(kd, o, rr, 0, k) - 128) * d;
             break;
         }
         case TS_TYPE_Q4_K:
         case TS_TYPE_Q5_K: {
-            const kq_off ko = kq_offsets(type);
-            const float d = rd_f16(o + ko.d + 2 * rr), dmin = rd_f16(o + ko.dmin + 2 * rr);
+            const float dmin = rd_f16(o + rp_m(kd) + 2 * rr);
             for (int j = 0; j < 8; j++) {
-                const float dl = d * (float)o[ko.sc + 16 * j + rr], ml = dmin * (float)o[ko.mn + 16 * j + rr];
+                const float dl = d * (float)o[rp_sc(kd) + 16 * j + rr], ml = dmin * (float)o[rp_mn(kd) + 16 * j + rr];
                 for (int k = 0; k < 32; k++) {
-                    const float p = dl * (float)panel_u(type, o, rr, j, k);
+                    const float p = dl * (float)panel_u(kd, o, rr, j, k);
                     y[32 * j + k] = p - ml;
                 }
             }
             break;
         }
-        case TS_TYPE_Q3_K: {
-            const float d = rd_f16(o + 1792 + 2 * rr);
-            for (int j = 0; j < 8; j++)
-                for (int k = 0; k < 32; k++) {
-                    const float dl = d * (float)(int8_t)o[224 * j + (k < 16 ? 192 : 208) + rr];
-                    y[32 * j + k] = dl * (float)(panel_u(type, o, rr, j, k) - 4);
-                }
-            break;
-        }
+        case TS_TYPE_Q3_K:
         case TS_TYPE_Q6_K: {
-            const float d = rd_f16(o + 3328 + 2 * rr);
+            const int off = type == TS_TYPE_Q3_K ? 4 : 32;
             for (int j = 0; j < 8; j++)
                 for (int k = 0; k < 32; k++) {
-                    const float ds = d * (float)(int8_t)o[416 * j + (k < 16 ? 384 : 400) + rr];
-                    y[32 * j + k] = ds * (float)(panel_u(type, o, rr, j, k) - 32);
+                    const float dl = d * (float)(int8_t)o[rp_sub(kd) * j + rp_gsc(kd) + (k < 16 ? 0 : 16) + rr];
+                    y[32 * j + k] = dl * (float)(panel_u(kd, o, rr, j, k) - off);
                 }
             break;
         }
@@ -422,11 +363,11 @@ static float side_f32(const uint8_t *side, int off) {
 
 /* exact integer dot of elements [k0, k1) of a 32-block: hi: 256 * sum u q1
  * + (sum u q2 + off); lo: sum u q1 + off */
-static int32_t block_dot(uint32_t type, const uint8_t *o, int r, int sub, const int8_t *q1, const int8_t *q2, int hi,
+static int32_t block_dot(int kd, const uint8_t *o, int r, int sub, const int8_t *q1, const int8_t *q2, int hi,
                          int k0, int k1, int32_t off) {
     int32_t i1 = 0, i2 = off;
     for (int k = k0; k < k1; k++) {
-        const int u = panel_u(type, o, r, sub, k);
+        const int u = panel_u(kd, o, r, sub, k);
         i1 += u * q1[k];
         if (hi) i2 += u * q2[k];
     }
@@ -435,6 +376,7 @@ static int32_t block_dot(uint32_t type, const uint8_t *o, int r, int sub, const 
 
 static void rp_gemm_ref(uint32_t type, int64_t n_in, const uint8_t *panel, const uint8_t *tile, int nt, int hi,
                         float *y, int64_t y_stride, int n_rows) {
+    const int kd = rp_kind(type);
     const size_t bb = block_bytes(type), xb = ts_rp_xb(hi) * (size_t)nt;
     const int64_t be = block_elems(type);
     for (int t = 0; t < nt; t++)
@@ -447,52 +389,41 @@ static void rp_gemm_ref(uint32_t type, int64_t n_in, const uint8_t *panel, const
                 const int8_t *q1 = (const int8_t *)(xt + 32 * t), *q2 = (const int8_t *)(xt + 32 * nt + 32 * t);
                 const uint8_t *side = xt + (hi ? 64 : 32) * nt + TS_RP_SIDE * t;
                 const float s = side_f32(side, 0), ds = side_f32(side, 4);
+                const float dw = rd_f16(o + rp_d(kd) + 2 * r);
                 switch (type) {
                 case TS_TYPE_Q4_0:
                 case TS_TYPE_Q5_0:
                 case TS_TYPE_Q8_0: {
                     const int off = type == TS_TYPE_Q4_0 ? 8 : type == TS_TYPE_Q8_0 ? 12 : 16;
-                    const int32_t i = block_dot(type, o, r, 0, q1, q2, hi, 0, 32, side_i32(side, off));
-                    const float dw = rd_f16(o + (type == TS_TYPE_Q8_0 ? 512 : type == TS_TYPE_Q5_0 ? 320 : 256) + 2 * r);
+                    const int32_t i = block_dot(kd, o, r, 0, q1, q2, hi, 0, 32, side_i32(side, off));
                     acc = fmaf((float)i, dw * s, acc);
                     break;
                 }
                 case TS_TYPE_Q4_1: {
-                    const int32_t i = block_dot(type, o, r, 0, q1, q2, hi, 0, 32, 0);
-                    acc = fmaf((float)i, rd_f16(o + 256 + 2 * r) * s, acc);
-                    acc = fmaf(rd_f16(o + 288 + 2 * r), ds, acc);
+                    const int32_t i = block_dot(kd, o, r, 0, q1, q2, hi, 0, 32, 0);
+                    acc = fmaf((float)i, dw * s, acc);
+                    acc = fmaf(rd_f16(o + rp_m(kd) + 2 * r), ds, acc);
                     break;
                 }
                 case TS_TYPE_Q4_K:
                 case TS_TYPE_Q5_K: {
-                    const kq_off ko = kq_offsets(type);
-                    const float dl = rd_f16(o + ko.d + 2 * r) * (float)o[ko.sc + 16 * sub + r];
-                    const float ml = rd_f16(o + ko.dmin + 2 * r) * (float)o[ko.mn + 16 * sub + r];
-                    const int32_t i = block_dot(type, o, r, sub, q1, q2, hi, 0, 32, 0);
+                    const float dl = dw * (float)o[rp_sc(kd) + 16 * sub + r];
+                    const float ml = rd_f16(o + rp_m(kd) + 2 * r) * (float)o[rp_mn(kd) + 16 * sub + r];
+                    const int32_t i = block_dot(kd, o, r, sub, q1, q2, hi, 0, 32, 0);
                     acc = fmaf((float)i, dl * s, acc);
                     acc = fmaf(-ml, ds, acc);
                     break;
                 }
-                case TS_TYPE_Q3_K: { /* offset 4: (-32 sumX_half) / 8, exact */
-                    const float d = rd_f16(o + 1792 + 2 * r);
+                case TS_TYPE_Q3_K: /* offset 4: (-32 sumX_half) / 8, exact */
+                case TS_TYPE_Q6_K:
                     for (int h = 0; h < 2; h++) {
-                        const float dl = d * (float)(int8_t)o[224 * sub + 192 + 16 * h + r];
-                        const int32_t i = block_dot(type, o, r, sub, q1, q2, hi, 16 * h, 16 * h + 16,
-                                                    side_i32(side, 20 + 4 * h) / 8);
+                        const float dl = dw * (float)(int8_t)o[rp_sub(kd) * sub + rp_gsc(kd) + 16 * h + r];
+                        const int32_t o32 = side_i32(side, 20 + 4 * h);
+                        const int32_t i = block_dot(kd, o, r, sub, q1, q2, hi, 16 * h, 16 * h + 16,
+                                                    type == TS_TYPE_Q3_K ? o32 / 8 : o32);
                         acc = fmaf((float)i, dl * s, acc);
                     }
                     break;
-                }
-                case TS_TYPE_Q6_K: {
-                    const float d = rd_f16(o + 3328 + 2 * r);
-                    for (int h = 0; h < 2; h++) {
-                        const float dl = d * (float)(int8_t)o[416 * sub + 384 + 16 * h + r];
-                        const int32_t i = block_dot(type, o, r, sub, q1, q2, hi, 16 * h, 16 * h + 16,
-                                                    side_i32(side, 20 + 4 * h));
-                        acc = fmaf((float)i, dl * s, acc);
-                    }
-                    break;
-                }
                 default: break;
                 }
             }

@@ -12,8 +12,8 @@
  * ---- weights ----
  * Supported types: Q4_0, Q4_1, Q5_0, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K. A panel holds rows
  * 16p .. 16p+15 (rows past n_out are zero) as a sequence of panel blocks
- * (32 elements; 256 for the K-quants) whose exact byte layout is described
- * in repack.c. Every 32-element block's quants are eight byte-vectors
+ * (32 elements; 256 for the K-quants) whose exact byte layout is defined
+ * in kernels/rp_layout.h (read by repack.c and every level's kernel). Every 32-element block's quants are eight byte-vectors
  * v = 0..7 of 64 bytes, byte 4r + c of vector v = row r's element 4v + c as
  * an unsigned integer u (the stored 4-bit nibble, the 5-bit or 6-bit value,
  * or the Q8_0 byte XOR 0x80 = q + 128), stored as nibble vectors plus high

@@ -67,7 +67,7 @@ AI float32x4_t cvt4_s(const uint8_t *p) {
 /* The weights of one 32-block, rows 4k .. 4k+3 (k = quarter): u[v] = byte
  * vector v (elements 4v .. 4v+3 of each row) as int8 (u, or Q8_0's q). q:
  * the block's quants (a 5-bit type's hbit vector follows its nibbles);
- * layouts in repack.c. */
+ * layouts in rp_layout.h. */
 AI void decode_quarter(const int kind, const uint8_t *q, const int k, int8x16_t u[8]) {
     if (kind == K_Q8_0) {
         for (int v = 0; v < 8; v++) /* the panel holds u; q = u - 128 = u ^ 0x80 */
@@ -75,7 +75,7 @@ AI void decode_quarter(const int kind, const uint8_t *q, const int k, int8x16_t 
         return;
     }
     if (kind == K_Q3_K) { /* bits 2j, 2j+1 of 2-bit vector g -> v = 4g + j; bit v of hbit -> bit 2 */
-        const uint8x16_t m3 = vdupq_n_u8(3), k04 = vdupq_n_u8(0x04), hb = vld1q_u8(q + 128 + 16 * k);
+        const uint8x16_t m3 = vdupq_n_u8(3), k04 = vdupq_n_u8(0x04), hb = vld1q_u8(q + rp_hb(kind) + 16 * k);
         for (int g = 0; g < 2; g++) {
             const uint8x16_t raw = vld1q_u8(q + 64 * g + 16 * k);
             for (int j = 0; j < 4; j++) {
@@ -94,13 +94,13 @@ AI void decode_quarter(const int kind, const uint8_t *q, const int k, int8x16_t 
         b[2 * j + 1] = vshrq_n_u8(raw, 4);
     }
     if (kind == K_Q5_0 || kind == K_Q5_K) { /* bit v of the hbit vector -> bit 4 of vector v */
-        const uint8x16_t hb = vld1q_u8(q + 256 + 16 * k), k10 = vdupq_n_u8(0x10);
+        const uint8x16_t hb = vld1q_u8(q + rp_hb(kind) + 16 * k), k10 = vdupq_n_u8(0x10);
         for (int v = 0; v < 8; v++)
             b[v] = vorrq_u8(b[v], vandq_u8(vtstq_u8(hb, vdupq_n_u8((uint8_t)(1u << v))), k10));
     } else if (kind == K_Q6_K) { /* bits 2(v%4), +1 of hbit vector v/4 -> bits 4, 5 */
         const uint8x16_t k30 = vdupq_n_u8(0x30);
         for (int g = 0; g < 2; g++) {
-            const uint8x16_t hb = vld1q_u8(q + 256 + 64 * g + 16 * k);
+            const uint8x16_t hb = vld1q_u8(q + rp_hb(kind) + 64 * g + 16 * k);
             for (int i = 0; i < 4; i++) /* a negative count shifts right */
                 b[4 * g + i] = vorrq_u8(b[4 * g + i], vandq_u8(vshlq_u8(hb, vdupq_n_s8((int8_t)(4 - 2 * i))), k30));
         }
@@ -157,7 +157,7 @@ AI void quarter_tile(const int kind, const int hi, int64_t n, const uint8_t *w, 
     const size_t xb = (hi ? 96 : 64) * (size_t)nt;
     int8x16_t u[8];
     for (int t = 0; t < nt; t++) f[t] = vdupq_n_f32(0.0f);
-    for (int64_t pb = 0; pb < n / (kq ? 256 : 32); pb++, w += wb) {
+    for (int64_t pb = 0; pb < n / rp_be(kind); pb++, w += wb) {
         for (int sub = 0; sub < (kq ? 8 : 1); sub++, x += xb) {
             const uint8_t *side = x + (hi ? 64 : 32) * nt;
             if (kind == K_Q6_K || kind == K_Q3_K) { /* two 16-element groups, int8 scales */
@@ -169,19 +169,19 @@ AI void quarter_tile(const int kind, const int hi, int64_t n, const uint8_t *w, 
             } else if (kind == K_Q4_K || kind == K_Q5_K) {
                 decode_quarter(kind, w + rp_sub(kind) * sub, k, u);
                 const float32x4_t dl = vmulq_f32(ld_f16x4(w + rp_d(kind) + 8 * k),
-                                                 cvt4_u(w + rp_d(kind) + 64 + 16 * sub + 4 * k));
-                const float32x4_t ml = vmulq_f32(ld_f16x4(w + rp_d(kind) + 32 + 8 * k),
-                                                 cvt4_u(w + rp_d(kind) + 192 + 16 * sub + 4 * k));
+                                                 cvt4_u(w + rp_sc(kind) + 16 * sub + 4 * k));
+                const float32x4_t ml = vmulq_f32(ld_f16x4(w + rp_m(kind) + 8 * k),
+                                                 cvt4_u(w + rp_mn(kind) + 16 * sub + 4 * k));
                 block_part(kind, hi, u, x, nt, 0, 8, 0, dl, f);
                 for (int t = 0; t < nt; t++) f[t] = vfmsq_f32(f[t], ml, bcastf(side + TS_RP_SIDE * t + 4));
             } else {
-                const int doff = kind == K_Q8_0 ? 512 : kind == K_Q5_0 ? 320 : 256;
+                const int doff = rp_d(kind);
                 /* Q8_0: none, the signed weights carry it (top of file) */
                 const int off_at = kind == K_Q4_0 ? 8 : kind == K_Q5_0 ? 16 : 0;
                 decode_quarter(kind, w, k, u);
                 block_part(kind, hi, u, x, nt, 0, 8, off_at, ld_f16x4(w + doff + 8 * k), f);
                 if (kind == K_Q4_1) {
-                    const float32x4_t m = ld_f16x4(w + 288 + 8 * k);
+                    const float32x4_t m = ld_f16x4(w + rp_m(kind) + 8 * k);
                     for (int t = 0; t < nt; t++) f[t] = vfmaq_f32(f[t], m, bcastf(side + TS_RP_SIDE * t + 4));
                 }
             }

@@ -504,6 +504,8 @@ ENTRIES(f16)
 
 const ts_kern ts_kern_tab_neon = {
     .level = TS_CPU_NEON,
+    .requires = TS_CPU_REQ_NEON,
+    .score = TS_CPU_SCORE_NEON,
     .quant_q8 = quant_q8_neon,
     .quant_q8k = quant_q8k_neon,
     ENTRY(TS_TYPE_Q4_0, q4_0),

@@ -356,6 +356,8 @@ TILE(dot_f16)
 
 const ts_kern ts_kern_tab_scalar = {
     .level = TS_CPU_SCALAR,
+    .requires = TS_CPU_REQ_SCALAR,
+    .score = TS_CPU_SCORE_SCALAR,
     .quant_q8 = quant_q8,
     .quant_q8k = quant_q8k,
     ENTRY(TS_TYPE_Q4_0, dot_q4_0),

@@ -80,14 +80,14 @@ typedef struct {
     __m256i uh[8][2];
 } wblock;
 
-/* the weights of the 32-block whose quants start at q (layouts in repack.c;
+/* the weights of the 32-block whose quants start at q (layouts in rp_layout.h;
  * a 5-bit type's hbit vector follows its nibbles) */
 AI void decode_block(const int kind, const uint8_t *q, wblock *b) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int h = 0; h < 2; h++) {
         if (kind == K_Q3_K) { /* bits 2k, 2k+1 of 2-bit vector g -> v = 4g + k; bit v of hbit -> bit 2 */
             const __m256i m3 = _mm256_set1_epi8(3), m = _mm256_set1_epi8(0x04);
-            const __m256i hb = ld256(q + 128 + 32 * h);
+            const __m256i hb = ld256(q + rp_hb(kind) + 32 * h);
             for (int g = 0; g < 2; g++) {
                 const __m256i raw = ld256(q + 64 * g + 32 * h);
                 for (int k = 0; k < 4; k++) {
@@ -113,7 +113,7 @@ AI void decode_block(const int kind, const uint8_t *q, wblock *b) {
             b->u[2 * j + 1][h] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
         }
         if (kind == K_Q5_0 || kind == K_Q5_K) { /* bit v of the hbit vector -> bit 4 of vector v */
-            const __m256i hb = ld256(q + 256 + 32 * h), m = _mm256_set1_epi8(0x10);
+            const __m256i hb = ld256(q + rp_hb(kind) + 32 * h), m = _mm256_set1_epi8(0x10);
             for (int v = 0; v < 8; v++) {
                 /* a shift by < 8 inside 32-bit lanes: bit 4 of each byte
                  * comes from bit v of the same byte */
@@ -123,7 +123,7 @@ AI void decode_block(const int kind, const uint8_t *q, wblock *b) {
         } else if (kind == K_Q6_K) { /* bits 2(v%4), +1 of hbit vector v/4 -> bits 4, 5 */
             const __m256i m = _mm256_set1_epi8(0x30);
             for (int g = 0; g < 2; g++) {
-                const __m256i hb = ld256(q + 256 + 64 * g + 32 * h);
+                const __m256i hb = ld256(q + rp_hb(kind) + 64 * g + 32 * h);
                 const __m256i s[4] = {_mm256_slli_epi32(hb, 4), _mm256_slli_epi32(hb, 2), hb,
                                       _mm256_srli_epi32(hb, 2)};
                 for (int k = 0; k < 4; k++)
@@ -197,7 +197,7 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
     __m256 f[TS_RP_TT][2];
     for (int t = 0; t < nt; t++) f[t][0] = f[t][1] = _mm256_setzero_ps();
     wblock b;
-    for (int64_t pb = 0; pb < n / (kq ? 256 : 32); pb++, w += wb) {
+    for (int64_t pb = 0; pb < n / rp_be(kind); pb++, w += wb) {
         for (int sub = 0; sub < (kq ? 8 : 1); sub++, x += xb) {
             const uint8_t *side = x + (hi ? 64 : 32) * nt;
             if (kind == K_Q6_K || kind == K_Q3_K) { /* two 16-element groups, int8 scales */
@@ -214,9 +214,9 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
                 __m256 dl[2], ml[2];
                 for (int h = 0; h < 2; h++) {
                     dl[h] = _mm256_mul_ps(ld_f16x8(w + rp_d(kind) + 16 * h),
-                                          cvt8_u(w + rp_d(kind) + 64 + 16 * sub + 8 * h));
-                    ml[h] = _mm256_mul_ps(ld_f16x8(w + rp_d(kind) + 32 + 16 * h),
-                                          cvt8_u(w + rp_d(kind) + 192 + 16 * sub + 8 * h));
+                                          cvt8_u(w + rp_sc(kind) + 16 * sub + 8 * h));
+                    ml[h] = _mm256_mul_ps(ld_f16x8(w + rp_m(kind) + 16 * h),
+                                          cvt8_u(w + rp_mn(kind) + 16 * sub + 8 * h));
                 }
                 block_part(kind, hi, &b, x, nt, 0, 8, 0, dl, f);
                 for (int t = 0; t < nt; t++) {
@@ -224,13 +224,13 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
                     for (int h = 0; h < 2; h++) f[t][h] = _mm256_fnmadd_ps(ml[h], ds, f[t][h]);
                 }
             } else {
-                const int doff = kind == K_Q8_0 ? 512 : kind == K_Q5_0 ? 320 : 256;
+                const int doff = rp_d(kind);
                 const int off_at = kind == K_Q4_0 ? 8 : kind == K_Q8_0 ? 12 : kind == K_Q5_0 ? 16 : 0;
                 decode_block(kind, w, &b);
                 const __m256 S[2] = {ld_f16x8(w + doff), ld_f16x8(w + doff + 16)};
                 block_part(kind, hi, &b, x, nt, 0, 8, off_at, S, f);
                 if (kind == K_Q4_1) {
-                    const __m256 m[2] = {ld_f16x8(w + 288), ld_f16x8(w + 304)};
+                    const __m256 m[2] = {ld_f16x8(w + rp_m(kind)), ld_f16x8(w + rp_m(kind) + 16)};
                     for (int t = 0; t < nt; t++) {
                         const __m256 ds = bcastf(side + TS_RP_SIDE * t + 4);
                         for (int h = 0; h < 2; h++) f[t][h] = _mm256_fmadd_ps(m[h], ds, f[t][h]);

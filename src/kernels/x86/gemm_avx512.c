@@ -47,12 +47,12 @@ AI void store_rows(float *y, __m512 v, int n_rows) {
 
 
 /* the pair of byte-vectors v, v + 1 (v even) of a 32-block whose quants
- * start at q (layouts in repack.c; a 5-bit type's hbit vector follows its nibbles) */
+ * start at q (layouts in rp_layout.h; a 5-bit type's hbit vector follows its nibbles) */
 AI void weight_pair(const int kind, const uint8_t *q, const int v, __m512i *u0, __m512i *u1) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     if (kind == K_Q3_K) { /* bits 2(v%4), +1 of 2-bit vector v/4, and bit v of the hbit vector -> bit 2 */
         const __m512i raw = _mm512_loadu_si512((const void *)(q + 64 * (v / 4))), m3 = _mm512_set1_epi8(3);
-        const __m512i hb = _mm512_loadu_si512((const void *)(q + 128)), m = _mm512_set1_epi8(0x04);
+        const __m512i hb = _mm512_loadu_si512((const void *)(q + rp_hb(kind))), m = _mm512_set1_epi8(0x04);
         const int k = v % 4; /* 0 or 2 */
         const __m512i h0 = v <= 2 ? _mm512_slli_epi32(hb, 2 - v) : _mm512_srli_epi32(hb, v - 2);
         const __m512i h1 = v + 1 <= 2 ? _mm512_slli_epi32(hb, 1 - v) : _mm512_srli_epi32(hb, v - 1);
@@ -69,13 +69,13 @@ AI void weight_pair(const int kind, const uint8_t *q, const int v, __m512i *u0, 
     *u0 = _mm512_and_si512(raw, m4);
     *u1 = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
     if (kind == K_Q5_0 || kind == K_Q5_K) { /* bit v of the hbit vector -> bit 4 */
-        const __m512i hb = _mm512_loadu_si512((const void *)(q + 256)), m = _mm512_set1_epi8(0x10);
+        const __m512i hb = _mm512_loadu_si512((const void *)(q + rp_hb(kind))), m = _mm512_set1_epi8(0x10);
         const __m512i h0 = v <= 4 ? _mm512_slli_epi32(hb, 4 - v) : _mm512_srli_epi32(hb, v - 4);
         const __m512i h1 = v + 1 <= 4 ? _mm512_slli_epi32(hb, 3 - v) : _mm512_srli_epi32(hb, v - 3);
         *u0 = _mm512_ternarylogic_epi32(*u0, h0, m, 0xf8); /* u0 | (h0 & m) */
         *u1 = _mm512_ternarylogic_epi32(*u1, h1, m, 0xf8);
     } else if (kind == K_Q6_K) { /* bits 2(v%4), +1 of hbit vector v/4 -> bits 4, 5 */
-        const __m512i hb = _mm512_loadu_si512((const void *)(q + 256 + 64 * (v / 4))), m = _mm512_set1_epi8(0x30);
+        const __m512i hb = _mm512_loadu_si512((const void *)(q + rp_hb(kind) + 64 * (v / 4))), m = _mm512_set1_epi8(0x30);
         const int k = v % 4; /* 0 or 2 */
         const __m512i h0 = k == 0 ? _mm512_slli_epi32(hb, 4) : hb;
         const __m512i h1 = k == 0 ? _mm512_slli_epi32(hb, 2) : _mm512_srli_epi32(hb, 2);
@@ -126,7 +126,7 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
     const size_t xb = (hi ? 96 : 64) * (size_t)nt;
     __m512 f[TS_RP_TT];
     for (int t = 0; t < nt; t++) f[t] = _mm512_setzero_ps();
-    for (int64_t pb = 0; pb < n / (kq ? 256 : 32); pb++, w += wb) {
+    for (int64_t pb = 0; pb < n / rp_be(kind); pb++, w += wb) {
         for (int sub = 0; sub < (kq ? 8 : 1); sub++, x += xb) {
             const uint8_t *side = x + (hi ? 64 : 32) * nt;
             if (kind == K_Q6_K || kind == K_Q3_K) { /* two 16-element groups, int8 scales */
@@ -136,17 +136,17 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
                 block_part(kind, hi, q, x, nt, 4, 8, 24, _mm512_mul_ps(d, cvt_bytes_s(q + rp_gsc(kind) + 16)), f);
             } else if (kind == K_Q4_K || kind == K_Q5_K) {
                 const __m512 dl = _mm512_mul_ps(ld_f16x16(w + rp_d(kind)),
-                                                cvt_bytes_u(w + rp_d(kind) + 64 + 16 * sub));
-                const __m512 ml = _mm512_mul_ps(ld_f16x16(w + rp_d(kind) + 32),
-                                                cvt_bytes_u(w + rp_d(kind) + 192 + 16 * sub));
+                                                cvt_bytes_u(w + rp_sc(kind) + 16 * sub));
+                const __m512 ml = _mm512_mul_ps(ld_f16x16(w + rp_m(kind)),
+                                                cvt_bytes_u(w + rp_mn(kind) + 16 * sub));
                 block_part(kind, hi, w + rp_sub(kind) * sub, x, nt, 0, 8, 0, dl, f);
                 for (int t = 0; t < nt; t++) f[t] = _mm512_fnmadd_ps(ml, bcastf(side + TS_RP_SIDE * t + 4), f[t]);
             } else {
-                const int doff = kind == K_Q8_0 ? 512 : kind == K_Q5_0 ? 320 : 256;
+                const int doff = rp_d(kind);
                 const int off_at = kind == K_Q4_0 ? 8 : kind == K_Q8_0 ? 12 : kind == K_Q5_0 ? 16 : 0;
                 block_part(kind, hi, w, x, nt, 0, 8, off_at, ld_f16x16(w + doff), f);
                 if (kind == K_Q4_1) {
-                    const __m512 m = ld_f16x16(w + 288);
+                    const __m512 m = ld_f16x16(w + rp_m(kind));
                     for (int t = 0; t < nt; t++) f[t] = _mm512_fmadd_ps(m, bcastf(side + TS_RP_SIDE * t + 4), f[t]);
                 }
             }

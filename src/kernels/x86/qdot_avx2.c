@@ -9,6 +9,8 @@
 
 const ts_kern ts_kern_tab_avx2 = {
     .level = TS_CPU_AVX2,
+    .requires = TS_CPU_REQ_AVX2,
+    .score = TS_CPU_SCORE_AVX2,
     TS_X86_TABLE_ENTRIES,
     /* panel GEMM (gemm_avx2.c): bit-identical to the AVX-512 VNNI kernels */
     .rp_gemm[TS_TYPE_Q4_0] = ts_rp_q4_0_avx2,

@@ -77,6 +77,8 @@ TS_X86_ENTRIES(f16)
 
 const ts_kern ts_kern_tab_avx512 = {
     .level = TS_CPU_AVX512,
+    .requires = TS_CPU_REQ_AVX512,
+    .score = TS_CPU_SCORE_AVX512,
     TS_X86_TABLE_ENTRIES,
     .rp_gemm[TS_TYPE_Q4_0] = ts_rp_q4_0_avx512,
     .rp_gemm[TS_TYPE_Q4_1] = ts_rp_q4_1_avx512,

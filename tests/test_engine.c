@@ -304,6 +304,48 @@ static void test_prefill_loop(void) {
     t_model_free(&m);
 }
 
+/* ---- a weight layout of the engine's own ---- */
+
+/* loop,own_layout=1 (test hook) takes weights in its own layout (rows at a
+ * padded stride): the runtime packs every matrix with ts_eng_pack at setup
+ * and binds TS_WL_ENGINE; the device computes them as rows (its kernels'
+ * row path, not the CPU's panels), so close to the CPU, not its bits. */
+static void test_own_layout(void) {
+#ifdef TS_TEST_HOOKS
+    const uint32_t mixed[7] = {TS_TYPE_Q8_0, TS_TYPE_Q4_0, TS_TYPE_F16, TS_TYPE_Q4_1,
+                               TS_TYPE_Q8_0, TS_TYPE_Q4_1, TS_TYPE_F32};
+    ts_rt_block_shape ls[2] = {shape_llama, shape_llama};
+    t_model m;
+    t_model_init(&m, ls, 2, mixed, 1);
+    const int64_t E = m.L[0].s.n_embd, P = 80;
+    const size_t kvb =
+        (size_t)m.L[0].s.n_ctx * (size_t)m.L[0].s.n_head_kv * (size_t)m.L[0].s.head_dim * 2 * (size_t)m.n_layer;
+    float *xr = t_alloc((size_t)(P * E) * sizeof(float)), *xd = t_alloc((size_t)(P * E) * sizeof(float));
+    uint16_t *kr = t_alloc(kvb), *vr = t_alloc(kvb), *kd = t_alloc(kvb), *vd = t_alloc(kvb);
+    ts_err err = {{0}};
+    CHECK(!t_run(&m, NULL, NULL, 16, sched3, 3, xr, kr, vr, NULL, NULL, 0, &err), "reference: %s", err.msg);
+    ts_engine *dev = open_or_die("loop,own_layout=1"), *cpu = open_or_die("cpu");
+    CHECK(ts_eng_packed_bytes(dev, TS_TYPE_Q8_0, 64, 16) == 16 * 128, "own layout of 16 Q8_0 rows of 64: %llu bytes",
+          (unsigned long long)ts_eng_packed_bytes(dev, TS_TYPE_Q8_0, 64, 16));
+    ts_rt_layers_stats ps = {0};
+    CHECK(!t_run(&m, dev, cpu, 16, sched3, 3, xd, kd, vd, &ps, NULL, 0, &err), "own layout: %s", err.msg);
+    const double nx = ts_eng_nmse(xd, xr, P * E), nk = t_nmse_f16(kd, kr, kvb / 2);
+    CHECK(ps.packed == 7 * m.n_layer && nx < 1e-4 && nk < 1e-4, "own layout: %d packed, nmse x %.3g kv %.3g", ps.packed,
+          nx, nk);
+    printf("own layout: %d matrices packed by the engine (rows padded to 64 bytes), nmse x %.2g kv %.2g\n", ps.packed,
+           nx, nk);
+    ts_eng_close(dev);
+    ts_eng_close(cpu);
+    ts_engine *plain = open_or_die("loop");
+    CHECK(!ts_eng_packed_bytes(plain, TS_TYPE_Q8_0, 64, 16), "plain loop claims a layout of its own");
+    ts_eng_close(plain);
+    t_model_free(&m);
+    free(xr), free(xd), free(kr), free(vr), free(kd), free(vd);
+#else
+    printf("own layout: skipped, the own_layout hook is not in this build (configure with -DTS_TEST_HOOKS=ON)\n");
+#endif
+}
+
 /* ---- ordering ---- */
 
 /* A transfer queue uploads the weights only after a user event; the compute
@@ -677,6 +719,7 @@ int main(int argc, char **argv) {
     test_ops_bit_identical("cpu");
     test_npu_matmul();
     test_prefill_loop();
+    test_own_layout();
     test_ordering();
     test_cross_engine();
     test_window();

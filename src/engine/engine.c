@@ -863,10 +863,32 @@ static int check_weight(const ts_engine *e, const ts_eng_bind *b, int64_t n_in, 
         *bytes = ts_rp_matrix_bytes(b->wtype, n_in, n_out);
         if (!*bytes)
             return ts_err_set(err, "%s cannot be in panel layout", tt->name);
+    } else if (b->layout == TS_WL_ENGINE) {
+        *bytes = ts_eng_packed_bytes(e, b->wtype, n_in, n_out);
+        if (!*bytes)
+            return ts_err_set(err, "%s has no weight layout of its own for %s rows of %lld", e->desc.name, tt->name,
+                              (long long)n_in);
     } else {
         return ts_err_set(err, "weight layout %d unknown", (int)b->layout);
     }
     return 0;
+}
+
+uint64_t ts_eng_packed_bytes(const ts_engine *e, uint32_t wtype, int64_t n_in, int64_t n_out) {
+    if (!e || !e->vt->packed_bytes || !ts_type_info(wtype) || n_in < 1 || n_out < 1)
+        return 0;
+    return e->vt->packed_bytes(e, wtype, n_in, n_out);
+}
+
+int ts_eng_pack(const ts_engine *e, uint32_t wtype, const void *rows, size_t row_bytes, int64_t n_in, int64_t n_out,
+                void *dst, ts_err *err) {
+    if (!ts_eng_packed_bytes(e, wtype, n_in, n_out))
+        return ts_err_set(err, "%s: no weight layout of its own for type %u rows of %lld", e ? e->desc.name : "?",
+                          wtype, (long long)n_in);
+    if (!rows || !dst || row_bytes < ts_row_size(wtype, n_in))
+        return ts_err_set(err, "%s: pack: rows or destination missing, or rows of %zu bytes too short",
+                          e->desc.name, row_bytes);
+    return e->vt->pack(e, wtype, rows, row_bytes, n_in, n_out, dst, err);
 }
 
 int ts_eng_enqueue_graph(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *binds, int n_binds, int64_t pos0,

@@ -48,6 +48,8 @@
  * suite's; elsewhere they are refused as not in this build):
  *   nowait=1          loop: BROKEN ON PURPOSE - the queue ignores waits on
  *                     events; exists so a gate can prove it notices
+ *   own_layout=1      loop: its own weight layout (rows padded to 64 bytes,
+ *                     ts_eng_pack), so the runtime's packing path is tested
  *   nodrain=1         any engine, runtime only: BROKEN ON PURPOSE - a layer
  *                     run returns without waiting for the device, so the
  *                     CPU reads the residual stream and KV rows before the
@@ -391,7 +393,8 @@ typedef struct ts_eng_node {
 /* Weight layouts a MATMUL slot can hold. */
 typedef enum ts_eng_wlayout {
     TS_WL_ROWS = 0, /* GGUF rows: row r at r * row_bytes */
-    TS_WL_PANELS,   /* CPU 16-row panels (kernels/repack.h); cpu and loop only */
+    TS_WL_PANELS,   /* CPU 16-row panels (kernels/repack.h); engines with desc.cpu_layouts */
+    TS_WL_ENGINE,   /* the engine's own layout (ts_eng_pack): opaque to everyone but that engine */
 } ts_eng_wlayout;
 
 /* What a slot is bound to for one run. */
@@ -407,6 +410,16 @@ typedef struct ts_eng_bind {
     int32_t n_expert;
     uint64_t expert_bytes;
 } ts_eng_bind;
+
+/* The engine's own weight layout (TS_WL_ENGINE), where it has one for a
+ * matrix of n_out rows of n_in elements of type wtype: the bytes it takes
+ * (0: none; the engine then reads the layouts its desc names). The runtime
+ * packs the weights once at load with ts_eng_pack (from GGUF rows, row_bytes
+ * apart) and binds them with layout TS_WL_ENGINE; a matrix tile layout (an
+ * NPU's, AMX's) lives behind these two calls. */
+uint64_t ts_eng_packed_bytes(const ts_engine *e, uint32_t wtype, int64_t n_in, int64_t n_out);
+int ts_eng_pack(const ts_engine *e, uint32_t wtype, const void *rows, size_t row_bytes, int64_t n_in, int64_t n_out,
+                void *dst, ts_err *err);
 
 /* Builds a graph of n_nodes nodes over n_slots slots, for runs of up to
  * `width` tokens (exactly `width` where the engine requires widths). Every

@@ -57,7 +57,8 @@ typedef struct ts_eng_backend {
 /* Methods an engine may leave NULL, and what engine.c does instead:
  * close (frees the shell only), supports_op (the desc masks say it all),
  * check_node (no extra checks), enq_host_sync (memory simply shared: no-op),
- * graph_scratch (none), buf_init / queue_init / event_init / graph_init
+ * graph_scratch (none), packed_bytes / pack (no layout of its own),
+ * buf_init / queue_init / event_init / graph_init
  * (refused: "X has no buffers" ...; then the matching fini and the queue
  * methods are never called). */
 typedef struct ts_eng_vt {
@@ -99,6 +100,13 @@ typedef struct ts_eng_vt {
     /* Bytes of scratch graph g will need (called before graph_init so the
      * window can refuse it first). */
     uint64_t (*graph_scratch)(const ts_engine *e, const ts_eng_graph *g);
+
+    /* The engine's own weight layout (optional; NULL: none): bytes of a
+     * matrix in it (0: not for this type/shape), and the packer from GGUF
+     * rows (engine.h ts_eng_packed_bytes / ts_eng_pack). */
+    uint64_t (*packed_bytes)(const ts_engine *e, uint32_t wtype, int64_t n_in, int64_t n_out);
+    int (*pack)(const ts_engine *e, uint32_t wtype, const void *rows, size_t row_bytes, int64_t n_in, int64_t n_out,
+                void *dst, ts_err *err);
 } ts_eng_vt;
 
 struct ts_engine {

@@ -25,7 +25,7 @@ static const ts_eng_backend *const registry[] = {
 
 /* Options that exist only in a TS_TEST_HOOKS build (named in the refusal
  * elsewhere, so a user is told why rather than "unknown"). */
-static const char *const test_hooks[] = {"nowait", "nodrain"};
+static const char *const test_hooks[] = {"nowait", "nodrain", "own_layout"};
 
 static const ts_eng_backend *find_backend(const char *base) {
     for (size_t i = 0; i < N_REGISTRY; i++)

@@ -57,6 +57,7 @@ struct ts_rt_weights {
     bool streaming;         /* each state streams the layers through two slots of its own */
     uint64_t slot_bytes, weight_bytes;
     int converted;
+    int packed; /* matrices in the engine's own layout (ts_eng_pack) */
     int users; /* ts_rt_layers attached now */
 };
 
@@ -249,6 +250,45 @@ static int plan_matrix(ts_rt_weights *wt, const ts_rt_host_slot *s, probe_cache 
                 snprintf(note + len, note_size - len, "%s%s[%lld]: %s", len ? "\n" : "", ts_type_info(s->wtype)->name,
                          (long long)s->n_in, line);
         }
+    }
+    /* an engine with a layout of its own for this matrix gets it, packed
+     * once from GGUF rows of the chosen type (converted first if needed) */
+    const uint64_t own = s->n_expert > 0 ? 0 : ts_eng_packed_bytes(dev, (uint32_t)chosen, s->n_in, s->n_out);
+    if (own) {
+        const size_t crb = ts_row_size((uint32_t)chosen, s->n_in);
+        const uint8_t *rows = (uint32_t)chosen == s->wtype ? (s->rows ? s->rows : s->layout == TS_WL_ROWS ? s->data : NULL)
+                                                           : NULL;
+        uint8_t *tmp_rows = NULL;
+        if (!rows) {
+            /* convert (or read the panels back) into rows of the chosen type */
+            tmp_rows = malloc((size_t)s->n_out * crb);
+            float *f = malloc((size_t)s->n_in * sizeof(float));
+            int rc = tmp_rows && f ? 0 : ts_err_set(err, "out of memory converting a weight");
+            for (int64_t r = 0; r < s->n_out && !rc; r++)
+                rc = slot_row(s, 0, r, f, err) ||
+                     ts_quant_row((uint32_t)chosen, f, tmp_rows + (size_t)r * crb, s->n_in, err);
+            free(f);
+            if (rc) {
+                free(tmp_rows);
+                return -1;
+            }
+            rows = tmp_rows;
+            if ((uint32_t)chosen != s->wtype)
+                wt->converted++;
+        }
+        uint8_t *packed = malloc((size_t)own);
+        if (!packed || ts_eng_pack(dev, (uint32_t)chosen, rows, crb, s->n_in, s->n_out, packed, err)) {
+            if (!packed)
+                ts_err_set(err, "out of memory packing a weight");
+            free(packed);
+            free(tmp_rows);
+            return -1;
+        }
+        free(tmp_rows);
+        *conv = packed;
+        *type = (uint32_t)chosen, *layout = TS_WL_ENGINE, *src = packed, *bytes = own;
+        wt->packed++;
+        return 0;
     }
     if ((uint32_t)chosen == s->wtype && (ts_eng_describe(dev)->cpu_layouts || s->layout == TS_WL_ROWS)) {
         *type = s->wtype, *layout = s->layout, *src = s->data, *bytes = s->bytes;
@@ -593,7 +633,7 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
                     free_plan_copies(&wt->plans[k]);
                 memset(wt->plans, 0, (size_t)wt->n_layer * sizeof *wt->plans);
                 memset(wt->binds, 0, (size_t)wt->n_layer * TS_LS_COUNT * sizeof *wt->binds);
-                wt->converted = 0;
+                wt->converted = wt->packed = 0;
                 goto fail_locked;
             }
         wt->planned = true;
@@ -653,6 +693,7 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
         wt->users++;
     pf->attached = true;
     pf->st.converted = wt->converted;
+    pf->st.packed = wt->packed;
     pf->st.weight_bytes = wt->weight_bytes;
     pf->st.streaming = wt->streaming;
     pf->st.slot_bytes = wt->slot_bytes;

@@ -138,6 +138,7 @@ typedef struct ts_rt_layers_stats {
     uint64_t weight_bytes;  /* the shared device copy, uploaded once (after conversion; 0 when streaming) */
     int weight_users;       /* states sharing that copy now (this one included) */
     int converted;          /* matrices converted at setup */
+    int packed;             /* matrices packed into the device's own layout (ts_eng_pack) at setup */
     uint64_t graph_builds;  /* chunk graphs built (at setup; runs never rebuild) */
     bool streaming;         /* weights stream through two slots */
     uint64_t slot_bytes;    /* size of one slot when streaming */

@@ -37,6 +37,7 @@
 typedef struct loop_eng {
     bool npu;
     bool nowait;
+    bool own_layout; /* test hook: its own weight layout (rows padded to 64 bytes) */
     int64_t delay_us;
     int n_threads;
     ts_threadpool *pool;     /* used under compute */
@@ -120,6 +121,26 @@ static void sleep_us(int64_t us) {
     }
 }
 
+/* The own layout (own_layout=1): each row padded to 64 bytes. */
+static uint64_t own_stride(uint64_t row_bytes) { return (row_bytes + 63) & ~(uint64_t)63; }
+
+static uint64_t loop_packed_bytes(const ts_engine *e, uint32_t wtype, int64_t n_in, int64_t n_out) {
+    const loop_eng *L = e->impl;
+    const size_t rb = ts_row_size(wtype, n_in);
+    return L->own_layout && rb ? own_stride(rb) * (uint64_t)n_out : 0;
+}
+
+static int loop_pack(const ts_engine *e, uint32_t wtype, const void *rows, size_t row_bytes, int64_t n_in,
+                     int64_t n_out, void *dst, ts_err *err) {
+    (void)e, (void)err;
+    const size_t rb = ts_row_size(wtype, n_in), st = (size_t)own_stride(rb);
+    for (int64_t r = 0; r < n_out; r++) {
+        memcpy((uint8_t *)dst + (size_t)r * st, (const uint8_t *)rows + (size_t)r * row_bytes, rb);
+        memset((uint8_t *)dst + (size_t)r * st + rb, 0xA5, st - rb); /* padding no kernel may read */
+    }
+    return 0;
+}
+
 static int run_graph(ts_engine *e, loop_cmd *c) {
     loop_eng *L = e->impl;
     ts_eng_graph *g = c->g;
@@ -127,8 +148,15 @@ static int run_graph(ts_engine *e, loop_cmd *c) {
     uint8_t **base = g->n_slots <= 64 ? stack_base : malloc((size_t)g->n_slots * sizeof *base);
     if (!base)
         return -1;
-    for (int s = 0; s < g->n_slots; s++)
+    for (int s = 0; s < g->n_slots; s++) {
         base[s] = c->binds[s].buf ? (uint8_t *)c->binds[s].buf->impl + c->binds[s].off : NULL;
+        /* its own layout is rows at a padded stride: what the CPU kernels
+         * read as rows of that stride (the copy of the bindings is ours) */
+        if (c->binds[s].layout == TS_WL_ENGINE) {
+            c->binds[s].layout = TS_WL_ROWS;
+            c->binds[s].row_bytes = own_stride(c->binds[s].row_bytes);
+        }
+    }
     pthread_mutex_lock(&L->compute);
     ts_cpu_exec_run(g->impl, L->pool, g->nodes, g->n_nodes, c->binds, base, c->pos0, c->n_tok, c->n_kv);
     pthread_mutex_unlock(&L->compute);
@@ -473,13 +501,15 @@ static const ts_eng_vt loop_vt = {
     .graph_init = loop_graph_init,
     .graph_fini = loop_graph_fini,
     .graph_scratch = loop_graph_scratch,
+    .packed_bytes = loop_packed_bytes,
+    .pack = loop_pack,
 };
 
 static ts_engine *loop_open(const ts_eng_opts *o, ts_err *err) {
-    long long threads = 1, delay_us = -1, nowait = 0;
+    long long threads = 1, delay_us = -1, nowait = 0, own_layout = 0;
     if (ts_eng_opt_int(o, "threads", 1, 256, o->threads_hint > 0 ? o->threads_hint : 1, &threads, err) ||
         ts_eng_opt_int(o, "delay_us", 0, 10000000, -1, &delay_us, err) ||
-        ts_eng_opt_int(o, "nowait", 0, 1, 0, &nowait, err))
+        ts_eng_opt_int(o, "nowait", 0, 1, 0, &nowait, err) || ts_eng_opt_int(o, "own_layout", 0, 1, 0, &own_layout, err))
         return NULL;
     ts_engine *e = ts_eng_alloc(&loop_vt, o, err);
     if (!e)
@@ -496,6 +526,7 @@ static ts_engine *loop_open(const ts_eng_opts *o, ts_err *err) {
     pthread_cond_init(&L->ev_cond, NULL);
     L->npu = !strcmp(o->variant, "npu");
     L->nowait = nowait != 0; /* only reachable in a TS_TEST_HOOKS build */
+    L->own_layout = own_layout != 0; /* likewise */
     L->delay_us = delay_us >= 0 ? delay_us : (L->npu ? 300 : 0);
     L->n_threads = (int)threads;
     L->pool = ts_threadpool_new(L->n_threads, err);
@@ -546,7 +577,7 @@ static int loop_check_variant(const char *variant, ts_err *err) {
 
 static const char *const loop_options[] = {"threads", "delay_us",
 #ifdef TS_TEST_HOOKS
-                                           "nowait",
+                                           "nowait", "own_layout",
 #endif
                                            NULL};
 static const char *const loop_names[] = {"loop", "loop:npu", NULL};

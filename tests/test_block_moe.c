@@ -162,6 +162,41 @@ int main(void) {
         ts_eng_close(cpu);
         ts_eng_close(dev);
     }
+    /* the schedule: an unknown policy is refused; one that ignores the
+     * dependencies (test hook) is stopped by the executor */
+    {
+        ts_engine *cpu = ts_eng_open("cpu", &err);
+        uint64_t rows[TS_LS_N_ACT];
+        ts_rt_block_act_rows(&shape, rows);
+        ts_rt_layers_params pp = {.cpu = cpu, .width = T, .n_layer = 1, .shapes = &shape, .schedule = "bogus"};
+        for (int i = 0; i < TS_LS_N_ACT; i++) pp.act[i] = zalloc((size_t)rows[i] * T);
+        pp.kv_layer_bytes = (uint64_t)CTX * NKV * HD * 2;
+        pp.k_cache = zalloc(pp.kv_layer_bytes);
+        pp.v_cache = zalloc(pp.kv_layer_bytes);
+        ts_engine *npu = ts_eng_open("loop:npu,delay_us=0", &err);
+        ts_rt_weights *w = ts_rt_weights_new(npu, 1, slots, &err);
+        pp.weights = w;
+        ts_err e2 = {{0}};
+        ts_rt_layers *ly = ts_rt_layers_new(&pp, NULL, 0, &e2);
+        CHECK(!ly && strstr(e2.msg, "unknown schedule"), "schedule 'bogus': %s", e2.msg);
+        ts_rt_layers_free(ly);
+#ifdef TS_TEST_HOOKS
+        pp.schedule = "nodeps";
+        ly = ts_rt_layers_new(&pp, NULL, 0, &err);
+        CHECK(ly, "nodeps: %s", err.msg);
+        memset(&e2, 0, sizeof e2);
+        CHECK(ly && ts_rt_layers_run_window(ly, 0, T, 0, &e2) && strstr(e2.msg, "no ready segment"),
+              "a schedule ignoring the dependencies must be refused: '%s'", e2.msg);
+        printf("schedule: 'nodeps' (broken on purpose) refused: %s\n", e2.msg);
+        ts_rt_layers_free(ly);
+#endif
+        ts_rt_weights_free(w);
+        for (int i = 0; i < TS_LS_N_ACT; i++) free(pp.act[i]);
+        free(pp.k_cache);
+        free(pp.v_cache);
+        ts_eng_close(npu);
+        ts_eng_close(cpu);
+    }
     ts_linear_ws_free(ws);
     free(wq), free(wk), free(wv), free(wo), free(router), free(gate), free(up), free(down);
     free(attn_norm), free(ffn_norm), free(freq), free(x0), free(xn), free(logits), free(ffn), free(ref), free(sc);

@@ -43,6 +43,55 @@ typedef struct layer_plan {
     uint8_t *conv[TS_LS_COUNT]; /* owned converted copies (kept while streaming: every run re-uploads them) */
 } layer_plan;
 
+/* One segment of one layer in a run: what the schedule orders. Its
+ * dependency is the task before it in the chain of the residual stream
+ * (every segment reads what the previous one wrote); a later policy over
+ * several chunks or activation sets adds the others (KV of the previous
+ * chunk, outlier products), and the executor never issues a task before
+ * its dependency. */
+typedef struct rt_task {
+    int layer, seg;
+    bool on_device;
+    bool last_dev; /* the layer's last device segment (streaming frees its slot after it) */
+    int dep;       /* the task it needs issued first, -1 none */
+} rt_task;
+
+/* A scheduling policy: picks the next task to issue among those not issued
+ * whose dependency is (-1 when none is ready). */
+typedef struct rt_policy {
+    const char *name;
+    int (*pick)(const rt_task *tasks, int n, const uint8_t *issued);
+} rt_policy;
+
+/* In order: the first ready task. */
+static int pick_inorder(const rt_task *tasks, int n, const uint8_t *issued) {
+    for (int i = 0; i < n; i++)
+        if (!issued[i] && (tasks[i].dep < 0 || issued[tasks[i].dep]))
+            return i;
+    return -1;
+}
+static const rt_policy policy_inorder = {"inorder", pick_inorder};
+
+#ifdef TS_TEST_HOOKS
+/* BROKEN ON PURPOSE (test builds): the last task not issued, ignoring its
+ * dependency; the executor must refuse it. */
+static int pick_nodeps(const rt_task *tasks, int n, const uint8_t *issued) {
+    (void)tasks;
+    for (int i = n - 1; i >= 0; i--)
+        if (!issued[i])
+            return i;
+    return -1;
+}
+static const rt_policy policy_nodeps = {"nodeps", pick_nodeps};
+#endif
+
+static const rt_policy *const policies[] = {
+    &policy_inorder,
+#ifdef TS_TEST_HOOKS
+    &policy_nodeps,
+#endif
+};
+
 /* The model's weights on one device (shared by its states). Planned and
  * placed by the first state that attaches, under mu; read-only after. */
 struct ts_rt_weights {
@@ -83,6 +132,12 @@ struct ts_rt_layers {
     ts_eng_bindset **bsets; /* [n_layer * TS_LS_MAX_NODES]: layer l's segment i, checked once */
     bool need_cpu;
     bool attached; /* counted in w->users */
+    /* the schedule: every (layer, segment) of a run as a task with its
+     * dependency, and the policy that orders them */
+    rt_task *tasks;
+    int n_tasks;
+    uint8_t *issued; /* [n_tasks], per run */
+    const rt_policy *policy;
     /* streaming through two slots: layer l computes from slot l % 2 while
      * layer l + 1 is uploaded into the other one */
     bool streaming;
@@ -196,6 +251,8 @@ void ts_rt_layers_free(ts_rt_layers *pf) {
         for (int i = 0; i < pf->n_layer * TS_LS_COUNT; i++)
             ts_eng_buf_free(pf->cpu_maps[i]);
     free(pf->cpu_maps);
+    free(pf->tasks);
+    free(pf->issued);
     free(pf->dev_binds);
     free(pf->cpu_binds);
     ts_eng_queue_free(pf->dq);
@@ -689,6 +746,33 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
             }
         }
     }
+    /* the schedule's tasks: the chain of every layer's segments */
+    pf->policy = NULL;
+    for (size_t i = 0; i < sizeof policies / sizeof *policies; i++)
+        if (!strcmp(policies[i]->name, p->schedule ? p->schedule : "inorder"))
+            pf->policy = policies[i];
+    if (!pf->policy) {
+        ts_err_set(err, "unknown schedule '%s' (known: inorder)", p->schedule);
+        goto fail_locked;
+    }
+    for (int l = 0; l < p->n_layer; l++)
+        pf->n_tasks += pf->vars[pf->layer_var[l]].n_segs;
+    pf->tasks = calloc((size_t)pf->n_tasks, sizeof *pf->tasks);
+    pf->issued = calloc((size_t)pf->n_tasks, 1);
+    if (!pf->tasks || !pf->issued) {
+        ts_err_set(err, "out of memory");
+        goto fail_locked;
+    }
+    for (int l = 0, t = 0; l < p->n_layer; l++) {
+        const variant *V = &pf->vars[pf->layer_var[l]];
+        int last_dev = -1;
+        for (int i = 0; i < V->n_segs; i++)
+            if (V->segs[i].on_device)
+                last_dev = i;
+        for (int i = 0; i < V->n_segs; i++, t++)
+            pf->tasks[t] = (rt_task){
+                .layer = l, .seg = i, .on_device = V->segs[i].on_device, .last_dev = i == last_dev, .dep = t - 1};
+    }
     if (pf->dev)
         wt->users++;
     pf->attached = true;
@@ -828,47 +912,54 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
         for (int l = 0; l < 2 && l < pf->n_layer; l++)
             if (stream_layer_in(pf, l, err))
                 goto fail;
+    /* the run's segments, in the order the schedule's policy picks among
+     * those whose dependencies are issued */
     bool dev_dirty = false; /* the device wrote activations the host has not synced */
-    for (int l = 0; l < pf->n_layer; l++) {
+    memset(pf->issued, 0, (size_t)pf->n_tasks);
+    for (int k = 0; k < pf->n_tasks; k++) {
+        const int ti = pf->policy->pick(pf->tasks, pf->n_tasks, pf->issued);
+        if (ti < 0 || ti >= pf->n_tasks || pf->issued[ti] ||
+            (pf->tasks[ti].dep >= 0 && !pf->issued[pf->tasks[ti].dep])) {
+            ts_err_set(err, "prefill: schedule '%s' picked no ready segment (%d of %d issued)", pf->policy->name, k,
+                       pf->n_tasks);
+            goto fail;
+        }
+        const rt_task *T = &pf->tasks[ti];
+        const int l = T->layer, i = T->seg;
         variant *V = &pf->vars[pf->layer_var[l]];
-        ts_eng_bindset *const *bs = pf->bsets + (size_t)l * TS_LS_MAX_NODES;
-        int last_dev = -1;
-        for (int i = 0; i < V->n_segs; i++)
-            if (V->segs[i].on_device)
-                last_dev = i;
-        for (int i = 0; i < V->n_segs; i++) {
-            if (V->segs[i].on_device) {
-                if (!dev_dirty && (l > 0 || i > 0) && sync_acts(pf, n_tok, TS_SYNC_TO_DEVICE, err))
+        ts_eng_bindset *bs = pf->bsets[(size_t)l * TS_LS_MAX_NODES + i];
+        if (T->on_device) {
+            if (!dev_dirty && k > 0 && sync_acts(pf, n_tok, TS_SYNC_TO_DEVICE, err))
+                goto fail;
+            /* K/V rows the CPU stored for a device-side attention */
+            if (!dev_dirty && V->kv_read_device && !V->kv_on_device &&
+                sync_kv(pf, l, pos0, pos0 + n_tok, TS_SYNC_TO_DEVICE, err))
+                goto fail;
+            if (ts_eng_enqueue_bound(pf->dq, bs, pos0, n_tok, n_kv, err))
+                goto fail;
+            dev_dirty = pf->dq_pending = true;
+            if (pf->streaming && T->last_dev) {
+                /* layer l is done with its slot: layer l + 2 may go in */
+                if (stream_layer_done(pf, l, err))
                     goto fail;
-                /* K/V rows the CPU stored for a device-side attention */
-                if (!dev_dirty && V->kv_read_device && !V->kv_on_device &&
-                    sync_kv(pf, l, pos0, pos0 + n_tok, TS_SYNC_TO_DEVICE, err))
-                    goto fail;
-                if (ts_eng_enqueue_bound(pf->dq, bs[i], pos0, n_tok, n_kv, err))
-                    goto fail;
-                dev_dirty = pf->dq_pending = true;
-                if (pf->streaming && i == last_dev) {
-                    /* layer l is done with its slot: layer l + 2 may go in */
-                    if (stream_layer_done(pf, l, err))
-                        goto fail;
-                    if (l + 2 < pf->n_layer && stream_layer_in(pf, l + 2, err))
-                        goto fail;
-                }
-            } else {
-                if (dev_dirty) {
-                    /* the crossing back: the CPU needs what the device wrote */
-                    if (sync_acts(pf, n_tok, TS_SYNC_TO_HOST, err))
-                        goto fail;
-                    if (V->kv_on_device && sync_kv(pf, l, pos0, pos0 + n_tok, TS_SYNC_TO_HOST, err))
-                        goto fail;
-                    if (drain(pf, err))
-                        goto fail;
-                    dev_dirty = false;
-                }
-                if (ts_eng_enqueue_bound(pf->cq, bs[i], pos0, n_tok, n_kv, err))
+                if (l + 2 < pf->n_layer && stream_layer_in(pf, l + 2, err))
                     goto fail;
             }
+        } else {
+            if (dev_dirty) {
+                /* the crossing back: the CPU needs what the device wrote */
+                if (sync_acts(pf, n_tok, TS_SYNC_TO_HOST, err))
+                    goto fail;
+                if (V->kv_on_device && sync_kv(pf, l, pos0, pos0 + n_tok, TS_SYNC_TO_HOST, err))
+                    goto fail;
+                if (drain(pf, err))
+                    goto fail;
+                dev_dirty = false;
+            }
+            if (ts_eng_enqueue_bound(pf->cq, bs, pos0, n_tok, n_kv, err))
+                goto fail;
         }
+        pf->issued[ti] = 1;
     }
     if (dev_dirty && sync_acts(pf, n_tok, TS_SYNC_TO_HOST, err))
         goto fail;

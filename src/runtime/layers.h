@@ -85,6 +85,12 @@ typedef struct ts_rt_layers_params {
                                 slot no layer uses */
     void *k_cache, *v_cache; /* [n_layer][n_ctx][n_head_kv*head_dim] */
     uint64_t kv_layer_bytes; /* bytes of one layer's cache */
+    /* the schedule's policy: the runs' (layer, segment) tasks with their
+     * dependencies, issued in the order it picks among the ready ones.
+     * NULL or "inorder": the only one today (an out-of-order policy is a
+     * later issue's); "nodeps" in TS_TEST_HOOKS builds ignores the
+     * dependencies on purpose, and the executor refuses its picks. */
+    const char *schedule;
 } ts_rt_layers_params;
 
 typedef struct ts_rt_layers ts_rt_layers;

@@ -116,7 +116,7 @@ typedef struct t_layer {
     uint8_t *freq; /* ts_eng_rope_freq_pack */
 } t_layer;
 
-#define T_MAX_LAYERS 4
+#define T_MAX_LAYERS 8
 typedef struct t_model {
     int n_layer;
     t_layer L[T_MAX_LAYERS];

@@ -304,6 +304,53 @@ static void test_prefill_loop(void) {
     t_model_free(&m);
 }
 
+/* ---- streaming through N slots ---- */
+
+/* Six layers in a window that holds three layer slots but not every layer:
+ * the weights stream through slots=3 (uploads up to two layers ahead) and
+ * through the default two, both bit-identical to the CPU. */
+static void test_stream_slots(void) {
+    const uint32_t types[7] = {TS_TYPE_Q8_0, TS_TYPE_Q4_0, TS_TYPE_F16, TS_TYPE_Q4_0,
+                               TS_TYPE_Q8_0, TS_TYPE_Q4_0, TS_TYPE_F16};
+    ts_rt_block_shape ls[6];
+    for (int l = 0; l < 6; l++) ls[l] = shape_llama;
+    t_model m;
+    t_model_init(&m, ls, 6, types, 1);
+    const int64_t E = m.L[0].s.n_embd, P = 80;
+    const size_t kvb =
+        (size_t)m.L[0].s.n_ctx * (size_t)m.L[0].s.n_head_kv * (size_t)m.L[0].s.head_dim * 2 * (size_t)m.n_layer;
+    float *xr = t_alloc((size_t)(P * E) * sizeof(float)), *xd = t_alloc((size_t)(P * E) * sizeof(float));
+    uint16_t *kr = t_alloc(kvb), *vr = t_alloc(kvb), *kd = t_alloc(kvb), *vd = t_alloc(kvb);
+    ts_err err = {{0}};
+    CHECK(!t_run(&m, NULL, NULL, 16, sched3, 3, xr, kr, vr, NULL, NULL, 0, &err), "reference: %s", err.msg);
+    const char *specs[2] = {"loop,window=260K,slots=3,delay_us=200", "loop,window=260K,delay_us=200"};
+    const int want[2] = {3, 2};
+    for (int k = 0; k < 2; k++) {
+        ts_engine *dev = open_or_die(specs[k]), *cpu = open_or_die("cpu");
+        ts_rt_layers_stats ps = {0};
+        memset(xd, 0, (size_t)(P * E) * sizeof(float));
+        const int rc = t_run(&m, dev, cpu, 16, sched3, 3, xd, kd, vd, &ps, NULL, 0, &err);
+        CHECK(!rc, "%s: %s", specs[k], err.msg);
+        if (!rc) {
+            ts_eng_stats es;
+            ts_eng_get_stats(dev, &es);
+            CHECK(ps.streaming && ps.n_slots == want[k], "%s: streaming %d through %d slots (want %d)", specs[k],
+                  ps.streaming, ps.n_slots, want[k]);
+            CHECK(!memcmp(xr, xd, (size_t)(P * E) * sizeof(float)) && !memcmp(kr, kd, kvb) && !memcmp(vr, vd, kvb),
+                  "%s: differs from the CPU", specs[k]);
+            CHECK(es.window_peak <= ts_eng_describe(dev)->window_bytes, "%s: window peak", specs[k]);
+            printf("streaming 6 layers through %d slots of %llu bytes (%s): bit-identical; stall %.2f ms, window peak "
+                   "%llu of %llu\n",
+                   ps.n_slots, (unsigned long long)ps.slot_bytes, specs[k], (double)es.stall_ns / 1e6,
+                   (unsigned long long)es.window_peak, (unsigned long long)ts_eng_describe(dev)->window_bytes);
+        }
+        ts_eng_close(dev);
+        ts_eng_close(cpu);
+    }
+    t_model_free(&m);
+    free(xr), free(xd), free(kr), free(vr), free(kd), free(vd);
+}
+
 /* ---- a weight layout of the engine's own ---- */
 
 /* loop,own_layout=1 (test hook) takes weights in its own layout (rows at a
@@ -720,6 +767,7 @@ int main(int argc, char **argv) {
     test_npu_matmul();
     test_prefill_loop();
     test_own_layout();
+    test_stream_slots();
     test_ordering();
     test_cross_engine();
     test_window();

@@ -36,6 +36,8 @@
  * "loop:npu", "opencl", "opencl:N". Options every engine takes:
  *   window=SIZE       the memory window (suffixes K, M, G: binary): a cap
  *                     for real devices, the emulated size for loop
+ *   slots=N           weight staging slots (2..8) the runtime streams the
+ *                     layers through when they do not all fit (default 2)
  *   wtypes=A+B+...    restricts the matmul weight types the engine takes
  *                     (type names, e.g. f16+q8_0+q4_0): a `cpu` engine with
  *                     the NPU's types computes with the weights converted
@@ -175,6 +177,9 @@ const ts_eng_desc *ts_eng_describe(const ts_engine *e);
 /* The nodrain=1 test hook (TS_TEST_HOOKS builds only; false elsewhere): the
  * runtime returns from a layer run without waiting for the device. */
 bool ts_eng_test_nodrain(const ts_engine *e);
+/* The option slots=N (any engine, read by the runtime): weight staging
+ * slots when the weights stream; 2 when not set. */
+int ts_eng_staging_slots(const ts_engine *e);
 /* Copies the counters (window_* included). */
 void ts_eng_get_stats(const ts_engine *e, ts_eng_stats *out);
 /* Zeroes the counters except window_used; window_peak restarts at window_used. */

@@ -112,6 +112,11 @@ static int parse_spec(const char *spec, const ts_eng_open_params *p, ts_eng_opts
         if (!strcmp(key, "window")) {
             if (ts_eng_parse_size(val, &o->window) || o->window == 0)
                 return ts_err_set(err, "option window=%s: expected a size such as 64M or 2G", val);
+        } else if (!strcmp(key, "slots")) {
+            long long v = 0;
+            if (parse_int(key, val, 2, 8, &v, err))
+                return -1;
+            o->slots = (int)v;
 #ifdef TS_TEST_HOOKS
         } else if (!strcmp(key, "nodrain")) {
             long long v = 0;
@@ -160,7 +165,7 @@ static int parse_spec(const char *spec, const ts_eng_open_params *p, ts_eng_opts
             size_t len = 0;
             for (const char *const *k = b->options; k && *k && len < sizeof own; k++)
                 len += (size_t)snprintf(own + len, sizeof own - len, ", %s", *k);
-            return ts_err_set(err, "device '%s': unknown option '%s' (known: window, wtypes%s)", o->base, key, own);
+            return ts_err_set(err, "device '%s': unknown option '%s' (known: window, slots, wtypes%s)", o->base, key, own);
         }
     }
     if (!threads_set && p && p->threads > 0 && takes_option(b, "threads"))

@@ -52,7 +52,8 @@ typedef struct layer_plan {
 typedef struct rt_task {
     int layer, seg;
     bool on_device;
-    bool last_dev; /* the layer's last device segment (streaming frees its slot after it) */
+    bool first_dev; /* the layer's first device segment (streaming waits for its upload before it) */
+    bool last_dev;  /* the layer's last device segment (streaming frees its slot after it) */
     int dep;       /* the task it needs issued first, -1 none */
 } rt_task;
 
@@ -141,8 +142,10 @@ struct ts_rt_layers {
     /* streaming through two slots: layer l computes from slot l % 2 while
      * layer l + 1 is uploaded into the other one */
     bool streaming;
-    ts_eng_buf *slot[2];
-    ts_eng_event *slot_free[2]; /* dq marker after the last graph that read the slot */
+    int n_slots;                           /* staging slots (the engine option slots=N; default 2) */
+    ts_eng_buf *slot[TS_RT_MAX_SLOTS];
+    ts_eng_event *slot_free[TS_RT_MAX_SLOTS]; /* dq marker after the last graph that read the slot */
+    ts_eng_event *slot_up[TS_RT_MAX_SLOTS];   /* uq marker after the slot's upload, until dq waits on it */
     bool nodrain;               /* the broken-on-purpose hook (engine option nodrain=1) */
     ts_rt_kv_ranges kv_held;    /* cache rows coherent on the device (the same in every layer) */
     bool dq_pending;            /* commands on dq since the last drain */
@@ -226,8 +229,9 @@ void ts_rt_layers_free(ts_rt_layers *pf) {
     if (pf->uq)
         (void)ts_eng_queue_finish(pf->uq, NULL);
     ts_eng_event_free(pf->fl_done);
-    for (int j = 0; j < 2; j++) {
+    for (int j = 0; j < TS_RT_MAX_SLOTS; j++) {
         ts_eng_event_free(pf->slot_free[j]);
+        ts_eng_event_free(pf->slot_up[j]);
         ts_eng_buf_free(pf->slot[j]);
     }
     if (pf->bsets)
@@ -533,23 +537,23 @@ static int place_weights(ts_rt_weights *wt, ts_eng_queue *q, ts_err *err) {
     return 0;
 }
 
-/* Streaming: this state's two weight slots and upload queue. */
+/* Streaming: this state's weight slots (n_slots) and upload queue. */
 static int stream_slots(ts_rt_layers *pf, ts_err *err) {
     const ts_rt_weights *wt = pf->w;
-    if (2 * wt->slot_bytes > window_free(pf->dev)) {
+    if ((uint64_t)pf->n_slots * wt->slot_bytes > window_free(pf->dev)) {
         uint64_t total = 0;
         for (int l = 0; l < wt->n_layer; l++)
             total += wt->plans[l].total;
         return window_full(pf->dev, total, wt->slot_bytes, err);
     }
     pf->streaming = true;
-    for (int j = 0; j < 2; j++)
+    for (int j = 0; j < pf->n_slots; j++)
         if (!(pf->slot[j] = ts_eng_buf_alloc(pf->dev, TS_MEM_DEVICE, (size_t)wt->slot_bytes, err)))
             return ts_err_prefix(err, "allocating weight slot %d", j);
     if (!(pf->uq = ts_eng_queue_new(pf->dev, err)))
         return -1;
     for (int l = 0; l < pf->n_layer; l++)
-        bind_layer(wt, pf->dev_binds, l, pf->slot[l & 1]);
+        bind_layer(wt, pf->dev_binds, l, pf->slot[l % pf->n_slots]);
     return 0;
 }
 
@@ -573,6 +577,7 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
     pf->n_layer = p->n_layer;
     pf->kv_layer_bytes = p->kv_layer_bytes;
     pf->nodrain = ts_eng_test_nodrain(pf->dev);
+    pf->n_slots = ts_eng_staging_slots(pf->dev);
     const ts_rt_block_shape *s0 = &p->shapes[0];
     /* every layer's activation rows, the widest of each slot */
     for (int l = 0; l < p->n_layer; l++) {
@@ -765,13 +770,20 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
     }
     for (int l = 0, t = 0; l < p->n_layer; l++) {
         const variant *V = &pf->vars[pf->layer_var[l]];
-        int last_dev = -1;
+        int first_dev = -1, last_dev = -1;
         for (int i = 0; i < V->n_segs; i++)
-            if (V->segs[i].on_device)
+            if (V->segs[i].on_device) {
                 last_dev = i;
+                if (first_dev < 0)
+                    first_dev = i;
+            }
         for (int i = 0; i < V->n_segs; i++, t++)
-            pf->tasks[t] = (rt_task){
-                .layer = l, .seg = i, .on_device = V->segs[i].on_device, .last_dev = i == last_dev, .dep = t - 1};
+            pf->tasks[t] = (rt_task){.layer = l,
+                                     .seg = i,
+                                     .on_device = V->segs[i].on_device,
+                                     .first_dev = i == first_dev,
+                                     .last_dev = i == last_dev,
+                                     .dep = t - 1};
     }
     if (pf->dev)
         wt->users++;
@@ -780,6 +792,7 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
     pf->st.packed = wt->packed;
     pf->st.weight_bytes = wt->weight_bytes;
     pf->st.streaming = wt->streaming;
+    pf->st.n_slots = wt->streaming ? pf->n_slots : 0;
     pf->st.slot_bytes = wt->slot_bytes;
     pthread_mutex_unlock(&wt->mu);
     return pf;
@@ -827,10 +840,11 @@ static int drain(ts_rt_layers *pf, ts_err *err) {
 }
 
 /* Streaming: uploads layer l into its slot once the graphs that read the
- * slot's previous layer are done, and makes dq wait for the upload (a
- * weight wait: its time is the device's stall). */
+ * slot's previous layer are done; the compute queue waits for the upload
+ * just before layer l's first graph (stream_wait_layer: a weight wait, its
+ * time the device's stall), so uploads run ahead by n_slots - 1 layers. */
 static int stream_layer_in(ts_rt_layers *pf, int l, ts_err *err) {
-    const int j = l & 1;
+    const int j = l % pf->n_slots;
     if (pf->slot_free[j]) {
         /* the marker completes only once dq's work before it is handed over */
         if (ts_eng_queue_flush(pf->dq, err) || ts_eng_enqueue_wait(pf->uq, pf->slot_free[j], 0, err))
@@ -840,20 +854,28 @@ static int stream_layer_in(ts_rt_layers *pf, int l, ts_err *err) {
     }
     if (enqueue_layer_upload(pf->w, pf->uq, l, pf->slot[j], err))
         return -1;
-    ts_eng_event *up = ts_eng_enqueue_marker(pf->uq, err);
-    if (!up)
+    ts_eng_event_free(pf->slot_up[j]);
+    if (!(pf->slot_up[j] = ts_eng_enqueue_marker(pf->uq, err)))
         return -1;
-    int rc = ts_eng_queue_flush(pf->uq, err);
-    if (!rc)
-        rc = ts_eng_enqueue_wait(pf->dq, up, TS_WAIT_WEIGHTS, err);
-    ts_eng_event_free(up);
+    return ts_eng_queue_flush(pf->uq, err);
+}
+
+/* Streaming: the compute queue waits for layer l's upload (before its
+ * first graph). */
+static int stream_wait_layer(ts_rt_layers *pf, int l, ts_err *err) {
+    const int j = l % pf->n_slots;
+    if (!pf->slot_up[j])
+        return 0;
+    const int rc = ts_eng_enqueue_wait(pf->dq, pf->slot_up[j], TS_WAIT_WEIGHTS, err);
+    ts_eng_event_free(pf->slot_up[j]);
+    pf->slot_up[j] = NULL;
     pf->dq_pending = true;
     return rc;
 }
 
 /* Streaming: the slot of layer l is free again after what dq has so far. */
 static int stream_layer_done(ts_rt_layers *pf, int l, ts_err *err) {
-    const int j = l & 1;
+    const int j = l % pf->n_slots;
     ts_eng_event_free(pf->slot_free[j]);
     pf->slot_free[j] = ts_eng_enqueue_marker(pf->dq, err);
     return pf->slot_free[j] ? 0 : -1;
@@ -907,9 +929,9 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
             }
         }
     }
-    /* streaming: the first two layers' uploads go out before any compute */
+    /* streaming: the first n_slots layers' uploads go out before any compute */
     if (pf->streaming)
-        for (int l = 0; l < 2 && l < pf->n_layer; l++)
+        for (int l = 0; l < pf->n_slots && l < pf->n_layer; l++)
             if (stream_layer_in(pf, l, err))
                 goto fail;
     /* the run's segments, in the order the schedule's policy picks among
@@ -935,14 +957,16 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
             if (!dev_dirty && V->kv_read_device && !V->kv_on_device &&
                 sync_kv(pf, l, pos0, pos0 + n_tok, TS_SYNC_TO_DEVICE, err))
                 goto fail;
+            if (pf->streaming && T->first_dev && stream_wait_layer(pf, l, err))
+                goto fail;
             if (ts_eng_enqueue_bound(pf->dq, bs, pos0, n_tok, n_kv, err))
                 goto fail;
             dev_dirty = pf->dq_pending = true;
             if (pf->streaming && T->last_dev) {
-                /* layer l is done with its slot: layer l + 2 may go in */
+                /* layer l is done with its slot: layer l + n_slots may go in */
                 if (stream_layer_done(pf, l, err))
                     goto fail;
-                if (l + 2 < pf->n_layer && stream_layer_in(pf, l + 2, err))
+                if (l + pf->n_slots < pf->n_layer && stream_layer_in(pf, l + pf->n_slots, err))
                     goto fail;
             }
         } else {
@@ -985,9 +1009,10 @@ fail:
         (void)ts_eng_queue_finish(pf->dq, NULL);
     if (pf->uq)
         (void)ts_eng_queue_finish(pf->uq, NULL);
-    for (int j = 0; j < 2; j++) {
+    for (int j = 0; j < TS_RT_MAX_SLOTS; j++) {
         ts_eng_event_free(pf->slot_free[j]);
-        pf->slot_free[j] = NULL;
+        ts_eng_event_free(pf->slot_up[j]);
+        pf->slot_free[j] = pf->slot_up[j] = NULL;
     }
     pf->dq_pending = false;
     ts_rt_kv_clear(&pf->kv_held);

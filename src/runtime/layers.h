@@ -12,13 +12,15 @@
  *                  probe found: ts_rt_probe_weight_type) and places them:
  *     resident   every layer in its own DEVICE buffer, uploaded once, when
  *                they all fit the window beside that state's buffers;
- *     streaming  otherwise each state gets two DEVICE slots of the largest
- *                layer's size: a run uploads layer l+1 (on its own queue)
- *                while layer l computes from the other slot; the compute
- *                queue waits for each upload on an event flagged
- *                TS_WAIT_WEIGHTS (the device's stall time), and an upload
- *                into a slot waits for the graphs that read the slot's
- *                previous layer. Converted copies stay in host memory as the
+ *     streaming  otherwise each state gets N DEVICE slots of the largest
+ *                layer's size (the engine option slots=N, default 2, at
+ *                most TS_RT_MAX_SLOTS): a run uploads the next layers (on
+ *                its own queue, up to N - 1 ahead) while layer l computes
+ *                from its slot; the compute queue waits for a layer's
+ *                upload on an event flagged TS_WAIT_WEIGHTS just before the
+ *                layer's first graph (the device's stall time), and an
+ *                upload into a slot waits for the graphs that read the
+ *                slot's previous layer. Converted copies stay in host memory as the
  *                source of every run's uploads.
  *   ts_rt_layers   one state's runner (once per state): the forward's
  *                  activation buffers and KV cache mapped into the device
@@ -45,6 +47,8 @@
 
 #include "engine/engine.h"
 #include "runtime/block.h"
+
+#define TS_RT_MAX_SLOTS 8 /* most weight staging slots a state streams through */
 
 /* What a layer slot holds on the host. */
 typedef struct ts_rt_host_slot {
@@ -146,7 +150,8 @@ typedef struct ts_rt_layers_stats {
     int converted;          /* matrices converted at setup */
     int packed;             /* matrices packed into the device's own layout (ts_eng_pack) at setup */
     uint64_t graph_builds;  /* chunk graphs built (at setup; runs never rebuild) */
-    bool streaming;         /* weights stream through two slots */
+    bool streaming;         /* weights stream through staging slots */
+    int n_slots;            /* how many (slots=N; 0 when resident) */
     uint64_t slot_bytes;    /* size of one slot when streaming */
 } ts_rt_layers_stats;
 void ts_rt_layers_get_stats(const ts_rt_layers *pf, ts_rt_layers_stats *out);

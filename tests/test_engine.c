@@ -214,15 +214,38 @@ static void gemma_shapes(ts_rt_block_shape s[2]) {
 
 static const t_sched sched3[] = {{40, 1}, {3, 0}, {37, 1}}; /* prompt, 3 decode steps, second prompt */
 
+/* The CPU reference of sched3 over model m (residual stream and KV cache),
+ * and buffers for a device run to compare with it. */
+typedef struct {
+    int64_t n_x; /* floats of the residual stream over the schedule */
+    size_t kvb;  /* bytes of one cache */
+    float *xr, *xd;
+    uint16_t *kr, *vr, *kd, *vd;
+} run_pair;
+
+static void run_pair_init(run_pair *r, const t_model *m) {
+    r->n_x = 80 * m->L[0].s.n_embd;
+    r->kvb = (size_t)m->L[0].s.n_ctx * (size_t)m->L[0].s.n_head_kv * (size_t)m->L[0].s.head_dim * 2 * (size_t)m->n_layer;
+    r->xr = t_alloc((size_t)r->n_x * sizeof(float));
+    r->xd = t_alloc((size_t)r->n_x * sizeof(float));
+    r->kr = t_alloc(r->kvb), r->vr = t_alloc(r->kvb), r->kd = t_alloc(r->kvb), r->vd = t_alloc(r->kvb);
+    ts_err err = {{0}};
+    CHECK(!t_run(m, NULL, NULL, 16, sched3, 3, r->xr, r->kr, r->vr, NULL, NULL, 0, &err), "reference: %s", err.msg);
+}
+
+static void run_pair_free(run_pair *r) {
+    free(r->xr), free(r->xd), free(r->kr), free(r->vr), free(r->kd), free(r->vd);
+}
+
 static void compare_runs(const char *what, const t_model *m, int width, const char *spec, int expect_bits, double bound,
                          int expect_converted) {
-    const int64_t E = m->L[0].s.n_embd, P = 80;
-    const size_t kvb =
-        (size_t)m->L[0].s.n_ctx * (size_t)m->L[0].s.n_head_kv * (size_t)m->L[0].s.head_dim * 2 * (size_t)m->n_layer;
-    float *xr = t_alloc((size_t)(P * E) * sizeof(float)), *xd = t_alloc((size_t)(P * E) * sizeof(float));
-    uint16_t *kr = t_alloc(kvb), *vr = t_alloc(kvb), *kd = t_alloc(kvb), *vd = t_alloc(kvb);
+    run_pair rp;
+    run_pair_init(&rp, m);
+    const int64_t n_x = rp.n_x;
+    const size_t kvb = rp.kvb;
+    float *xr = rp.xr, *xd = rp.xd;
+    uint16_t *kr = rp.kr, *vr = rp.vr, *kd = rp.kd, *vd = rp.vd;
     ts_err err = {{0}};
-    CHECK(!t_run(m, NULL, NULL, 16, sched3, 3, xr, kr, vr, NULL, NULL, 0, &err), "reference: %s", err.msg);
     ts_engine *dev = open_or_die(spec), *cpu = open_or_die("cpu");
     ts_rt_layers_stats ps = {0};
     char note[2048];
@@ -230,11 +253,11 @@ static void compare_runs(const char *what, const t_model *m, int width, const ch
     CHECK(!rc, "%s on %s: %s", what, spec, err.msg);
     if (!rc) {
         if (expect_bits) {
-            CHECK(!memcmp(xr, xd, (size_t)(P * E) * sizeof(float)), "%s on %s: residual stream differs from the CPU",
+            CHECK(!memcmp(xr, xd, (size_t)n_x * sizeof(float)), "%s on %s: residual stream differs from the CPU",
                   what, spec);
             CHECK(!memcmp(kr, kd, kvb) && !memcmp(vr, vd, kvb), "%s on %s: KV cache differs from the CPU", what, spec);
         }
-        const double nx = ts_eng_nmse(xd, xr, P * E), nk = t_nmse_f16(kd, kr, kvb / 2);
+        const double nx = ts_eng_nmse(xd, xr, n_x), nk = t_nmse_f16(kd, kr, kvb / 2);
         CHECK(nx <= bound && nk <= bound, "%s on %s: nmse x %.3g kv %.3g > %.1g", what, spec, nx, nk, bound);
         ts_eng_stats es;
         ts_eng_get_stats(dev, &es);
@@ -276,7 +299,7 @@ static void compare_runs(const char *what, const t_model *m, int width, const ch
     }
     ts_eng_close(dev);
     ts_eng_close(cpu);
-    free(xr), free(xd), free(kr), free(vr), free(kd), free(vd);
+    run_pair_free(&rp);
 }
 
 static void test_prefill_loop(void) {
@@ -316,27 +339,24 @@ static void test_stream_slots(void) {
     for (int l = 0; l < 6; l++) ls[l] = shape_llama;
     t_model m;
     t_model_init(&m, ls, 6, types, 1);
-    const int64_t E = m.L[0].s.n_embd, P = 80;
-    const size_t kvb =
-        (size_t)m.L[0].s.n_ctx * (size_t)m.L[0].s.n_head_kv * (size_t)m.L[0].s.head_dim * 2 * (size_t)m.n_layer;
-    float *xr = t_alloc((size_t)(P * E) * sizeof(float)), *xd = t_alloc((size_t)(P * E) * sizeof(float));
-    uint16_t *kr = t_alloc(kvb), *vr = t_alloc(kvb), *kd = t_alloc(kvb), *vd = t_alloc(kvb);
+    run_pair rp;
+    run_pair_init(&rp, &m);
     ts_err err = {{0}};
-    CHECK(!t_run(&m, NULL, NULL, 16, sched3, 3, xr, kr, vr, NULL, NULL, 0, &err), "reference: %s", err.msg);
     const char *specs[2] = {"loop,window=260K,slots=3,delay_us=200", "loop,window=260K,delay_us=200"};
     const int want[2] = {3, 2};
     for (int k = 0; k < 2; k++) {
         ts_engine *dev = open_or_die(specs[k]), *cpu = open_or_die("cpu");
         ts_rt_layers_stats ps = {0};
-        memset(xd, 0, (size_t)(P * E) * sizeof(float));
-        const int rc = t_run(&m, dev, cpu, 16, sched3, 3, xd, kd, vd, &ps, NULL, 0, &err);
+        memset(rp.xd, 0, (size_t)rp.n_x * sizeof(float));
+        const int rc = t_run(&m, dev, cpu, 16, sched3, 3, rp.xd, rp.kd, rp.vd, &ps, NULL, 0, &err);
         CHECK(!rc, "%s: %s", specs[k], err.msg);
         if (!rc) {
             ts_eng_stats es;
             ts_eng_get_stats(dev, &es);
             CHECK(ps.streaming && ps.n_slots == want[k], "%s: streaming %d through %d slots (want %d)", specs[k],
                   ps.streaming, ps.n_slots, want[k]);
-            CHECK(!memcmp(xr, xd, (size_t)(P * E) * sizeof(float)) && !memcmp(kr, kd, kvb) && !memcmp(vr, vd, kvb),
+            CHECK(!memcmp(rp.xr, rp.xd, (size_t)rp.n_x * sizeof(float)) && !memcmp(rp.kr, rp.kd, rp.kvb) &&
+                      !memcmp(rp.vr, rp.vd, rp.kvb),
                   "%s: differs from the CPU", specs[k]);
             CHECK(es.window_peak <= ts_eng_describe(dev)->window_bytes, "%s: window peak", specs[k]);
             printf("streaming 6 layers through %d slots of %llu bytes (%s): bit-identical; stall %.2f ms, window peak "
@@ -348,7 +368,7 @@ static void test_stream_slots(void) {
         ts_eng_close(cpu);
     }
     t_model_free(&m);
-    free(xr), free(xd), free(kr), free(vr), free(kd), free(vd);
+    run_pair_free(&rp);
 }
 
 /* ---- a weight layout of the engine's own ---- */
@@ -364,19 +384,15 @@ static void test_own_layout(void) {
     ts_rt_block_shape ls[2] = {shape_llama, shape_llama};
     t_model m;
     t_model_init(&m, ls, 2, mixed, 1);
-    const int64_t E = m.L[0].s.n_embd, P = 80;
-    const size_t kvb =
-        (size_t)m.L[0].s.n_ctx * (size_t)m.L[0].s.n_head_kv * (size_t)m.L[0].s.head_dim * 2 * (size_t)m.n_layer;
-    float *xr = t_alloc((size_t)(P * E) * sizeof(float)), *xd = t_alloc((size_t)(P * E) * sizeof(float));
-    uint16_t *kr = t_alloc(kvb), *vr = t_alloc(kvb), *kd = t_alloc(kvb), *vd = t_alloc(kvb);
+    run_pair rp;
+    run_pair_init(&rp, &m);
     ts_err err = {{0}};
-    CHECK(!t_run(&m, NULL, NULL, 16, sched3, 3, xr, kr, vr, NULL, NULL, 0, &err), "reference: %s", err.msg);
     ts_engine *dev = open_or_die("loop,own_layout=1"), *cpu = open_or_die("cpu");
     CHECK(ts_eng_packed_bytes(dev, TS_TYPE_Q8_0, 64, 16) == 16 * 128, "own layout of 16 Q8_0 rows of 64: %llu bytes",
           (unsigned long long)ts_eng_packed_bytes(dev, TS_TYPE_Q8_0, 64, 16));
     ts_rt_layers_stats ps = {0};
-    CHECK(!t_run(&m, dev, cpu, 16, sched3, 3, xd, kd, vd, &ps, NULL, 0, &err), "own layout: %s", err.msg);
-    const double nx = ts_eng_nmse(xd, xr, P * E), nk = t_nmse_f16(kd, kr, kvb / 2);
+    CHECK(!t_run(&m, dev, cpu, 16, sched3, 3, rp.xd, rp.kd, rp.vd, &ps, NULL, 0, &err), "own layout: %s", err.msg);
+    const double nx = ts_eng_nmse(rp.xd, rp.xr, rp.n_x), nk = t_nmse_f16(rp.kd, rp.kr, rp.kvb / 2);
     CHECK(ps.packed == 7 * m.n_layer && nx < 1e-4 && nk < 1e-4, "own layout: %d packed, nmse x %.3g kv %.3g", ps.packed,
           nx, nk);
     printf("own layout: %d matrices packed by the engine (rows padded to 64 bytes), nmse x %.2g kv %.2g\n", ps.packed,
@@ -387,7 +403,7 @@ static void test_own_layout(void) {
     CHECK(!ts_eng_packed_bytes(plain, TS_TYPE_Q8_0, 64, 16), "plain loop claims a layout of its own");
     ts_eng_close(plain);
     t_model_free(&m);
-    free(xr), free(xd), free(kr), free(vr), free(kd), free(vd);
+    run_pair_free(&rp);
 #else
     printf("own layout: skipped, the own_layout hook is not in this build (configure with -DTS_TEST_HOOKS=ON)\n");
 #endif

@@ -179,8 +179,8 @@ static void pf_attach(ts_state *s) {
     if (ps.streaming)
         snprintf(s->pf_info, sizeof s->pf_info,
                  "prefill on %s: chunks of %d tokens (>= %d on the device), %d matrices converted, weights streamed "
-                 "through two slots of %.1f MiB (window %.0f MiB)",
-                 d->name, s->pf_width, s->pf_min, ps.converted, (double)ps.slot_bytes / 1048576.0,
+                 "through %d slots of %.1f MiB (window %.0f MiB)",
+                 d->name, s->pf_width, s->pf_min, ps.converted, ps.n_slots, (double)ps.slot_bytes / 1048576.0,
                  (double)d->window_bytes / 1048576.0);
     else
         snprintf(s->pf_info, sizeof s->pf_info,

@@ -120,7 +120,7 @@ typedef struct ts_state_dev_stats {
     const char *device;      /* name of the device that runs chunks, NULL when none */
     int32_t width;           /* chunk width W */
     int32_t min_tokens;      /* narrower chunks stay on the CPU */
-    bool streaming;          /* weights stream through two slots */
+    bool streaming;          /* weights stream through staging slots (slots=N, default 2) */
     uint64_t dev_tokens;     /* tokens whose layers ran through the device path */
     uint64_t dev_runs;       /* chunks run there */
     uint64_t dev_nodes;      /* graph nodes the device computed in those runs */

@@ -489,12 +489,13 @@ static uint64_t window_free(ts_engine *dev) {
     return window > es.window_used ? window - es.window_used : 0;
 }
 
-static int window_full(ts_engine *dev, uint64_t total, uint64_t largest, ts_err *err) {
+static int window_full(ts_engine *dev, uint64_t total, uint64_t largest, int n_slots, ts_err *err) {
     return ts_err_set(err,
                       "memory window full: the window of %.1f MiB (%.1f MiB free beside activations, KV cache "
-                      "and graph scratch) holds neither the weights' device copy (%.1f MiB) nor two layer slots "
-                      "(2 x %.1f MiB)",
-                      MIB(ts_eng_describe(dev)->window_bytes), MIB(window_free(dev)), MIB(total), MIB(largest));
+                      "and graph scratch) holds neither the weights' device copy (%.1f MiB) nor %s layer slots "
+                      "(%d x %.1f MiB)",
+                      MIB(ts_eng_describe(dev)->window_bytes), MIB(window_free(dev)), MIB(total),
+                      n_slots == 2 ? "two" : n_slots == 3 ? "three" : "its", n_slots, MIB(largest));
 }
 
 /* The first state to attach places the model's weights (under wt->mu):
@@ -530,7 +531,7 @@ static int place_weights(ts_rt_weights *wt, ts_eng_queue *q, ts_err *err) {
         return 0;
     }
     if (2 * largest > avail || largest > max_buf)
-        return window_full(wt->dev, total, largest, err);
+        return window_full(wt->dev, total, largest, 2, err);
     wt->streaming = true;
     wt->slot_bytes = largest;
     wt->placed = true;
@@ -544,7 +545,7 @@ static int stream_slots(ts_rt_layers *pf, ts_err *err) {
         uint64_t total = 0;
         for (int l = 0; l < wt->n_layer; l++)
             total += wt->plans[l].total;
-        return window_full(pf->dev, total, wt->slot_bytes, err);
+        return window_full(pf->dev, total, wt->slot_bytes, pf->n_slots, err);
     }
     pf->streaming = true;
     for (int j = 0; j < pf->n_slots; j++)

@@ -29,7 +29,8 @@ static void serve_usage(FILE *f) {
             "  --chat-template NAME  chatml | gemma | llama3 instead of the model's template\n"
             "  --alias NAME          model id reported to clients (default: the file name)\n"
             "  --prefill-device DEV  run prompt prefill on a device (loop, loop:npu, opencl[:N]; see\n"
-            "                        `tessera devices`); decode stays on the CPU. /health says if it opened\n"
+            "                        `tessera devices`); decode stays on the CPU; the slots share one copy of\n"
+            "                        the weights on it. /health says if it opened\n"
             "  -v, --verbose         also print the library's informational messages\n");
 }
 

@@ -235,6 +235,14 @@ typedef struct ts_model_params {
     bool vocab_only;         /* tokenizer, metadata and chat template only: no weights, no contexts */
     ts_log_fn log;           /* NULL: messages are dropped */
     void *log_user_data;
+    /* The model's device (docs/ENGINE.md): the default of
+     * ts_context_params.prefill_device for its contexts (NULL: none, CPU
+     * only). Its name carries what is per model, the placement of the
+     * weights (",window=...,slots=...,wtypes=..."); the contexts that use it
+     * share one opened device and one device copy of the weights, made when
+     * the first of them is created. A context passes "none" to stay on the
+     * CPU, or another name for a device of its own. */
+    const char *prefill_device;
 } ts_model_params;
 
 /* Defaults; thread-safe. */
@@ -337,7 +345,8 @@ typedef struct ts_context_params {
      * every decode step on the CPU. A device that does not open, or cannot
      * take the model, leaves the context on the CPU: creation still
      * succeeds and ts_stats.device_fallback holds the one line to show. */
-    const char *prefill_device; /* NULL (default): CPU only. "loop", "loop:npu", "opencl", "opencl:0",
+    const char *prefill_device; /* NULL (default): the model's (ts_model_params.prefill_device), else
+                                   CPU only; "none": CPU only. "loop", "loop:npu", "opencl", "opencl:0",
                                    optionally with ",key=value" options (window=64M, ...) */
     int32_t chunk;              /* tokens per chunk; default 256 (0: the default); a device that
                                    requires widths gets the largest of its widths <= chunk */

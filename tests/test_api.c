@@ -603,6 +603,44 @@ static void test_cancel(const ts_model *m) {
     ts_context_free(j.ctx);
 }
 
+/* The model's device: contexts created without one use it and share its
+ * weights; "none" keeps a context on the CPU. */
+static void test_model_device(void) {
+    ts_model_params mp = ts_model_default_params();
+    mp.prefill_device = "loop";
+    ts_model *m = NULL;
+    ts_error err;
+    CHECK(ts_model_load(smol_path, &mp, &m, &err) == TS_OK && m, "load with a device: %s", err.message);
+    if (!m) return;
+    ts_context_params cp = ts_context_default_params();
+    cp.n_ctx = 256;
+    cp.n_threads = 1;
+    ts_context *a = NULL, *b = NULL, *c = NULL;
+    CHECK(ts_context_create(m, &cp, &a, &err) == TS_OK, "context a: %s", err.message);
+    CHECK(ts_context_create(m, &cp, &b, &err) == TS_OK, "context b: %s", err.message);
+    cp.prefill_device = "none";
+    CHECK(ts_context_create(m, &cp, &c, &err) == TS_OK, "context c: %s", err.message);
+    ts_stats sa = TS_STRUCT_INIT(ts_stats), sb = TS_STRUCT_INIT(ts_stats), sc = TS_STRUCT_INIT(ts_stats);
+    if (a && b && c) {
+        ts_context_get_stats(a, &sa);
+        ts_context_get_stats(b, &sb);
+        ts_context_get_stats(c, &sc);
+        CHECK(sa.device && !strcmp(sa.device, "loop") && sb.device && sa.dev_sharing == 2 && sb.dev_sharing == 2 &&
+                  sa.dev_weight_mib > 0 && sa.dev_upload_mib < 1.5 * sa.dev_weight_mib,
+              "the model's device, shared: device %s / %s, sharing %d / %d, weights %.1f MiB, upload %.1f MiB",
+              sa.device ? sa.device : "(none)", sb.device ? sb.device : "(none)", (int)sa.dev_sharing,
+              (int)sb.dev_sharing, sa.dev_weight_mib, sa.dev_upload_mib);
+        CHECK(!sc.device && !sc.device_fallback && sc.dev_sharing == 0, "'none' stays on the CPU: %s",
+              sc.device ? sc.device : "(none)");
+        printf("model device: 2 contexts on loop sharing %.1f MiB of weights (upload %.1f MiB), one on the CPU\n",
+               sa.dev_weight_mib, sa.dev_upload_mib);
+    }
+    ts_context_free(a);
+    ts_context_free(b);
+    ts_context_free(c);
+    ts_model_free(m);
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: test_api MODELS_DIR WORK_DIR\n");
@@ -635,6 +673,7 @@ int main(int argc, char **argv) {
         ts_model_free(smol);
     }
     test_two_models();
+    test_model_device();
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
         return 1;

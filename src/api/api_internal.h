@@ -41,6 +41,7 @@ struct ts_model {
     char *chat_own;
     ts_file file;            /* view of the model's GGUF file */
     char *arch, *name;       /* NUL-terminated copies of general.architecture / general.name */
+    char *prefill_device;    /* ts_model_params.prefill_device (copy), or NULL */
     ts_logger log;
 };
 

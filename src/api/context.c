@@ -132,7 +132,9 @@ ts_status ts_context_create(const ts_model *model, const ts_context_params *para
     if (p.n_batch > 0) stp.n_batch = p.n_batch;
     stp.n_threads = ts_api_threads(p.n_threads);
     stp.kv_f32 = p.kv_f32;
-    stp.prefill_device = p.prefill_device;
+    /* the context's device, else the model's; "none" keeps it on the CPU */
+    stp.prefill_device = p.prefill_device ? p.prefill_device : model->prefill_device;
+    if (stp.prefill_device && !strcmp(stp.prefill_device, "none")) stp.prefill_device = NULL;
     stp.chunk = p.chunk;
     stp.prefill_min_tokens = p.prefill_min_tokens;
     if (!(c->st = ts_state_new(model->mdl, &stp, &e))) {

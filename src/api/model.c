@@ -41,6 +41,10 @@ ts_status ts_model_load(const char *path, const ts_model_params *params, ts_mode
     ts_model *m = calloc(1, sizeof *m);
     if (!m) return ts_api_fail(err, &lg, TS_ERR_NO_MEMORY, "out of memory");
     m->log = lg;
+    if (p.prefill_device && !(m->prefill_device = strdup(p.prefill_device))) {
+        free(m);
+        return ts_api_fail(err, &lg, TS_ERR_NO_MEMORY, "out of memory");
+    }
     ts_err e = {{0}};
     const ts_gguf *g;
     if (p.vocab_only) {
@@ -101,6 +105,7 @@ void ts_model_free(ts_model *m) {
     free(m->chat_own);
     free(m->arch);
     free(m->name);
+    free(m->prefill_device);
     free(m);
 }
 

@@ -350,8 +350,11 @@ typedef struct ts_context_params {
                                    optionally with ",key=value" options (window=64M, ...) */
     int32_t chunk;              /* tokens per chunk; default 256 (0: the default); a device that
                                    requires widths gets the largest of its widths <= chunk */
-    int32_t prefill_min_tokens; /* narrower chunks stay on the CPU; 0: the device's min_width where it names one
-                                   (> 1; loop:npu 32), else 32 */
+    int32_t prefill_min_tokens; /* narrower chunks stay on the CPU; default 32; 0: the device's min_width where it
+                                   names one (> 1; loop:npu 32), else 32; -1 (auto): a chunk goes to the device
+                                   when the CPU's measured time for it exceeds the crossings it would cost there
+                                   (the device's crossing cost x crossings per chunk; until the CPU has run a
+                                   batch, chunks stay on the CPU) */
 } ts_context_params;
 
 /* Defaults; thread-safe. */

@@ -57,7 +57,7 @@ endforeach()
 # The CLI side (tests/test_prefill_cli.py): flags and --stats json keys on
 # run/chat/perplexity/bench, the one fallback line (unknown device; OpenCL
 # without an ICD), and OpenCL on PoCL against the CPU (perplexity, greedy).
-foreach(pf_case fallback_nosuch fallback_no_icd commands_loop)
+foreach(pf_case fallback_nosuch fallback_no_icd commands_loop auto_min)
   add_test(NAME prefill_cli_${pf_case}
            COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_prefill_cli.py ${pf_case} $<TARGET_FILE:tessera>
                    ${TS_MODELS_DIR})

@@ -238,6 +238,36 @@ def case_opencl_gemma():
     opencl(GEMMA, 6)
 
 
+def case_auto_min():
+    """--prefill-min-tokens auto: a chunk goes to the device when the CPU's
+    measured time for it exceeds the device's crossings. Crossings that cost
+    nothing: every full chunk after the first (which measures the CPU) goes
+    there; crossings of 100 ms each: none does. Both give the CPU's text."""
+    m = model(SMOL)
+    prompt = "hello world " * 150
+    texts = {}
+    for dev, want_dev in (("loop:npu,delay_us=0", True), ("loop:npu,delay_us=100000", False), (None, False)):
+        args = ["run", "-m", m, "-p", prompt, "-n", "8", "--temp", "0", "--no-display-prompt", "-t", "2", "-c", "512",
+                "--chunk", "64", "--stats", "json"]
+        if dev:
+            args += ["--prefill-device", dev, "--prefill-min-tokens", "auto"]
+        rc, out, err = run(args)
+        expect_rc(rc, 0, out, err, f"auto on {dev}")
+        st = stats_json(err)[-1]
+        n_dev = st["prefill_dev_tokens"]
+        if dev and (n_dev > 0) != want_dev:
+            fail(f"--prefill-min-tokens auto on {dev}: {n_dev} device tokens, want {'some' if want_dev else 'none'}")
+        if dev and want_dev and st["prefill_cpu_tokens"] < 64:
+            fail(f"auto on {dev}: the first chunk should measure the CPU: {st}")
+        texts[dev] = out
+        print(f"auto on {dev}: {n_dev} device tokens, {st['prefill_cpu_tokens']} CPU tokens, {st['crossings']} crossings")
+    if len(set(texts.values())) != 1:
+        fail(f"auto placement changed the text: {texts}")
+    rc, out, err = run(["run", "-m", m, "-p", "x", "--prefill-min-tokens", "fast"])
+    if rc == 0 or "prefill-min-tokens" not in err:
+        fail(f"--prefill-min-tokens fast: rc {rc}, {err!r}")
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 4:
         print(__doc__)

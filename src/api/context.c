@@ -97,8 +97,8 @@ ts_status ts_context_create(const ts_model *model, const ts_context_params *para
                            TS_THREADS_MAX);
     if (p.chunk < 0 || p.chunk > (1 << 16))
         return ts_api_fail(err, &lg, TS_ERR_INVALID_ARG, "chunk %d is out of range [0, %d]", (int)p.chunk, 1 << 16);
-    if (p.prefill_min_tokens < 0)
-        return ts_api_fail(err, &lg, TS_ERR_INVALID_ARG, "prefill_min_tokens %d is negative",
+    if (p.prefill_min_tokens < -1)
+        return ts_api_fail(err, &lg, TS_ERR_INVALID_ARG, "prefill_min_tokens %d is negative (-1: auto)",
                            (int)p.prefill_min_tokens);
     if (p.decoder != TS_DECODER_AUTOREGRESSIVE && p.decoder != TS_DECODER_DIFFUSION) /* diffusion: api/diffusion.c */
         return ts_api_fail(err, &lg, TS_ERR_UNSUPPORTED, "decoder %d is not supported (autoregressive 0, diffusion 1)",

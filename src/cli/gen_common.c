@@ -70,7 +70,9 @@ static void print_help(enum gen_cmd cmd, FILE *f) {
                "                           a device that will not open: one line on stderr, CPU run\n"
                "      --chunk N            tokens per device chunk (default 256; a device requiring\n"
                "                           widths gets the largest of them <= N)\n"
-               "      --prefill-min-tokens N  narrower chunks (the tail) stay on the CPU (default 32)\n");
+               "      --prefill-min-tokens N  narrower chunks (the tail) stay on the CPU (default 32); auto: a chunk\n"
+               "                              goes to the device when the CPU's measured time for it exceeds the\n"
+               "                              device's crossing cost\n");
     if (cmd == GEN_PPL)
         fprintf(f, "      --stats json         print the counters (and the device's) as one JSON object on stderr\n");
     if (cmd != GEN_PPL)
@@ -194,8 +196,11 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
                 fprintf(stderr, "error: --chunk: '%s' is above 65536\n", val);
                 rc = -1;
             }
-        } else if (!strcmp(name, "--prefill-min-tokens")) rc = cli_parse_i32(name, val, 1, &o->prefill_min_tokens);
-        else if (!strcmp(name, "--temp")) rc = cli_parse_f32(name, val, -INFINITY, 1e6f, &o->sp.temp);
+        } else if (!strcmp(name, "--prefill-min-tokens")) {
+            /* "auto": by the device's crossing cost and the CPU's measured speed */
+            if (!strcmp(val, "auto")) o->prefill_min_tokens = -1;
+            else rc = cli_parse_i32(name, val, 1, &o->prefill_min_tokens);
+        } else if (!strcmp(name, "--temp")) rc = cli_parse_f32(name, val, -INFINITY, 1e6f, &o->sp.temp);
         else if (!strcmp(name, "--top-k")) rc = cli_parse_i32(name, val, INT32_MIN, &o->sp.top_k);
         else if (!strcmp(name, "--top-p")) rc = cli_parse_f32(name, val, 0.0f, 1.0f, &o->sp.top_p);
         else if (!strcmp(name, "--min-p")) rc = cli_parse_f32(name, val, 0.0f, 1.0f, &o->sp.min_p);
@@ -261,7 +266,7 @@ int gen_load(const gen_opts *o, ts_model **m, ts_context **ctx) {
     cp.chat_template = o->chat_template;
     cp.prefill_device = o->prefill_device;
     if (o->chunk > 0) cp.chunk = o->chunk;
-    if (o->prefill_min_tokens > 0) cp.prefill_min_tokens = o->prefill_min_tokens;
+    if (o->prefill_min_tokens != 0) cp.prefill_min_tokens = o->prefill_min_tokens;
     if (ts_context_create(*m, &cp, ctx, &err) != TS_OK) {
         fprintf(stderr, "error: %s\n", err.message);
         ts_model_free(*m);

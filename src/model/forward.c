@@ -22,6 +22,7 @@
 
 #include <stdio.h>
 
+#include "core/clock.h"
 #include "engine/cpu/cpu_engine.h"
 #include "kernels/fastops.h"
 #include "kernels/linear.h"
@@ -83,7 +84,11 @@ static void pf_open(ts_state *s, const ts_state_params *p) {
     s->pf_width = w;
     /* the narrowest chunk worth a crossing: asked for, else the device's own
      * min_width where it names one, else 32 */
-    s->pf_min = p->prefill_min_tokens > 0 ? p->prefill_min_tokens : d->min_width > 1 ? d->min_width : 32;
+    s->pf_auto = p->prefill_min_tokens < 0;
+    s->pf_min = p->prefill_min_tokens > 0 ? p->prefill_min_tokens
+                : d->min_width > 1        ? d->min_width
+                : s->pf_auto              ? 2
+                                          : 32;
     if (s->pf_min < 2) s->pf_min = 2; /* a one-token forward is decode: it stays on the CPU */
     /* a chunk must fit one micro-batch of the state */
     if (s->n_batch < w) s->n_batch = w < s->n_ctx ? w : s->n_ctx;
@@ -394,7 +399,13 @@ static int eval_span(ts_state *s, const int32_t *tokens, int nb, int64_t pos0, i
                      float *logits_out, bool last, ts_err *err) {
     stage_embed(s, tokens, nb);
     /* the layers: one block graph, on the device or on the state's cpu engine */
+    const uint64_t t0 = s->pf_auto && !on_device && nb > 1 ? ts_now_ns() : 0;
     if (ts_rt_layers_run_window(on_device ? s->pf : s->cpu_layers, pos0, nb, n_kv, err) < 0) return -1;
+    if (t0) {
+        /* what a token of the CPU's layers costs, for pf_takes */
+        const double per = (double)(ts_now_ns() - t0) / nb;
+        s->cpu_ns_per_tok = s->cpu_ns_per_tok > 0 ? 0.75 * s->cpu_ns_per_tok + 0.25 * per : per;
+    }
     /* the CPU wrote those cache rows: a device's copy of them is stale */
     if (!on_device && s->pf) ts_rt_layers_kv_host_wrote(s->pf, pos0, pos0 + nb);
     finish_logits(s, nb, logits_out, last);
@@ -413,7 +424,13 @@ static int check_tokens(const ts_state *s, const int32_t *tokens, int32_t n, ts_
 /* Whether a chunk of w tokens goes to the device: at least the minimum, and
  * exactly the width where the device requires widths. */
 static bool pf_takes(const ts_state *s, int w) {
-    return s->pf && w >= s->pf_min && (w == s->pf_width || !ts_eng_describe(s->pf_dev)->widths_required);
+    if (!s->pf || w < s->pf_min || (w != s->pf_width && ts_eng_describe(s->pf_dev)->widths_required)) return false;
+    if (!s->pf_auto) return true;
+    /* auto: only what the CPU would take longer for than the crossings
+     * cost; until the CPU has been measured, the CPU runs (and measures) */
+    const double cross_ns =
+        (double)ts_eng_describe(s->pf_dev)->crossing_ns * (double)ts_rt_layers_crossings_per_run(s->pf);
+    return s->cpu_ns_per_tok > 0 && (double)w * s->cpu_ns_per_tok > cross_ns;
 }
 
 int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all, ts_err *err) {

@@ -99,7 +99,9 @@ typedef struct ts_state_params {
      * state on the CPU with the reason in ts_state_dev_fallback. */
     const char *prefill_device; /* ts_eng_open name: "loop", "loop:npu,window=16M", "opencl:0", ... */
     int32_t chunk;              /* tokens per device chunk; 0: 256 (a device requiring widths gets one of them) */
-    int32_t prefill_min_tokens; /* chunks narrower than this stay on the CPU; 0: the device's min_width if > 1, else 32 (at least 2: decode stays) */
+    int32_t prefill_min_tokens; /* chunks narrower than this stay on the CPU; 0: the device's min_width if > 1, else 32 (at least 2: decode stays);
+                                   -1: a chunk goes to the device when the CPU's measured time for it exceeds the
+                                   crossings it costs there (desc.crossing_ns x crossings per run) */
 } ts_state_params;
 ts_state_params ts_state_default_params(void);
 

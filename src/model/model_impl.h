@@ -167,6 +167,11 @@ struct ts_state {
     struct ts_engine *pf_dev;    /* its engine (not owned); NULL: CPU only */
     struct ts_rt_layers *pf;
     int32_t pf_width, pf_min;
+    /* prefill_min_tokens -1: a chunk goes to the device when the CPU's
+     * measured time for it exceeds the crossings it would cost there
+     * (crossing_ns of the device's desc x crossings per run) */
+    bool pf_auto;
+    double cpu_ns_per_tok; /* measured over the CPU's layer runs of > 1 token (EMA); 0: none yet */
     char pf_fallback[640];       /* the fallback line, "" when none */
     /* a window forward submitted to the device, not yet waited for */
     bool win_pending;

@@ -1093,6 +1093,17 @@ void ts_rt_layers_kv_host_wrote(ts_rt_layers *pf, int64_t a, int64_t b) {
     ts_rt_kv_remove(&pf->kv_held, a, b);
 }
 
+int ts_rt_layers_crossings_per_run(const ts_rt_layers *pf) {
+    if (!pf || !pf->dev)
+        return 0;
+    /* one hand-off per device -> CPU change of engine, and one at the end */
+    int n = 0;
+    for (int t = 0; t < pf->n_tasks; t++)
+        if (pf->tasks[t].on_device && (t + 1 == pf->n_tasks || !pf->tasks[t + 1].on_device))
+            n++;
+    return n;
+}
+
 void ts_rt_layers_get_stats(const ts_rt_layers *pf, ts_rt_layers_stats *out) {
     *out = pf->st;
     pthread_mutex_lock(&pf->w->mu);

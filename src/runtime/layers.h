@@ -136,6 +136,11 @@ void ts_rt_layers_kv_host_wrote(ts_rt_layers *pf, int64_t a, int64_t b);
  * rows past it are no longer known to the device. */
 void ts_rt_layers_kv_truncate(ts_rt_layers *pf, int64_t n);
 
+/* Crossings one run makes: a hand-off back to the host after each run of
+ * device segments (what the engine's crossing_ns is paid for). 0 without a
+ * device. */
+int ts_rt_layers_crossings_per_run(const ts_rt_layers *pf);
+
 typedef struct ts_rt_layers_stats {
     uint64_t tokens; /* tokens run through the device path */
     uint64_t runs;

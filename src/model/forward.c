@@ -31,6 +31,8 @@
 #include "quant/quant.h"
 #include "runtime/layers.h"
 
+_Static_assert(TS_LS_N_ACT_MAX == TS_LS_N_ACT, "model_impl.h TS_LS_N_ACT_MAX out of step with runtime/block.h");
+
 /* ---- state ------------------------------------------------------------ */
 
 ts_state_params ts_state_default_params(void) {
@@ -84,6 +86,7 @@ static void pf_open(ts_state *s, const ts_state_params *p) {
     s->pf_width = w;
     /* the narrowest chunk worth a crossing: asked for, else the device's own
      * min_width where it names one, else 32 */
+    s->want_sets = p->n_act_sets < 1 ? 1 : p->n_act_sets > 4 ? 4 : p->n_act_sets;
     s->pf_auto = p->prefill_min_tokens < 0;
     s->pf_min = p->prefill_min_tokens > 0 ? p->prefill_min_tokens
                 : d->min_width > 1        ? d->min_width
@@ -94,7 +97,18 @@ static void pf_open(ts_state *s, const ts_state_params *p) {
     if (s->n_batch < w) s->n_batch = w < s->n_ctx ? w : s->n_ctx;
 }
 
+static void sets_free(ts_state *s) {
+    for (int i = 0; i < s->n_sets; i++) {
+        ts_rt_layers_free(s->sets[i].pf); /* before the first set's runner: they share its queue */
+        for (int k = 0; k < TS_LS_N_ACT; k++) free(s->sets[i].act[k]);
+    }
+    free(s->sets);
+    s->sets = NULL;
+    s->n_sets = 0;
+}
+
 static void pf_close(ts_state *s) {
+    sets_free(s);
     ts_rt_layers_free(s->pf);
     s->pf = NULL;
     ts_mdl_dev_release(s->m, s->pf_sess);
@@ -148,7 +162,8 @@ static ts_rt_block_shape *layer_shapes(const ts_state *s, ts_err *err) {
 
 /* A layer runner over the state's buffers for weights w (the model's own,
  * for the CPU layers; or a device session's), width tokens per run. */
-static ts_rt_layers *layers_new(ts_state *s, ts_rt_weights *w, int width, ts_err *err) {
+static ts_rt_layers *layers_new_on(ts_state *s, ts_rt_weights *w, int width, float *const *act, ts_rt_layers *share,
+                                   ts_err *err) {
     ts_rt_block_shape *shapes = layer_shapes(s, err);
     if (!shapes) return NULL;
     ts_rt_layers_params pp = {
@@ -157,14 +172,20 @@ static ts_rt_layers *layers_new(ts_state *s, ts_rt_weights *w, int width, ts_err
         .width = width,
         .n_layer = s->m->hp.n_layer,
         .shapes = shapes,
-        .act = {s->x, s->xn, s->q, s->k, s->v, s->attn, s->o, s->gate, s->up},
+        .share = share,
         .k_cache = s->k_cache,
         .v_cache = s->v_cache,
         .kv_layer_bytes = (uint64_t)s->n_ctx * (uint64_t)s->n_kv_dim * (s->kv_f32 ? 4u : 2u),
     };
+    for (int i = 0; i < TS_LS_N_ACT; i++) pp.act[i] = act[i];
     ts_rt_layers *l = ts_rt_layers_new(&pp, NULL, 0, err);
     free(shapes);
     return l;
+}
+
+static ts_rt_layers *layers_new(ts_state *s, ts_rt_weights *w, int width, ts_err *err) {
+    float *const act[TS_LS_N_ACT] = {s->x, s->xn, s->q, s->k, s->v, s->attn, s->o, s->gate, s->up};
+    return layers_new_on(s, w, width, act, NULL, err);
 }
 
 /* After the buffers exist: the device path, or the fallback line. */
@@ -177,6 +198,35 @@ static void pf_attach(ts_state *s) {
         pf_close(s);
         s->pf_width = 0;
         return;
+    }
+    /* the extra activation sets: their own buffers and runners on the first's queue */
+    if (s->want_sets > 1) {
+        ts_rt_block_shape *shapes = layer_shapes(s, &e);
+        uint64_t rows[TS_LS_N_ACT] = {0};
+        if (shapes) ts_rt_block_act_rows(&shapes[0], rows);
+        free(shapes);
+        s->sets = calloc((size_t)s->want_sets - 1, sizeof *s->sets);
+        for (int i = 0; s->sets && shapes && i < s->want_sets - 1; i++) {
+            ts_act_set *A = &s->sets[i];
+            s->n_sets = i + 1;
+            bool ok = true;
+            for (int k = 0; k < TS_LS_ROUTER && ok; k++)
+                ok = (A->act[k] = alloc3(s->pf_width, (int64_t)rows[k], 1, 1)) != NULL;
+            if (!ok || !(A->pf = layers_new_on(s, s->pf_sess->w, s->pf_width, A->act, s->pf, &e))) {
+                /* the state keeps the sets that opened; the reason goes to the info line */
+                if (!ok) ts_err_set(&e, "out of memory");
+                for (int k = 0; k < TS_LS_N_ACT; k++) free(A->act[k]);
+                s->n_sets = i;
+                const int len = snprintf(s->sets_note, sizeof s->sets_note, "; %d of %d opened: ", i + 1,
+                                         (int)s->want_sets);
+                if (len > 0 && (size_t)len < sizeof s->sets_note) {
+                    const size_t room = sizeof s->sets_note - (size_t)len - 1, ml = strlen(e.msg);
+                    memcpy(s->sets_note + len, e.msg, ml < room ? ml : room);
+                    s->sets_note[(size_t)len + (ml < room ? ml : room)] = '\0';
+                }
+                break;
+            }
+        }
     }
     ts_rt_layers_stats ps;
     ts_rt_layers_get_stats(s->pf, &ps);
@@ -193,6 +243,11 @@ static void pf_attach(ts_state *s) {
                  "weights resident (window %.0f MiB)",
                  d->name, s->pf_width, s->pf_min, ps.converted, (double)ps.weight_bytes / 1048576.0,
                  (double)d->window_bytes / 1048576.0);
+    if (s->n_sets || s->sets_note[0]) {
+        const size_t len = strlen(s->pf_info);
+        snprintf(s->pf_info + len, sizeof s->pf_info - len, "; %d activation sets%s", 1 + (int)s->n_sets,
+                 s->sets_note);
+    }
 }
 
 void ts_state_dev_stats_get(const ts_state *s, ts_state_dev_stats *out) {
@@ -340,22 +395,25 @@ const float *ts_state_logits(const ts_state *s) { return s->logits; }
 void ts_state_kv_truncate(ts_state *s, int32_t n) {
     if (n < 0) n = 0;
     if (n < s->n_past) s->n_past = n;
+    for (int i = 0; i < s->n_sets; i++) (void)ts_rt_layers_wait(s->sets[i].pf, NULL); /* may write those rows */
     if (s->pf) ts_rt_layers_kv_truncate(s->pf, n); /* rows >= n are no longer the device's */
 }
 
 /* ---- stages ------------------------------------------------------------ */
 
 /* x[t] = embedding row of tokens[t] * embd_scale */
-static void stage_embed(ts_state *s, const int32_t *tokens, int nb) {
+static void stage_embed_into(const ts_state *s, float *x, const int32_t *tokens, int nb) {
     const ts_mdl *m = s->m;
     const int64_t E = m->hp.n_embd;
     for (int t = 0; t < nb; t++) {
-        float *xt = s->x + t * E;
+        float *xt = x + t * E;
         ts_wmat_row(&m->tok_embd, tokens[t], xt);
         if (m->hp.embd_scale != 1.0f)
             for (int64_t i = 0; i < E; i++) xt[i] *= m->hp.embd_scale;
     }
 }
+
+static void stage_embed(ts_state *s, const int32_t *tokens, int nb) { stage_embed_into(s, s->x, tokens, nb); }
 
 /* y = x W^T over nb rows: the fast path (ts_linear) or the reference. */
 static void matmul(ts_state *s, const ts_wmat *w, const float *x, float *y, int nb) {
@@ -368,25 +426,29 @@ static void matmul(ts_state *s, const ts_wmat *w, const float *x, float *y, int 
 
 /* Output norm and projection for rows [t0, nb) of the batch into out
  * (rows of n_vocab), with final soft-capping. */
-static void stage_logits(ts_state *s, int t0, int nb, float *out) {
+static void stage_logits(ts_state *s, const float *x, float *xn, int t0, int nb, float *out) {
     const ts_mdl *m = s->m;
     const int64_t E = m->hp.n_embd, V = m->hp.n_vocab;
     const int n = nb - t0;
-    ts_rmsnorm_rows(s->pool, s->xn, s->x + t0 * E, m->output_norm, E, n, m->hp.norm_eps);
-    matmul(s, &m->output, s->xn, out, n);
+    ts_rmsnorm_rows(s->pool, xn, x + t0 * E, m->output_norm, E, n, m->hp.norm_eps);
+    matmul(s, &m->output, xn, out, n);
     if (m->hp.final_logit_softcap > 0.0f) ts_softcap_f32(out, (int64_t)n * V, m->hp.final_logit_softcap);
 }
 
 /* The logits of the span's nb rows into logits_out (or NULL); when last,
  * the last row also goes to s->logits. */
-static void finish_logits(ts_state *s, int nb, float *logits_out, bool last) {
+static void finish_logits_from(ts_state *s, const float *x, float *xn, int nb, float *logits_out, bool last) {
     const int64_t V = s->m->hp.n_vocab;
     if (logits_out) {
-        stage_logits(s, 0, nb, logits_out);
+        stage_logits(s, x, xn, 0, nb, logits_out);
         if (last) memcpy(s->logits, logits_out + (int64_t)(nb - 1) * V, (size_t)V * sizeof(float));
     } else if (last) {
-        stage_logits(s, nb - 1, nb, s->logits);
+        stage_logits(s, x, xn, nb - 1, nb, s->logits);
     }
+}
+
+static void finish_logits(ts_state *s, int nb, float *logits_out, bool last) {
+    finish_logits_from(s, s->x, s->xn, nb, logits_out, last);
 }
 
 /* nb tokens at positions pos0 ...: the embedding and the logits on the CPU,
@@ -410,6 +472,13 @@ static int eval_span(ts_state *s, const int32_t *tokens, int nb, int64_t pos0, i
     if (!on_device && s->pf) ts_rt_layers_kv_host_wrote(s->pf, pos0, pos0 + nb);
     finish_logits(s, nb, logits_out, last);
     return 0;
+}
+
+/* Whether an extra activation set has a window in flight. */
+static bool sets_pending(const ts_state *s) {
+    for (int i = 0; i < s->n_sets; i++)
+        if (s->sets[i].pending) return true;
+    return false;
 }
 
 /* Every id in [0, n_vocab). */
@@ -440,7 +509,8 @@ int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all,
     if (!tokens) return ts_err_set(err, "tokens is NULL");
     if ((int64_t)s->n_past + n > s->n_ctx)
         return ts_err_set(err, "context full: %d cached + %d new tokens exceed n_ctx %d", s->n_past, n, s->n_ctx);
-    if (s->win_pending) return ts_err_set(err, "a submitted window forward is still in flight (wait for it first)");
+    if (s->win_pending || sets_pending(s))
+        return ts_err_set(err, "a submitted window forward is still in flight (wait for it first)");
     if (check_tokens(s, tokens, n, err) < 0) return -1;
     const int32_t n_vocab = s->m->hp.n_vocab;
 
@@ -470,14 +540,15 @@ int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all,
 /* ---- bidirectional window (diffusion LLMs) ----------------------------- */
 
 /* The checks of a window forward; *on_device: its layers go to the device. */
-static int window_checks(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, bool *on_device,
-                         ts_err *err) {
+static int window_checks(ts_state *s, int32_t set, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv,
+                         bool *on_device, ts_err *err) {
     if (!s) return ts_err_set(err, "state is NULL");
     if (n < 0) return ts_err_set(err, "window token count %d is negative", n);
     if (pos0 < 0) return ts_err_set(err, "window start pos0 %d is negative", pos0);
     if (n == 0) return 0;
     if (!tokens) return ts_err_set(err, "tokens is NULL");
-    if (s->win_pending) return ts_err_set(err, "a submitted window forward is still in flight (wait for it first)");
+    if (set == 0 ? s->win_pending : s->sets[set - 1].pending)
+        return ts_err_set(err, "a submitted window forward is still in flight on set %d (wait for it first)", set);
     if (n > s->n_batch)
         return ts_err_set(err,
                           "window of %d tokens exceeds n_batch %d (a window is evaluated in one batch: every query "
@@ -496,6 +567,13 @@ static int window_checks(ts_state *s, const int32_t *tokens, int32_t n, int32_t 
      * the width where the device requires widths); the embedding, output
      * norm and logits stay on the CPU */
     *on_device = n <= s->pf_width && pf_takes(s, n);
+    if (!*on_device && (set > 0 || (s->win_pending || sets_pending(s))))
+        return ts_err_set(err,
+                          set > 0 ? "a window on activation set %d must go to the device (%d tokens: at least %d, at "
+                                    "most the chunk width %d)"
+                                  : "a window on the CPU while device windows are in flight (set %d; %d tokens, device "
+                                    "windows %d..%d): wait for them first",
+                          set, n, s->pf_min, s->pf_width);
     /* the CPU rewrites rows pos0.. of the cache: a prefill device that keeps
      * its own copy must not trust its rows from there on */
     if (s->pf && !*on_device) ts_rt_layers_kv_truncate(s->pf, pos0);
@@ -505,7 +583,7 @@ static int window_checks(ts_state *s, const int32_t *tokens, int32_t n, int32_t 
 int ts_forward_window(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, float *logits_all,
                       ts_err *err) {
     bool on_device = false;
-    if (window_checks(s, tokens, n, pos0, n_kv, &on_device, err) < 0) return -1;
+    if (window_checks(s, 0, tokens, n, pos0, n_kv, &on_device, err) < 0) return -1;
     if (n == 0) return 0;
     return eval_span(s, tokens, n, pos0, n_kv, on_device, logits_all, true, err);
 }
@@ -513,7 +591,7 @@ int ts_forward_window(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos
 int ts_forward_window_submit(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv,
                              float *logits_all, ts_err *err) {
     bool on_device = false;
-    if (window_checks(s, tokens, n, pos0, n_kv, &on_device, err) < 0) return -1;
+    if (window_checks(s, 0, tokens, n, pos0, n_kv, &on_device, err) < 0) return -1;
     if (n == 0) return 0;
     if (!on_device) return eval_span(s, tokens, n, pos0, n_kv, false, logits_all, true, err);
     stage_embed(s, tokens, n);
@@ -534,6 +612,39 @@ int ts_forward_window_wait(ts_state *s, ts_err *err) {
 }
 
 bool ts_forward_window_done(ts_state *s) { return !s || !s->win_pending || ts_rt_layers_done(s->pf); }
+
+int32_t ts_state_n_act_sets(const ts_state *s) { return s ? 1 + s->n_sets : 0; }
+
+int ts_forward_window_submit_set(ts_state *s, int32_t set, const int32_t *tokens, int32_t n, int32_t pos0,
+                                 int32_t n_kv, float *logits_all, ts_err *err) {
+    if (!s) return ts_err_set(err, "state is NULL");
+    if (set == 0) return ts_forward_window_submit(s, tokens, n, pos0, n_kv, logits_all, err);
+    if (set < 0 || set > s->n_sets)
+        return ts_err_set(err, "activation set %d: the state has %d (ts_state_params.n_act_sets, a device with "
+                               "resident weights)", set, 1 + (int)s->n_sets);
+    bool on_device = false;
+    if (window_checks(s, set, tokens, n, pos0, n_kv, &on_device, err) < 0) return -1;
+    if (n == 0) return 0;
+    ts_act_set *A = &s->sets[set - 1];
+    stage_embed_into(s, A->act[TS_LS_X], tokens, n);
+    if (ts_rt_layers_submit_window(A->pf, pos0, n, n_kv, err) < 0) return -1;
+    A->pending = true;
+    A->n = n;
+    A->logits = logits_all;
+    return 0;
+}
+
+int ts_forward_window_wait_set(ts_state *s, int32_t set, ts_err *err) {
+    if (!s) return ts_err_set(err, "state is NULL");
+    if (set == 0) return ts_forward_window_wait(s, err);
+    if (set < 0 || set > s->n_sets) return ts_err_set(err, "activation set %d: the state has %d", set, 1 + (int)s->n_sets);
+    ts_act_set *A = &s->sets[set - 1];
+    if (!A->pending) return 0;
+    A->pending = false;
+    if (ts_rt_layers_wait(A->pf, err) < 0) return -1;
+    finish_logits_from(s, A->act[TS_LS_X], A->act[TS_LS_XN], A->n, A->logits, true);
+    return 0;
+}
 
 int ts_state_set_n_past(ts_state *s, int32_t n, ts_err *err) {
     if (!s) return ts_err_set(err, "state is NULL");

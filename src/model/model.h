@@ -99,6 +99,8 @@ typedef struct ts_state_params {
      * state on the CPU with the reason in ts_state_dev_fallback. */
     const char *prefill_device; /* ts_eng_open name: "loop", "loop:npu,window=16M", "opencl:0", ... */
     int32_t chunk;              /* tokens per device chunk; 0: 256 (a device requiring widths gets one of them) */
+    int32_t n_act_sets;         /* activation sets for device windows in flight at once (0, 1: one; at most 4):
+                                   ts_forward_window_submit_set; the weights must be resident */
     int32_t prefill_min_tokens; /* chunks narrower than this stay on the CPU; 0: the device's min_width if > 1, else 32 (at least 2: decode stays);
                                    -1: a chunk goes to the device when the CPU's measured time for it exceeds the
                                    crossings it costs there (desc.crossing_ns x crossings per run) */
@@ -184,6 +186,16 @@ int ts_forward_window_submit(ts_state *s, const int32_t *tokens, int32_t n, int3
                              float *logits_all, ts_err *err);
 int ts_forward_window_wait(ts_state *s, ts_err *err);
 bool ts_forward_window_done(ts_state *s); /* non-blocking: the submitted window's layers are done */
+/* The same on activation set `set` (0 is the state's own, the calls above;
+ * 1 .. n_act_sets-1 the extra ones): a window on another set can be
+ * submitted while one is in flight, and runs after it on the device, so it
+ * sees the rows the earlier one writes. An extra set takes only windows the
+ * device takes (prefill_min_tokens <= n <= the chunk width); while any set
+ * is in flight, no forward of the CPU runs on s. Waits in any order. */
+int ts_forward_window_submit_set(ts_state *s, int32_t set, const int32_t *tokens, int32_t n, int32_t pos0,
+                                 int32_t n_kv, float *logits_all, ts_err *err);
+int ts_forward_window_wait_set(ts_state *s, int32_t set, ts_err *err);
+int32_t ts_state_n_act_sets(const ts_state *s); /* 1 + the extra sets that opened */
 
 /* Declares rows [0, n) of the cache valid (n <= n_ctx): after a window
  * evaluation, the caller makes a prefix permanent with this. A following

@@ -8,6 +8,8 @@
 #include "kernels/ops.h"
 #include "model/model.h"
 
+#define TS_LS_N_ACT_MAX 12 /* runtime/block.h TS_LS_N_ACT (checked in forward.c) */
+
 /* One transformer block's weights. Matrices point into the file in their
  * stored type; vectors are f32 (into the file when stored as F32, else a
  * converted copy owned by the model). Absent optional parts are NULL / have
@@ -125,6 +127,16 @@ ts_mdl_dev *ts_mdl_dev_acquire(const ts_mdl *m, const char *spec, int n_threads,
 /* Drops a state's hold; the last one closes the device and frees its weights. */
 void ts_mdl_dev_release(const ts_mdl *m, ts_mdl_dev *d);
 
+/* One extra activation set: buffers [width][...] per activation slot, its
+ * device runner, its window in flight. */
+typedef struct ts_act_set {
+    float *act[TS_LS_N_ACT_MAX];
+    struct ts_rt_layers *pf;
+    bool pending;
+    int32_t n;
+    float *logits;
+} ts_act_set;
+
 struct ts_state {
     const ts_mdl *m;
     ts_threadpool *pool;
@@ -177,6 +189,13 @@ struct ts_state {
     bool win_pending;
     int32_t win_n;
     float *win_logits;
+    /* activation sets beyond the first (ts_state_params.n_act_sets): each
+     * its own buffers and device runner sharing s->pf's queue, for windows
+     * in flight at once (ts_forward_window_submit_set) */
+    int32_t want_sets; /* ts_state_params.n_act_sets, clamped to [1, 4] */
+    int32_t n_sets;    /* extra ones that opened */
+    struct ts_act_set *sets;
+    char sets_note[200]; /* why fewer opened, for the info line ("" when all did) */
     char pf_info[256];
 };
 

@@ -147,7 +147,9 @@ struct ts_rt_layers {
     ts_eng_event *slot_free[TS_RT_MAX_SLOTS]; /* dq marker after the last graph that read the slot */
     ts_eng_event *slot_up[TS_RT_MAX_SLOTS];   /* uq marker after the slot's upload, until dq waits on it */
     bool nodrain;               /* the broken-on-purpose hook (engine option nodrain=1) */
-    ts_rt_kv_ranges kv_held;    /* cache rows coherent on the device (the same in every layer) */
+    ts_rt_kv_ranges kv_own;     /* cache rows coherent on the device (the same in every layer) */
+    ts_rt_kv_ranges *kv_held;   /* &kv_own, or the first set's (activation sets share the cache's view) */
+    ts_rt_layers *share;        /* another activation set of the same state: its queue and cache maps are used */
     bool dq_pending;            /* commands on dq since the last drain */
     /* a submitted run not yet waited for (ts_rt_layers_submit_window) */
     bool in_flight;
@@ -247,10 +249,12 @@ void ts_rt_layers_free(ts_rt_layers *pf) {
         ts_eng_buf_free(pf->dev_act[i]);
         ts_eng_buf_free(pf->cpu_act[i]);
     }
-    ts_eng_buf_free(pf->dev_kc);
-    ts_eng_buf_free(pf->dev_vc);
-    ts_eng_buf_free(pf->cpu_kc);
-    ts_eng_buf_free(pf->cpu_vc);
+    if (!pf->share) { /* an activation set borrows these from the first set */
+        ts_eng_buf_free(pf->dev_kc);
+        ts_eng_buf_free(pf->dev_vc);
+        ts_eng_buf_free(pf->cpu_kc);
+        ts_eng_buf_free(pf->cpu_vc);
+    }
     if (pf->cpu_maps)
         for (int i = 0; i < pf->n_layer * TS_LS_COUNT; i++)
             ts_eng_buf_free(pf->cpu_maps[i]);
@@ -259,7 +263,8 @@ void ts_rt_layers_free(ts_rt_layers *pf) {
     free(pf->issued);
     free(pf->dev_binds);
     free(pf->cpu_binds);
-    ts_eng_queue_free(pf->dq);
+    if (!pf->share)
+        ts_eng_queue_free(pf->dq);
     ts_eng_queue_free(pf->uq);
     ts_eng_queue_free(pf->cq);
     if (pf->attached && pf->dev) {
@@ -601,9 +606,21 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
         ts_err_set(err, "out of memory");
         goto fail;
     }
-    /* no device: the CPU forward's own layers, every node on the cpu engine */
-    if (pf->dev && !(pf->dq = ts_eng_queue_new(pf->dev, err)))
+    /* no device: the CPU forward's own layers, every node on the cpu engine.
+     * Another activation set of the state shares the first set's queue (its
+     * runs follow the first set's in the device's order) and cache maps. */
+    pf->kv_held = &pf->kv_own;
+    if (p->share) {
+        if (p->share->w != pf->w || p->share->share || p->share->streaming || p->share->n_layer != p->n_layer) {
+            ts_err_set(err, "prefill: an activation set shares a first set of the same weights, resident");
+            goto fail;
+        }
+        pf->share = p->share;
+        pf->dq = p->share->dq;
+        pf->kv_held = p->share->kv_held;
+    } else if (pf->dev && !(pf->dq = ts_eng_queue_new(pf->dev, err))) {
         goto fail;
+    }
     pf->cq = ts_eng_queue_new(pf->cpu, err);
     if (!pf->cq)
         goto fail;
@@ -676,12 +693,17 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
             goto fail;
     }
     const size_t kvb = (size_t)(p->kv_layer_bytes * (uint64_t)p->n_layer);
-    if (pf->kv_mapped_dev && (!(pf->dev_kc = ts_eng_buf_map(pf->dev, p->k_cache, kvb, err)) ||
-                              !(pf->dev_vc = ts_eng_buf_map(pf->dev, p->v_cache, kvb, err))))
-        goto fail;
-    if (pf->need_cpu && (!(pf->cpu_kc = ts_eng_buf_map(pf->cpu, p->k_cache, kvb, err)) ||
-                         !(pf->cpu_vc = ts_eng_buf_map(pf->cpu, p->v_cache, kvb, err))))
-        goto fail;
+    if (pf->share) {
+        pf->dev_kc = pf->share->dev_kc, pf->dev_vc = pf->share->dev_vc;
+        pf->cpu_kc = pf->share->cpu_kc, pf->cpu_vc = pf->share->cpu_vc;
+    } else {
+        if (pf->kv_mapped_dev && (!(pf->dev_kc = ts_eng_buf_map(pf->dev, p->k_cache, kvb, err)) ||
+                                  !(pf->dev_vc = ts_eng_buf_map(pf->dev, p->v_cache, kvb, err))))
+            goto fail;
+        if (pf->need_cpu && (!(pf->cpu_kc = ts_eng_buf_map(pf->cpu, p->k_cache, kvb, err)) ||
+                             !(pf->cpu_vc = ts_eng_buf_map(pf->cpu, p->v_cache, kvb, err))))
+            goto fail;
+    }
 
     /* weights, the first state only: probe (needs window room for a
      * moment), convert; the weight binds of every layer */
@@ -738,6 +760,10 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
         for (int l = 0; l < p->n_layer; l++)
             for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++)
                 pf->dev_binds[(size_t)l * TS_LS_COUNT + s] = wt->binds[(size_t)l * TS_LS_COUNT + s];
+    }
+    if (wt->streaming && pf->share) {
+        ts_err_set(err, "prefill: several activation sets need the weights resident (they stream here)");
+        goto fail_locked;
     }
     if (wt->streaming && stream_slots(pf, err))
         goto fail_locked;
@@ -917,7 +943,7 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
         int64_t ma[TS_RT_KV_MAX_RANGES + 2], mb[TS_RT_KV_MAX_RANGES + 2];
         for (int part = 0; part < 2; part++) {
             const int64_t a = part ? pos0 + n_tok : 0, b = part ? n_kv : pos0;
-            int nm = b > a ? ts_rt_kv_missing(&pf->kv_held, a, b, ma, mb, TS_RT_KV_MAX_RANGES + 2) : 0;
+            int nm = b > a ? ts_rt_kv_missing(pf->kv_held, a, b, ma, mb, TS_RT_KV_MAX_RANGES + 2) : 0;
             if (nm > TS_RT_KV_MAX_RANGES + 2) { /* more gaps than listed: sync the whole part */
                 nm = 1, ma[0] = a, mb[0] = b;
             }
@@ -926,7 +952,7 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
                     if (pf->vars[pf->layer_var[l]].kv_read_device &&
                         sync_kv(pf, l, ma[i], mb[i], TS_SYNC_TO_DEVICE, err))
                         goto fail;
-                ts_rt_kv_add(&pf->kv_held, ma[i], mb[i]);
+                ts_rt_kv_add(pf->kv_held, ma[i], mb[i]);
             }
         }
     }
@@ -1001,6 +1027,10 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
         goto fail;
     pf->in_flight = true;
     pf->fl_pos0 = pos0, pf->fl_n_tok = n_tok, pf->fl_n_kv = n_kv, pf->fl_before = before;
+    /* the run's rows: written (or synced) on both sides once it is done, and
+     * the host keeps off them until then; a run of another activation set
+     * queued behind this one must not sync them from the host */
+    ts_rt_kv_add(pf->kv_held, pos0, pos0 + n_tok);
     (void)after;
     return 0;
 fail:
@@ -1016,15 +1046,13 @@ fail:
         pf->slot_free[j] = pf->slot_up[j] = NULL;
     }
     pf->dq_pending = false;
-    ts_rt_kv_clear(&pf->kv_held);
+    ts_rt_kv_clear(pf->kv_held);
     return -1;
 }
 
 /* The run is over: the counters. */
 static void run_done(ts_rt_layers *pf) {
     pf->in_flight = false;
-    /* the run's rows: written (or synced) on both sides */
-    ts_rt_kv_add(&pf->kv_held, pf->fl_pos0, pf->fl_pos0 + pf->fl_n_tok);
     if (pf->dev) {
         ts_eng_stats after;
         ts_eng_get_stats(pf->dev, &after);
@@ -1050,7 +1078,7 @@ int ts_rt_layers_wait(ts_rt_layers *pf, ts_err *err) {
     pf->dq_pending = false;
     if (rc) {
         pf->in_flight = false;
-        ts_rt_kv_clear(&pf->kv_held);
+        ts_rt_kv_clear(pf->kv_held);
         return -1;
     }
     run_done(pf);
@@ -1083,14 +1111,14 @@ void ts_rt_layers_kv_truncate(ts_rt_layers *pf, int64_t n) {
     /* the broken hook may have left a run in flight over those rows */
     if (pf->nodrain)
         (void)drain(pf, NULL);
-    ts_rt_kv_remove(&pf->kv_held, n < 0 ? 0 : n, INT64_MAX);
+    ts_rt_kv_remove(pf->kv_held, n < 0 ? 0 : n, INT64_MAX);
 }
 
 void ts_rt_layers_kv_host_wrote(ts_rt_layers *pf, int64_t a, int64_t b) {
     if (!pf)
         return;
     (void)ts_rt_layers_wait(pf, NULL);
-    ts_rt_kv_remove(&pf->kv_held, a, b);
+    ts_rt_kv_remove(pf->kv_held, a, b);
 }
 
 int ts_rt_layers_crossings_per_run(const ts_rt_layers *pf) {

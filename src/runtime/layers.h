@@ -78,6 +78,8 @@ ts_rt_weights *ts_rt_weights_new(ts_engine *dev, int n_layer, const ts_rt_host_s
 void ts_rt_weights_free(ts_rt_weights *w);
 ts_engine *ts_rt_weights_engine(const ts_rt_weights *w);
 
+typedef struct ts_rt_layers ts_rt_layers;
+
 typedef struct ts_rt_layers_params {
     ts_rt_weights *weights; /* the device and the model's weights on it (not owned) */
     ts_engine *cpu;         /* this state's `cpu` engine for what the device does not take (not owned) */
@@ -95,9 +97,15 @@ typedef struct ts_rt_layers_params {
      * later issue's); "nodeps" in TS_TEST_HOOKS builds ignores the
      * dependencies on purpose, and the executor refuses its picks. */
     const char *schedule;
+    /* Another activation set of the same state (NULL: this is the first):
+     * the runner gets its own activation buffers (act), graphs and
+     * in-flight run, and shares `share`'s device queue (its runs follow the
+     * other set's in the device's order, so a window that reads rows the
+     * other one writes sees them), its KV cache maps and its view of the
+     * rows the device holds. The weights must be resident; `share` must be
+     * freed last. */
+    ts_rt_layers *share;
 } ts_rt_layers_params;
-
-typedef struct ts_rt_layers ts_rt_layers;
 
 /* Sets up (the first state: probe, convert, upload; every state: map,
  * build). note gets the probe results, one "type[n_in]: ..." account per

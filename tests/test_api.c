@@ -634,6 +634,42 @@ static void test_model_device(void) {
               sc.device ? sc.device : "(none)");
         printf("model device: 2 contexts on loop sharing %.1f MiB of weights (upload %.1f MiB), one on the CPU\n",
                sa.dev_weight_mib, sa.dev_upload_mib);
+        /* the same 48 tokens (a device chunk and a tail) on both sharing
+         * contexts, on the CPU one and on a solo model's device: the last
+         * position's logits bit for bit */
+        int32_t toks[48];
+        for (int i = 0; i < 48; i++) toks[i] = (i * 131 + 7) % 4000;
+        ts_model *solo_m = NULL;
+        ts_context *solo = NULL;
+        CHECK(ts_model_load(smol_path, &mp, &solo_m, &err) == TS_OK, "solo model: %s", err.message);
+        cp.prefill_device = NULL;
+        cp.chunk = 32;
+        CHECK(solo_m && ts_context_create(solo_m, &cp, &solo, &err) == TS_OK, "solo context: %s", err.message);
+        ts_context *ctxs[4] = {a, b, c, solo};
+        float *last[4] = {0};
+        size_t nv = 0;
+        for (int i = 0; i < 4 && ctxs[i]; i++) {
+            CHECK(ts_context_eval(ctxs[i], toks, 48, NULL) == TS_OK, "eval %d", i);
+            ts_model_info mi = TS_STRUCT_INIT(ts_model_info);
+            ts_model_get_info(m, &mi);
+            nv = (size_t)mi.n_vocab;
+            last[i] = malloc(nv * sizeof(float));
+            memcpy(last[i], ts_context_logits(ctxs[i]), nv * sizeof(float));
+        }
+        ts_stats sd = TS_STRUCT_INIT(ts_stats);
+        ts_context_get_stats(a, &sd);
+        CHECK(sd.prefill_dev_tokens == 48, "the shared device ran the prompt: %lld device tokens",
+              (long long)sd.prefill_dev_tokens);
+        if (last[0] && last[1] && last[2] && last[3]) {
+            CHECK(!memcmp(last[0], last[1], nv * 4) && !memcmp(last[0], last[3], nv * 4) &&
+                      !memcmp(last[0], last[2], nv * 4),
+                  "sharing contexts, the CPU one and a solo device differ");
+            printf("model device: logits of the two sharing contexts, the CPU context and a solo device: "
+                   "bit-identical\n");
+        }
+        for (int i = 0; i < 4; i++) free(last[i]);
+        ts_context_free(solo);
+        ts_model_free(solo_m);
     }
     ts_context_free(a);
     ts_context_free(b);

@@ -31,8 +31,6 @@
 #include "quant/quant.h"
 #include "runtime/layers.h"
 
-_Static_assert(TS_LS_N_ACT_MAX == TS_LS_N_ACT, "model_impl.h TS_LS_N_ACT_MAX out of step with runtime/block.h");
-
 /* ---- state ------------------------------------------------------------ */
 
 ts_state_params ts_state_default_params(void) {
@@ -203,10 +201,11 @@ static void pf_attach(ts_state *s) {
     if (s->want_sets > 1) {
         ts_rt_block_shape *shapes = layer_shapes(s, &e);
         uint64_t rows[TS_LS_N_ACT] = {0};
-        if (shapes) ts_rt_block_act_rows(&shapes[0], rows);
+        const bool have_rows = shapes != NULL;
+        if (have_rows) ts_rt_block_act_rows(&shapes[0], rows);
         free(shapes);
         s->sets = calloc((size_t)s->want_sets - 1, sizeof *s->sets);
-        for (int i = 0; s->sets && shapes && i < s->want_sets - 1; i++) {
+        for (int i = 0; s->sets && have_rows && i < s->want_sets - 1; i++) {
             ts_act_set *A = &s->sets[i];
             s->n_sets = i + 1;
             bool ok = true;

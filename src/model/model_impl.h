@@ -7,8 +7,7 @@
 #include "core/threadpool.h"
 #include "kernels/ops.h"
 #include "model/model.h"
-
-#define TS_LS_N_ACT_MAX 12 /* runtime/block.h TS_LS_N_ACT (checked in forward.c) */
+#include "runtime/block.h"
 
 /* One transformer block's weights. Matrices point into the file in their
  * stored type; vectors are f32 (into the file when stored as F32, else a
@@ -130,7 +129,7 @@ void ts_mdl_dev_release(const ts_mdl *m, ts_mdl_dev *d);
 /* One extra activation set: buffers [width][...] per activation slot, its
  * device runner, its window in flight. */
 typedef struct ts_act_set {
-    float *act[TS_LS_N_ACT_MAX];
+    float *act[TS_LS_N_ACT];
     struct ts_rt_layers *pf;
     bool pending;
     int32_t n;

@@ -106,6 +106,7 @@ struct ts_rt_weights {
     ts_eng_buf **dev_layer; /* [n_layer]: resident weights */
     bool streaming;         /* each state streams the layers through two slots of its own */
     uint64_t slot_bytes, weight_bytes;
+    uint64_t plan_total; /* bytes of every layer's device block, as planned */
     int converted;
     int packed; /* matrices in the engine's own layout (ts_eng_pack) */
     int users; /* ts_rt_layers attached now */
@@ -290,6 +291,25 @@ static int slot_row(const ts_rt_host_slot *s, int e, int64_t r, float *dst, ts_e
     return ts_dequant_row(s->wtype, base + (size_t)r * rb, dst, s->n_in, err);
 }
 
+/* Every row of slot s (all n_exp experts, stacked) in type `type`, from the
+ * exact values of the stored weights: a fresh buffer, or NULL with err. */
+static uint8_t *convert_rows(const ts_rt_host_slot *s, uint32_t type, int n_exp, ts_err *err) {
+    const size_t drb = ts_row_size(type, s->n_in);
+    uint8_t *dst = malloc((size_t)n_exp * (size_t)s->n_out * drb);
+    float *tmp = malloc((size_t)s->n_in * sizeof(float));
+    int rc = dst && tmp ? 0 : ts_err_set(err, "out of memory converting a weight");
+    for (int e = 0; e < n_exp && !rc; e++)
+        for (int64_t r = 0; r < s->n_out && !rc; r++)
+            rc = slot_row(s, e, r, tmp, err) ||
+                 ts_quant_row(type, tmp, dst + ((size_t)e * (size_t)s->n_out + (size_t)r) * drb, s->n_in, err);
+    free(tmp);
+    if (rc) {
+        free(dst);
+        return NULL;
+    }
+    return dst;
+}
+
 /* The device form of one matrix: type, layout, bytes; *conv is a converted
  * copy owned by the caller (NULL when the host bytes go as they are). */
 static int plan_matrix(ts_rt_weights *wt, const ts_rt_host_slot *s, probe_cache *pc, int *n_pc, char *note,
@@ -327,17 +347,8 @@ static int plan_matrix(ts_rt_weights *wt, const ts_rt_host_slot *s, probe_cache 
         uint8_t *tmp_rows = NULL;
         if (!rows) {
             /* convert (or read the panels back) into rows of the chosen type */
-            tmp_rows = malloc((size_t)s->n_out * crb);
-            float *f = malloc((size_t)s->n_in * sizeof(float));
-            int rc = tmp_rows && f ? 0 : ts_err_set(err, "out of memory converting a weight");
-            for (int64_t r = 0; r < s->n_out && !rc; r++)
-                rc = slot_row(s, 0, r, f, err) ||
-                     ts_quant_row((uint32_t)chosen, f, tmp_rows + (size_t)r * crb, s->n_in, err);
-            free(f);
-            if (rc) {
-                free(tmp_rows);
+            if (!(tmp_rows = convert_rows(s, (uint32_t)chosen, 1, err)))
                 return -1;
-            }
             rows = tmp_rows;
             if ((uint32_t)chosen != s->wtype)
                 wt->converted++;
@@ -369,23 +380,9 @@ static int plan_matrix(ts_rt_weights *wt, const ts_rt_host_slot *s, probe_cache 
     /* convert once, from the exact values of the stored weights (an expert
      * array: every expert, stacked as rows) */
     const size_t drb = ts_row_size((uint32_t)chosen, s->n_in);
-    uint8_t *dst = malloc((size_t)n_exp * (size_t)s->n_out * drb);
-    float *tmp = malloc((size_t)s->n_in * sizeof(float));
-    if (!dst || !tmp) {
-        free(dst);
-        free(tmp);
-        return ts_err_set(err, "out of memory converting a weight");
-    }
-    for (int e = 0; e < n_exp; e++)
-        for (int64_t r = 0; r < s->n_out; r++)
-            if (slot_row(s, e, r, tmp, err) ||
-                ts_quant_row((uint32_t)chosen, tmp, dst + ((size_t)e * (size_t)s->n_out + (size_t)r) * drb, s->n_in,
-                             err)) {
-                free(dst);
-                free(tmp);
-                return -1;
-            }
-    free(tmp);
+    uint8_t *dst = convert_rows(s, (uint32_t)chosen, n_exp, err);
+    if (!dst)
+        return -1;
     *conv = dst;
     *type = (uint32_t)chosen, *layout = TS_WL_ROWS, *src = dst, *bytes = (uint64_t)n_exp * (uint64_t)s->n_out * drb;
     *expert_bytes = s->n_expert > 0 ? (uint64_t)s->n_out * drb : 0;
@@ -515,6 +512,7 @@ static int place_weights(ts_rt_weights *wt, ts_eng_queue *q, ts_err *err) {
         if (wt->plans[l].total > largest)
             largest = wt->plans[l].total;
     }
+    wt->plan_total = total;
     const uint64_t max_buf = ts_eng_describe(wt->dev)->max_buf_bytes;
     if (total <= avail && largest <= max_buf) {
         for (int l = 0; l < wt->n_layer; l++) {
@@ -547,10 +545,7 @@ static int place_weights(ts_rt_weights *wt, ts_eng_queue *q, ts_err *err) {
 static int stream_slots(ts_rt_layers *pf, ts_err *err) {
     const ts_rt_weights *wt = pf->w;
     if ((uint64_t)pf->n_slots * wt->slot_bytes > window_free(pf->dev)) {
-        uint64_t total = 0;
-        for (int l = 0; l < wt->n_layer; l++)
-            total += wt->plans[l].total;
-        return window_full(pf->dev, total, wt->slot_bytes, pf->n_slots, err);
+        return window_full(pf->dev, wt->plan_total, wt->slot_bytes, pf->n_slots, err);
     }
     pf->streaming = true;
     for (int j = 0; j < pf->n_slots; j++)
@@ -930,7 +925,7 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
     /* the broken hook left the previous run in flight: catch up first */
     if (pf->nodrain && drain(pf, err))
         goto fail;
-    ts_eng_stats before = {0}, after = {0};
+    ts_eng_stats before = {0};
     if (pf->dev)
         ts_eng_get_stats(pf->dev, &before);
     /* what the host wrote since the device last looked: the embeddings, and
@@ -1031,7 +1026,6 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
      * the host keeps off them until then; a run of another activation set
      * queued behind this one must not sync them from the host */
     ts_rt_kv_add(pf->kv_held, pos0, pos0 + n_tok);
-    (void)after;
     return 0;
 fail:
     ts_eng_event_free(pf->fl_done);

@@ -29,7 +29,6 @@ struct ts_cpu_exec {
     ts_linear_ws *lin;   /* NULL when the graph has no fast matmul */
     float *attn_scratch; /* [n_threads][attn_stride]: attention, and the reference matmul's rows */
     int64_t attn_stride;
-    int width;
     rope_tab rope[2]; /* most recent first */
     /* matmul nodes that start a run of consecutive matmuls reading the same
      * input: run_len[i] is the run's length at its first node, 0 for the
@@ -44,11 +43,11 @@ struct ts_cpu_exec {
     int64_t xattn_stride;
 };
 
-/* What the block ops need: pairs (width * k), experts, expert matmul input
- * rows, cross-attention doubles per thread. */
+/* What the block ops need: pairs (width * k), experts, cross-attention
+ * doubles per thread (the expert matmul's weight rows are in needs()). */
 static void needs_blocks(const ts_eng_node *nodes, int n_nodes, int width, int64_t *pairs, int64_t *experts,
-                         int64_t *moe_in, int64_t *xattn_row) {
-    *pairs = *experts = *moe_in = *xattn_row = 0;
+                         int64_t *xattn_row) {
+    *pairs = *experts = *xattn_row = 0;
     for (int i = 0; i < n_nodes; i++) {
         const ts_eng_node *n = &nodes[i];
         if (n->op == TS_OP_MOE_MATMUL) {
@@ -56,8 +55,6 @@ static void needs_blocks(const ts_eng_node *nodes, int n_nodes, int width, int64
                 *pairs = (int64_t)width * n->moe.k;
             if (n->moe.n_expert > *experts)
                 *experts = n->moe.n_expert;
-            if (n->moe.n_in > *moe_in)
-                *moe_in = n->moe.n_in;
         }
         if (n->op == TS_OP_CROSS_ATTN && (int64_t)n->xattn.n_kv + n->xattn.head_dim > *xattn_row)
             *xattn_row = (int64_t)n->xattn.n_kv + n->xattn.head_dim;
@@ -114,8 +111,8 @@ uint64_t ts_cpu_exec_bytes(const ts_eng_node *nodes, int n_nodes, int width, int
     b += (uint64_t)attn_row * (uint64_t)n_threads * 4;
     b += 2 * ((uint64_t)max_rot * (uint64_t)width * 4 + (uint64_t)max_rot * 4 + 8);
     b += (uint64_t)n_nodes * sizeof(int);
-    int64_t pairs, experts, moe_in, xattn_row;
-    needs_blocks(nodes, n_nodes, width, &pairs, &experts, &moe_in, &xattn_row);
+    int64_t pairs, experts, xattn_row;
+    needs_blocks(nodes, n_nodes, width, &pairs, &experts, &xattn_row);
     b += (uint64_t)(experts + 1) * 8 + (uint64_t)pairs * sizeof(ts_moe_pair) + (uint64_t)experts * sizeof(ts_wmat);
     b += (uint64_t)xattn_row * (uint64_t)n_threads * 8;
     return b;
@@ -141,9 +138,8 @@ ts_cpu_exec *ts_cpu_exec_new(const ts_eng_node *nodes, int n_nodes, int width, i
         if (!x->attn_scratch)
             goto oom;
     }
-    x->width = width;
-    int64_t pairs, experts, moe_in, xattn_row;
-    needs_blocks(nodes, n_nodes, width, &pairs, &experts, &moe_in, &xattn_row);
+    int64_t pairs, experts, xattn_row;
+    needs_blocks(nodes, n_nodes, width, &pairs, &experts, &xattn_row);
     if (experts && (!(x->moe_offsets = calloc((size_t)experts + 1, sizeof *x->moe_offsets)) ||
                     !(x->moe_pairs = calloc((size_t)pairs, sizeof *x->moe_pairs)) ||
                     !(x->moe_w = calloc((size_t)experts, sizeof *x->moe_w))))

@@ -4,6 +4,9 @@
 #
 #   src/kernels/x86/*_avx2.c    x86-64 only   -mavx2 -mfma -mf16c
 #   src/kernels/x86/*_avx512.c  x86-64 only   + -mavx512f -mavx512bw -mavx512vl -mavx512vnni
+#   src/kernels/x86/*_amx.c     x86-64 only   the avx512 flags + -mamx-tile -mamx-int8 -mamx-bf16
+#   src/kernels/amx/*.c         everywhere    -ffp-contract=off (the emulated and the real AMX
+#                                             kernels must round the same; gemm_amx.c too)
 #   src/kernels/arm/*.c         aarch64 only  -march=armv8.2-a+dotprod+fp16
 #
 # Every other file gets no ISA flag: one x86-64 binary runs on any x86-64
@@ -22,8 +25,13 @@ function(ts_kernel_isa_sources var)
       elseif(f MATCHES "/src/kernels/x86/[^/]*_avx512\\.c$")
         set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS
           "-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni;-mavx2;-mfma;-mf16c")
+      elseif(f MATCHES "/src/kernels/x86/[^/]*_amx\\.c$")
+        set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS
+          "-mamx-tile;-mamx-int8;-mamx-bf16;-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni;-mavx2;-mfma;-mf16c;-ffp-contract=off")
       elseif(f MATCHES "/src/kernels/cpu\\.c$")
         set_source_files_properties(${f} PROPERTIES COMPILE_DEFINITIONS TS_KERNELS_X86)
+      elseif(f MATCHES "/src/kernels/amx/[^/]*\\.c$")
+        set_source_files_properties(${f} PROPERTIES COMPILE_DEFINITIONS TS_KERNELS_X86 COMPILE_OPTIONS "-ffp-contract=off")
       endif()
     endforeach()
   elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64)$" AND CMAKE_SYSTEM_NAME STREQUAL "Linux")
@@ -33,6 +41,8 @@ function(ts_kernel_isa_sources var)
         set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS "-march=armv8.2-a+dotprod+fp16")
       elseif(f MATCHES "/src/kernels/cpu\\.c$")
         set_source_files_properties(${f} PROPERTIES COMPILE_DEFINITIONS TS_KERNELS_ARM)
+      elseif(f MATCHES "/src/kernels/amx/[^/]*\\.c$")
+        set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
       endif()
     endforeach()
   else()

@@ -108,3 +108,12 @@ endif()
 if(TARGET tessera_core)
   ts_add_c_test(test_block_ops ${CMAKE_CURRENT_LIST_DIR}/test_block_ops.c)
 endif()
+
+# The AMX tile kernels (src/kernels/amx): on the emulator everywhere; on
+# the real unit against the emulator where AMX is usable (else skipped,
+# with the reason, exit 77).
+if(NOT CMAKE_CROSSCOMPILING)
+  ts_add_c_test(test_amx ${CMAKE_CURRENT_LIST_DIR}/test_amx.c)
+  add_test(NAME test_amx_hw COMMAND test_amx --hw)
+  set_tests_properties(test_amx_hw PROPERTIES SKIP_RETURN_CODE 77)
+endif()

@@ -313,37 +313,85 @@ size_t ts_rp_tile_offset(int64_t n_in, int t, int hi) {
     return ts_rp_tiles_bytes(n_in, t / TS_RP_TT * TS_RP_TT, hi);
 }
 
-void ts_rp_quant_ref(const float *x, int64_t n_in, int hi, uint8_t *tile, int nt, int slot) {
+void ts_rp_quant_block(const float *x, int hi, int8_t *q1, int8_t *q2, float *s_out, int32_t *sum_lo_out,
+                       int32_t *sum_hi_out) {
     const float C = hi ? 32512.0f : 127.0f;
+    float amax = 0.0f;
+    int finite = 1;
+    for (int j = 0; j < 32; j++) {
+        const float a = fabsf(x[j]);
+        finite &= a <= 3.4028235e38f; /* false for inf and NaN */
+        amax = a > amax ? a : amax;
+    }
+    const int zero = !finite || amax < 0x1p-100f;
+    const float s = !finite ? NAN : zero ? 0.0f : amax / C;
+    const float id = zero ? 0.0f : C / amax;
+    int32_t sum_lo = 0, sum_hi = 0;
+    for (int j = 0; j < 32; j++) {
+        const int32_t X = zero ? 0 : (int32_t)lrintf(x[j] * id);
+        /* floor((X + 128) / 256), on a non-negative operand */
+        const int32_t a = hi ? ((X + 128 + 65536) >> 8) - 256 : X;
+        q1[j] = (int8_t)a;
+        if (hi) q2[j] = (int8_t)(X - 256 * a);
+        if (j < 16)
+            sum_lo += X;
+        else
+            sum_hi += X;
+    }
+    *s_out = s, *sum_lo_out = sum_lo, *sum_hi_out = sum_hi;
+}
+
+void ts_rp_quant_ref(const float *x, int64_t n_in, int hi, uint8_t *tile, int nt, int slot) {
     const size_t xb = ts_rp_xb(hi) * (size_t)nt;
     for (int64_t b = 0; b < n_in / 32; b++, x += 32) {
-        uint8_t *q1 = tile + (size_t)b * xb + 32 * slot;
-        uint8_t *q2 = q1 + 32 * nt;
+        int8_t *q1 = (int8_t *)(tile + (size_t)b * xb + 32 * slot);
+        int8_t *q2 = q1 + 32 * nt;
         uint8_t *side = tile + (size_t)b * xb + (hi ? 64 : 32) * nt + TS_RP_SIDE * slot;
-        float amax = 0.0f;
-        int finite = 1;
-        for (int j = 0; j < 32; j++) {
-            const float a = fabsf(x[j]);
-            finite &= a <= 3.4028235e38f; /* false for inf and NaN */
-            amax = a > amax ? a : amax;
-        }
-        const int zero = !finite || amax < 0x1p-100f;
-        const float s = !finite ? NAN : zero ? 0.0f : amax / C;
-        const float id = zero ? 0.0f : C / amax;
-        int32_t sum_lo = 0, sum_hi = 0;
-        for (int j = 0; j < 32; j++) {
-            const int32_t X = zero ? 0 : (int32_t)lrintf(x[j] * id);
-            /* floor((X + 128) / 256), on a non-negative operand */
-            const int32_t a = hi ? ((X + 128 + 65536) >> 8) - 256 : X;
-            q1[j] = (uint8_t)(int8_t)a;
-            if (hi) q2[j] = (uint8_t)(int8_t)(X - 256 * a);
-            if (j < 16)
-                sum_lo += X;
-            else
-                sum_hi += X;
-        }
+        float s;
+        int32_t sum_lo, sum_hi;
+        ts_rp_quant_block(x, hi, q1, hi ? q2 : NULL, &s, &sum_lo, &sum_hi);
         ts_rp_put_side(side, s, sum_lo, sum_hi);
     }
+}
+
+int ts_rp_block_terms(uint32_t type, const uint8_t *o, ts_rp_terms *t) {
+    const int kd = rp_kind(type);
+    if (kd < 0) return 0;
+    const int n_sub = rp_be(kd) / 32;
+    memset(t, 0, sizeof *t);
+    t->halves = type == TS_TYPE_Q3_K || type == TS_TYPE_Q6_K;
+    t->has_m = type == TS_TYPE_Q4_1 || type == TS_TYPE_Q4_K || type == TS_TYPE_Q5_K;
+    t->o = type == TS_TYPE_Q4_0 ? 8 : type == TS_TYPE_Q5_0 ? 16 : type == TS_TYPE_Q8_0 ? 128
+         : type == TS_TYPE_Q3_K ? 4 : type == TS_TYPE_Q6_K ? 32 : 0;
+    for (int sub = 0; sub < n_sub; sub++)
+        for (int r = 0; r < 16; r++) {
+            for (int k = 0; k < 32; k++) t->u[sub][k / 4][4 * r + k % 4] = (uint8_t)panel_u(kd, o, r, sub, k);
+            /* the factors exactly as rp_gemm_ref forms them */
+            const float dw = rd_f16(o + rp_d(kd) + 2 * r);
+            switch (type) {
+            case TS_TYPE_Q4_0:
+            case TS_TYPE_Q5_0:
+            case TS_TYPE_Q8_0: t->wd[sub][0][r] = dw; break;
+            case TS_TYPE_Q4_1:
+                t->wd[sub][0][r] = dw;
+                t->wm[sub][r] = rd_f16(o + rp_m(kd) + 2 * r);
+                break;
+            case TS_TYPE_Q4_K:
+            case TS_TYPE_Q5_K: {
+                t->wd[sub][0][r] = dw * (float)o[rp_sc(kd) + 16 * sub + r];
+                const float ml = rd_f16(o + rp_m(kd) + 2 * r) * (float)o[rp_mn(kd) + 16 * sub + r];
+                t->wm[sub][r] = -ml;
+                break;
+            }
+            case TS_TYPE_Q3_K:
+            case TS_TYPE_Q6_K:
+                for (int h = 0; h < 2; h++)
+                    t->wd[sub][h][r] = dw * (float)(int8_t)o[rp_sub(kd) * sub + rp_gsc(kd) + 16 * h + r];
+                break;
+            default: break;
+            }
+        }
+    return n_sub;
 }
 
 /* ---- scalar reference kernel ---- */

@@ -136,6 +136,33 @@ static inline void ts_rp_put_side(uint8_t *side, float s, int32_t sum_lo, int32_
     for (int i = 0; i < 6; i++) memcpy(side + 8 + 4 * i, &f[i], 4);
 }
 
+/* The terms of the result's definition (above) for one panel block of 16
+ * rows, for kernels that compute it with other instructions (the AMX tile
+ * engine): per 32-block `sub` (8 in a K-quant block, else 1) the unsigned
+ * quants as eight byte-vectors (byte 4r + c of u[sub][v] = row r's element
+ * 4v + c, as Q8_0's panel layout), and per row r:
+ *   wd[sub][h][r]  the weight factor of half h's integer (h = 0 only unless
+ *                  halves): d, d * sc_j or d * sc_h, computed as the
+ *                  reference computes it (so wd * s is its product)
+ *   wm[sub][r]     the offset factor of s * sumX when has_m: m (Q4_1),
+ *                  -(dmin * m_j) (Q4_K, Q5_K)
+ * and for the type: o (the integer offset: i = sum u X - o sumX over the
+ * 32-block, or over each half of 16 when halves), halves, has_m. Returns
+ * the number of 32-blocks (1 or 8), 0 for an unsupported type. */
+typedef struct ts_rp_terms {
+    uint8_t u[8][8][64];
+    float wd[8][2][16];
+    float wm[8][16];
+    int o;
+    bool halves, has_m;
+} ts_rp_terms;
+int ts_rp_block_terms(uint32_t type, const uint8_t *block, ts_rp_terms *t);
+
+/* One 32-block of an activation row x[32] at the given precision (above):
+ * the planes q1 (and q2 when hi), s and the sums of X over elements 0..15
+ * and 16..31 (every quantizer level computes these bits). */
+void ts_rp_quant_block(const float *x, int hi, int8_t *q1, int8_t *q2, float *s, int32_t *sum_lo, int32_t *sum_hi);
+
 /* The scalar references (and fallbacks) of the two kernel kinds. */
 ts_rp_gemm_fn ts_rp_gemm_ref(uint32_t type); /* NULL when unsupported */
 void ts_rp_quant_ref(const float *x, int64_t n_in, int hi, uint8_t *tile, int nt, int slot);

@@ -1,0 +1,478 @@
+/* amx.c - the AMX kernels' packing, activation quantization, driver and
+ * the hardware check (amx.h). The tile code itself is amx_gemm_impl.h, on
+ * the emulator (amx_emu.c) or the hardware (x86/gemm_amx.c). */
+#include "kernels/amx/amx_impl.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/repack.h"
+#include "kernels/rp_layout.h"
+#include "quant/quant.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <errno.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#define RT_CHUNK 4 /* row tiles per work item (an even number: the int8 path pairs them) */
+
+const char *ts_amx_act_name(ts_amx_act a) {
+    return a == TS_AMX_EXACT ? "exact" : a == TS_AMX_Q8 ? "q8" : a == TS_AMX_INT8 ? "int8" : "?";
+}
+
+/* ---- the hardware check ---- */
+
+static char hw_why[200];
+static bool hw_ok;
+static pthread_once_t hw_once = PTHREAD_ONCE_INIT;
+
+static void hw_probe(void) {
+#if !defined(__x86_64__)
+    snprintf(hw_why, sizeof hw_why, "not an x86-64 build (AMX is an Intel x86-64 unit)");
+#elif !defined(TS_KERNELS_X86)
+    snprintf(hw_why, sizeof hw_why, "this build has no AMX kernels");
+#else
+    unsigned a, b, c, d;
+    if (__get_cpuid_max(0, NULL) < 7) {
+        snprintf(hw_why, sizeof hw_why, "no CPUID leaf 7: no AMX");
+        return;
+    }
+    __cpuid_count(7, 0, a, b, c, d);
+    const char *miss[3];
+    int n = 0;
+    if (!((d >> 24) & 1)) miss[n++] = "AMX-TILE (leaf 7 EDX bit 24)";
+    if (!((d >> 25) & 1)) miss[n++] = "AMX-INT8 (bit 25)";
+    if (!((d >> 22) & 1)) miss[n++] = "AMX-BF16 (bit 22)";
+    if (n) {
+        snprintf(hw_why, sizeof hw_why, "CPUID reports no %s%s%s%s%s", miss[0], n > 1 ? ", " : "", n > 1 ? miss[1] : "",
+                 n > 2 ? ", " : "", n > 2 ? miss[2] : "");
+        return;
+    }
+    if (__get_cpuid_max(0, NULL) < 0x1d) {
+        snprintf(hw_why, sizeof hw_why, "CPUID has no leaf 0x1D (tile palettes)");
+        return;
+    }
+    __cpuid_count(0x1d, 0, a, b, c, d);
+    if (a == 0) {
+        snprintf(hw_why, sizeof hw_why,
+                 "CPUID leaf 0x1D reports no tile palette (the hypervisor advertises AMX but does not enable it)");
+        return;
+    }
+    __cpuid(1, a, b, c, d);
+    uint32_t lo = 0, hi = 0;
+    if ((c >> 27) & 1)
+        __asm__ volatile(".byte 0x0f, 0x01, 0xd0" : "=a"(lo), "=d"(hi) : "c"(0)); /* xgetbv(0) */
+    const uint64_t xcr0 = ((uint64_t)hi << 32) | lo;
+    if ((xcr0 & (3ull << 17)) != (3ull << 17)) {
+        snprintf(hw_why, sizeof hw_why, "the OS does not enable the tile state (XCR0 bits 17, 18 clear)");
+        return;
+    }
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    /* ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA: once per process */
+    if (syscall(SYS_arch_prctl, 0x1023, 18) != 0) {
+        snprintf(hw_why, sizeof hw_why, "the kernel refused arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): %s",
+                 strerror(errno));
+        return;
+    }
+#endif
+    hw_ok = true;
+#endif
+}
+
+bool ts_amx_hw_status(char *why, size_t n) {
+    pthread_once(&hw_once, hw_probe);
+    if (why && n)
+        snprintf(why, n, "%s", hw_ok ? "" : hw_why);
+    return hw_ok;
+}
+
+static const ts_amx_kernels *unit_kernels(ts_amx_unit unit, ts_err *err) {
+    if (unit == TS_AMX_EMU)
+        return &ts_amx_kernels_emu;
+    char why[200];
+    if (!ts_amx_hw_status(why, sizeof why)) {
+        ts_err_set(err, "amx: no tile unit here: %s", why);
+        return NULL;
+    }
+#if defined(TS_KERNELS_X86)
+    return &ts_amx_kernels_hw;
+#else
+    return NULL;
+#endif
+}
+
+/* ---- packed matrices ---- */
+
+static int64_t up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+static int path_of(ts_amx_act act, uint32_t type, int64_t n_in) {
+    const ts_type_traits *tt = ts_type_info(type);
+    if (!tt || !tt->can_dequant || n_in < 1 || !ts_row_size(type, n_in))
+        return -1;
+    if (act == TS_AMX_INT8)
+        return TS_AMX_PATH_I8;
+    if (type == TS_TYPE_F16 || type == TS_TYPE_BF16 || type == TS_TYPE_F32)
+        return TS_AMX_PATH_BF16;
+    return ts_rp_panel_bytes(type, n_in) ? TS_AMX_PATH_INT : -1;
+}
+
+/* the header of a matrix (its sizes), 0 when there is no kernel */
+static int plan(ts_amx_act act, uint32_t type, int64_t n_in, int64_t n_out, ts_amx_hdr *h) {
+    memset(h, 0, sizeof *h);
+    const int path = path_of(act, type, n_in);
+    if (path < 0 || n_out < 1 || n_in > (1 << 24) || n_out > (1 << 24))
+        return -1;
+    h->magic = TS_AMX_MAGIC;
+    h->act = (uint8_t)act, h->path = (uint8_t)path, h->type = type;
+    h->n_in = n_in, h->n_out = n_out;
+    h->n_rt = (int32_t)((n_out + 15) / 16);
+    uint64_t bytes = 0;
+    if (path == TS_AMX_PATH_INT) {
+        h->halves = type == TS_TYPE_Q3_K || type == TS_TYPE_Q6_K;
+        h->has_m = type == TS_TYPE_Q4_1 || type == TS_TYPE_Q4_K || type == TS_TYPE_Q5_K;
+        h->o = type == TS_TYPE_Q4_0 ? 8 : type == TS_TYPE_Q5_0 ? 16 : type == TS_TYPE_Q8_0 ? 128
+             : type == TS_TYPE_Q3_K ? 4 : type == TS_TYPE_Q6_K ? 32 : 0;
+        h->k_pad = n_in;
+        h->n_blk = (int32_t)(n_in / 32);
+        h->off_wd = (uint32_t)(16 * n_in);
+        h->off_wm = h->off_wd + (uint32_t)h->n_blk * (h->halves ? 2 : 1) * 64;
+        bytes = h->off_wm + (h->has_m ? (uint64_t)h->n_blk * 64 : 0);
+    } else if (path == TS_AMX_PATH_BF16) {
+        h->k_pad = up(n_in, 32);
+        h->n_wp = type == TS_TYPE_BF16 ? 1 : 2;
+        bytes = (uint64_t)h->n_wp * 32 * (uint64_t)h->k_pad;
+    } else {
+        h->k_pad = up(n_in, 64);
+        h->off_wd = (uint32_t)(16 * h->k_pad);
+        bytes = h->off_wd + 64;
+    }
+    h->rt_bytes = (uint64_t)up((int64_t)bytes, 64);
+    return 0;
+}
+
+uint64_t ts_amx_packed_bytes(ts_amx_act act, uint32_t type, int64_t n_in, int64_t n_out) {
+    ts_amx_hdr h;
+    if (plan(act, type, n_in, n_out, &h))
+        return 0;
+    return TS_AMX_HDR + (uint64_t)h.n_rt * h.rt_bytes;
+}
+
+int ts_amx_packed_info(const void *p, ts_amx_act *act, uint32_t *type, int64_t *n_in, int64_t *n_out) {
+    const ts_amx_hdr *h = p;
+    if (!p || h->magic != TS_AMX_MAGIC)
+        return -1;
+    if (act) *act = (ts_amx_act)h->act;
+    if (type) *type = h->type;
+    if (n_in) *n_in = h->n_in;
+    if (n_out) *n_out = h->n_out;
+    return 0;
+}
+
+static void put_bf16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static float bf16_f32(uint16_t v) { return ts_bf16_to_f32(v); }
+
+/* one row tile of the int path: the panel of its 16 rows, then the terms */
+static void pack_int_rt(const ts_amx_hdr *h, const uint8_t *rows, size_t row_bytes, int nrow, uint8_t *panel,
+                        uint8_t *dst, ts_rp_terms *t) {
+    ts_rp_pack_panel(h->type, h->n_in, rows, row_bytes, nrow, panel);
+    const int kd = rp_kind(h->type);
+    const size_t wb = rp_wb(kd);
+    const int nh = h->halves ? 2 : 1;
+    float *WD = (float *)(void *)(dst + h->off_wd), *WM = (float *)(void *)(dst + h->off_wm);
+    for (int64_t pb = 0; pb < h->n_in / rp_be(kd); pb++) {
+        const int n_sub = ts_rp_block_terms(h->type, panel + (size_t)pb * wb, t);
+        for (int sub = 0; sub < n_sub; sub++) {
+            const int64_t blk = pb * n_sub + sub;
+            memcpy(dst + (size_t)blk * 512, t->u[sub], 512);
+            for (int hh = 0; hh < nh; hh++) memcpy(WD + (blk * nh + hh) * 16, t->wd[sub][hh], 64);
+            if (h->has_m) memcpy(WM + blk * 16, t->wm[sub], 64);
+        }
+    }
+}
+
+int ts_amx_pack(ts_amx_act act, uint32_t type, const void *rows, size_t row_bytes, int64_t n_in, int64_t n_out,
+                void *dst, ts_err *err) {
+    ts_amx_hdr h;
+    if (plan(act, type, n_in, n_out, &h)) {
+        const ts_type_traits *tt = ts_type_info(type);
+        return ts_err_set(err, "amx,act=%s: no kernel for %s rows of %lld", ts_amx_act_name(act), tt ? tt->name : "?",
+                          (long long)n_in);
+    }
+    if ((uintptr_t)dst % 64)
+        return ts_err_set(err, "amx: packed matrices must be 64-byte aligned");
+    uint8_t *out = dst;
+    memset(out, 0, TS_AMX_HDR);
+    memcpy(out, &h, sizeof h);
+    const int n_in_i = (int)n_in;
+    float *wf = malloc((size_t)n_in * sizeof *wf);
+    uint8_t *panel = h.path == TS_AMX_PATH_INT ? malloc(ts_rp_panel_bytes(type, n_in)) : NULL;
+    ts_rp_terms *terms = h.path == TS_AMX_PATH_INT ? malloc(sizeof *terms) : NULL;
+    if (!wf || (h.path == TS_AMX_PATH_INT && (!panel || !terms))) {
+        free(wf), free(panel), free(terms);
+        return ts_err_set(err, "out of memory packing a matrix for amx");
+    }
+    int rc = 0;
+    for (int64_t p = 0; p < h.n_rt && !rc; p++) {
+        uint8_t *rt = out + TS_AMX_HDR + (size_t)p * h.rt_bytes;
+        memset(rt, 0, h.rt_bytes);
+        const int nrow = n_out - 16 * p < 16 ? (int)(n_out - 16 * p) : 16;
+        const uint8_t *src = (const uint8_t *)rows + (size_t)(16 * p) * row_bytes;
+        if (h.path == TS_AMX_PATH_INT) {
+            pack_int_rt(&h, src, row_bytes, nrow, panel, rt, terms);
+            continue;
+        }
+        float *ws = (float *)(void *)(rt + h.off_wd);
+        for (int r = 0; r < nrow && !rc; r++) {
+            if ((rc = ts_dequant_row(type, src + (size_t)r * row_bytes, wf, n_in, err)))
+                break;
+            if (h.path == TS_AMX_PATH_BF16) {
+                uint8_t *wl = rt + (size_t)h.k_pad * 32;
+                for (int k = 0; k < n_in_i; k++) {
+                    const uint16_t hi = ts_f32_to_bf16(wf[k]);
+                    const size_t at = (size_t)(k / 2) * 64 + 4 * (size_t)r + 2 * (size_t)(k % 2);
+                    put_bf16(rt + at, hi);
+                    if (h.n_wp == 2) put_bf16(wl + at, ts_f32_to_bf16(wf[k] - bf16_f32(hi)));
+                }
+                continue;
+            }
+            /* int8: one scale per row, from the exact weights */
+            float amax = 0.0f;
+            int finite = 1;
+            for (int k = 0; k < n_in_i; k++) {
+                const float a = fabsf(wf[k]);
+                finite &= a <= 3.4028235e38f;
+                amax = a > amax ? a : amax;
+            }
+            const int zero = !finite || amax < 0x1p-100f;
+            ws[r] = !finite ? NAN : zero ? 0.0f : amax / 127.0f;
+            const float inv = zero ? 0.0f : 127.0f / amax;
+            for (int k = 0; k < n_in_i; k++) {
+                long q = zero ? 0 : lrintf(wf[k] * inv);
+                q = q > 127 ? 127 : q < -127 ? -127 : q;
+                rt[(size_t)(k / 4) * 64 + 4 * (size_t)r + (size_t)(k % 4)] = (uint8_t)(int8_t)q;
+            }
+        }
+    }
+    free(wf), free(panel), free(terms);
+    return rc;
+}
+
+/* ---- activations ---- */
+
+struct ts_amx_ws {
+    int64_t max_n_in;
+    int max_tok;
+    int64_t ld8, ld16; /* bytes per token row: int8 planes, bf16 planes */
+    int8_t *q1, *q2;
+    float *s, *ds;
+    int32_t *sum;
+    uint16_t *xh, *xl;
+};
+
+static void ws_dims(int64_t max_n_in, int max_tok, int64_t *ld8, int64_t *ld16, int64_t *nblk) {
+    *ld8 = up(max_n_in, 64);
+    *ld16 = 2 * up(max_n_in, 32);
+    *nblk = up(max_n_in, 32) / 32 + 1;
+    (void)max_tok;
+}
+
+size_t ts_amx_ws_bytes(int64_t max_n_in, int max_tok) {
+    int64_t ld8, ld16, nblk;
+    ws_dims(max_n_in, max_tok, &ld8, &ld16, &nblk);
+    return (size_t)max_tok * (size_t)(2 * ld8 + 2 * ld16 + nblk * 16) + 256;
+}
+
+ts_amx_ws *ts_amx_ws_new(int64_t max_n_in, int max_tok, ts_err *err) {
+    if (max_n_in < 1 || max_tok < 1) {
+        ts_err_set(err, "amx: work space for %lld inputs x %d tokens", (long long)max_n_in, max_tok);
+        return NULL;
+    }
+    ts_amx_ws *w = calloc(1, sizeof *w);
+    if (!w)
+        goto oom;
+    int64_t nblk;
+    ws_dims(max_n_in, max_tok, &w->ld8, &w->ld16, &nblk);
+    w->max_n_in = max_n_in, w->max_tok = max_tok;
+    const size_t T = (size_t)max_tok;
+    if (!(w->q1 = aligned_alloc(64, T * (size_t)w->ld8)) || !(w->q2 = aligned_alloc(64, T * (size_t)w->ld8)) ||
+        !(w->xh = aligned_alloc(64, T * (size_t)w->ld16)) || !(w->xl = aligned_alloc(64, T * (size_t)w->ld16)) ||
+        !(w->s = calloc(T * (size_t)nblk, sizeof(float))) || !(w->ds = calloc(T * (size_t)nblk, sizeof(float))) ||
+        !(w->sum = calloc(T * (size_t)nblk * 2, sizeof(int32_t))))
+        goto oom;
+    memset(w->q1, 0, T * (size_t)w->ld8);
+    memset(w->q2, 0, T * (size_t)w->ld8);
+    memset(w->xh, 0, T * (size_t)w->ld16);
+    memset(w->xl, 0, T * (size_t)w->ld16);
+    return w;
+oom:
+    ts_amx_ws_free(w);
+    ts_err_set(err, "out of memory allocating the amx work space");
+    return NULL;
+}
+
+void ts_amx_ws_free(ts_amx_ws *w) {
+    if (!w)
+        return;
+    free(w->q1), free(w->q2), free(w->xh), free(w->xl);
+    free(w->s), free(w->ds), free(w->sum);
+    free(w);
+}
+
+/* the int8 mode's activation row: one scale for the token */
+static void quant_row_i8(const float *x, int64_t n, int8_t *q, float *s_out) {
+    float amax = 0.0f;
+    int finite = 1;
+    for (int64_t k = 0; k < n; k++) {
+        const float a = fabsf(x[k]);
+        finite &= a <= 3.4028235e38f;
+        amax = a > amax ? a : amax;
+    }
+    const int zero = !finite || amax < 0x1p-100f;
+    *s_out = !finite ? NAN : zero ? 0.0f : amax / 127.0f;
+    const float inv = zero ? 0.0f : 127.0f / amax;
+    for (int64_t k = 0; k < n; k++) {
+        long v = zero ? 0 : lrintf(x[k] * inv);
+        q[k] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+    }
+}
+
+typedef struct quant_job {
+    ts_amx_ws *w;
+    const float *x;
+    int64_t n_in;
+    bool need[3]; /* by path */
+    int hi;
+    bool xl;
+} quant_job;
+
+static void quant_range(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const quant_job *j = ctx;
+    ts_amx_ws *w = j->w;
+    const int64_t n = j->n_in, nblk = n / 32, wblk = up(w->max_n_in, 32) / 32 + 1;
+    for (int64_t t = t0; t < t1; t++) {
+        const float *x = j->x + t * n;
+        int8_t *q1 = w->q1 + t * w->ld8, *q2 = w->q2 + t * w->ld8;
+        if (j->need[TS_AMX_PATH_INT])
+            for (int64_t b = 0; b < nblk; b++) {
+                int32_t lo, hi;
+                float s;
+                ts_rp_quant_block(x + 32 * b, j->hi, q1 + 32 * b, j->hi ? q2 + 32 * b : NULL, &s, &lo, &hi);
+                w->s[t * wblk + b] = s;
+                w->ds[t * wblk + b] = s * (float)(lo + hi);
+                w->sum[2 * (t * wblk + b)] = lo;
+                w->sum[2 * (t * wblk + b) + 1] = hi;
+            }
+        if (j->need[TS_AMX_PATH_I8]) {
+            quant_row_i8(x, n, q1, &w->s[t]);
+            memset(q1 + n, 0, (size_t)(up(n, 64) - n));
+        }
+        if (j->need[TS_AMX_PATH_BF16]) {
+            uint16_t *xh = (uint16_t *)(void *)((uint8_t *)w->xh + t * w->ld16);
+            uint16_t *xl = (uint16_t *)(void *)((uint8_t *)w->xl + t * w->ld16);
+            for (int64_t k = 0; k < n; k++) {
+                xh[k] = ts_f32_to_bf16(x[k]);
+                if (j->xl) xl[k] = ts_f32_to_bf16(x[k] - bf16_f32(xh[k]));
+            }
+            for (int64_t k = n; k < up(n, 32); k++) xh[k] = xl[k] = 0;
+        }
+    }
+}
+
+/* ---- the driver ---- */
+
+typedef struct mm_job {
+    const ts_amx_kernels *k;
+    const ts_amx_hdr *h[4];
+    float *y[4];
+    int64_t item0[5]; /* first work item of each matrix */
+    ts_amx_xq xq[3];  /* by path */
+    int n_tok;
+} mm_job;
+
+static void mm_range(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    const mm_job *j = ctx;
+    for (int64_t it = i0; it < i1; it++) {
+        int m = 0;
+        while (it >= j->item0[m + 1]) m++;
+        const ts_amx_hdr *h = j->h[m];
+        const int64_t p0 = (it - j->item0[m]) * RT_CHUNK, p1 = p0 + RT_CHUNK < h->n_rt ? p0 + RT_CHUNK : h->n_rt;
+        j->k->rows[h->path](h, p0, p1, &j->xq[h->path], 0, j->n_tok, j->y[m], h->n_out);
+    }
+}
+
+int ts_amx_matmul(ts_threadpool *pool, ts_amx_ws *ws, ts_amx_unit unit, int n_mat, const void *const *w,
+                  float *const *y, const float *x, int n_tok, ts_err *err) {
+    const ts_amx_kernels *k = unit_kernels(unit, err);
+    if (!k)
+        return -1;
+    if (n_mat < 1 || n_mat > 4 || n_tok < 1 || n_tok > ws->max_tok)
+        return ts_err_set(err, "amx: %d matrices over %d tokens (at most 4 over %d)", n_mat, n_tok, ws->max_tok);
+    mm_job j = {.k = k, .n_tok = n_tok};
+    quant_job q = {.w = ws, .x = x};
+    for (int i = 0; i < n_mat; i++) {
+        const ts_amx_hdr *h = w[i];
+        if (!h || h->magic != TS_AMX_MAGIC)
+            return ts_err_set(err, "amx: matrix %d is not in the amx layout", i);
+        if (i && h->n_in != j.h[0]->n_in)
+            return ts_err_set(err, "amx: matrices of one input disagree on its width (%lld, %lld)",
+                              (long long)j.h[0]->n_in, (long long)h->n_in);
+        if (h->n_in > ws->max_n_in)
+            return ts_err_set(err, "amx: input of %lld past the work space's %lld", (long long)h->n_in,
+                              (long long)ws->max_n_in);
+        j.h[i] = h, j.y[i] = y[i];
+        j.item0[i + 1] = j.item0[i] + (h->n_rt + RT_CHUNK - 1) / RT_CHUNK;
+        q.need[h->path] = true;
+        q.hi = h->act == TS_AMX_EXACT;
+        q.xl = h->act == TS_AMX_EXACT;
+    }
+    q.n_in = j.h[0]->n_in;
+    ts_parallel_for(pool, n_tok, quant_range, &q);
+    const int32_t wblk = (int32_t)(up(ws->max_n_in, 32) / 32 + 1);
+    j.xq[TS_AMX_PATH_INT] = (ts_amx_xq){.n_tok = n_tok, .ld = ws->ld8, .hi = q.hi, .n_blk = wblk, .q1 = ws->q1,
+                                        .q2 = ws->q2, .s = ws->s, .ds = ws->ds, .sum = ws->sum};
+    j.xq[TS_AMX_PATH_I8] = (ts_amx_xq){.n_tok = n_tok, .ld = ws->ld8, .q1 = ws->q1, .s = ws->s};
+    j.xq[TS_AMX_PATH_BF16] = (ts_amx_xq){.n_tok = n_tok, .ld = ws->ld16, .xh = ws->xh, .xl = ws->xl, .xl_used = q.xl};
+    ts_parallel_for_grain(pool, j.item0[n_mat], 1, mm_range, &j);
+    return 0;
+}
+
+/* ---- references and single instructions, for tests ---- */
+
+void ts_amx_ref_int8(const void *w, const float *x, int n_tok, float *y) {
+    const ts_amx_hdr *h = w;
+    int8_t *q = malloc((size_t)up(h->n_in, 64));
+    if (!q)
+        return;
+    for (int t = 0; t < n_tok; t++) {
+        float s;
+        quant_row_i8(x + (int64_t)t * h->n_in, h->n_in, q, &s);
+        for (int64_t r = 0; r < h->n_out; r++) {
+            const uint8_t *rt = ts_amx_rt(h, r / 16);
+            const float *ws = (const float *)(const void *)(rt + h->off_wd);
+            int64_t acc = 0;
+            for (int64_t k = 0; k < h->n_in; k++)
+                acc += (int64_t)q[k] * (int8_t)rt[(size_t)(k / 4) * 64 + 4 * (size_t)(r % 16) + (size_t)(k % 4)];
+            y[(int64_t)t * h->n_out + r] = (float)(int32_t)acc * (s * ws[r % 16]);
+        }
+    }
+    free(q);
+}
+
+void ts_amx_run_one(ts_amx_unit unit, const ts_amx_cfg *cfg, ts_amx_op op, void *c, size_t c_stride, const void *a,
+                    size_t a_stride, const void *b, size_t b_stride) {
+    const ts_amx_kernels *k = unit_kernels(unit, NULL);
+    if (k)
+        k->run_one(cfg, op, c, c_stride, a, a_stride, b, b_stride);
+}

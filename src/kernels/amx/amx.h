@@ -1,0 +1,132 @@
+/* amx.h - matrix products on Intel AMX tiles (the `amx` engine's kernels),
+ * and a scalar emulator of the tile instructions so that every path runs
+ * and is tested on machines without AMX.
+ *
+ * The unit: 8 tile registers of up to 16 rows x 64 bytes, configured per
+ * thread (LDTILECFG: rows and bytes per row of each tile); TILELOADD /
+ * TILESTORED move a tile from / to memory rows `stride` bytes apart;
+ * TDPBSUD / TDPBSSD: C[m][n] += sum_k A[m][k] B[k/4][4n + k%4] over int8
+ * (A signed, B unsigned / signed) into int32; TDPBF16PS the same over bf16
+ * pairs into f32. So A's rows are our tokens (activation rows, K bytes) and
+ * B holds 16 output rows as "VNNI" vectors: 64 bytes = 16 rows x 4 int8
+ * (or 2 bf16) consecutive elements of K, exactly the byte-vectors of the
+ * CPU's panel layout (kernels/repack.h).
+ *
+ * Three arithmetic modes (ts_amx_act), chosen per engine:
+ *   EXACT  the CPU's hi-precision definition (repack.h "result"): 16-bit
+ *          activations as two int8 planes, one int32 per 32-block from two
+ *          tile products (K = 32; 16 for Q3_K/Q6_K halves), the float scale
+ *          applied after each block in the CPU's order: bit-identical to
+ *          the CPU's panel kernels.
+ *   Q8     the same with one int8 plane (the CPU's lo precision, TS_ACT=q8;
+ *          llama.cpp's Q8_0 activations): bit-identical to a CPU lo run.
+ *   INT8   what an NPU runs: one scale per token for the activations
+ *          (s_t = amax_t / 127, X = rint(x / s_t)) and one per output row
+ *          for the weights (an int8 copy requantized once at pack time
+ *          from the exact weights: w_s = amax_r / 127), K accumulated whole
+ *          in int32 inside the tiles: y = (float)i * (s_t * w_s). Fast, and
+ *          loses accuracy where a few channels are huge.
+ * Weight types: EXACT / Q8 take the panel types (Q4_0, Q4_1, Q5_0, Q8_0,
+ * Q3_K, Q4_K, Q5_K, Q6_K) on int8 tiles, and F16 / BF16 / F32 on bf16
+ * tiles (weights split into bf16 hi + lo; EXACT splits the activations too:
+ * x*w ~ xh*wh + xh*wl + xl*wh; Q8 uses xh only); not bit-identical to the
+ * CPU's f32 product (within ~1e-5 relative). INT8 takes every type the CPU
+ * can dequantize.
+ *
+ * The packed matrix (ts_amx_pack) is self-describing: a 128-byte header,
+ * then one block per row tile of 16 output rows (rows past n_out are
+ * zero), 64-byte aligned:
+ *   int path   u8 quants [K/4][64] | f32 wd [blocks][halves][16] | f32 wm [blocks][16]
+ *   bf16 path  bf16 hi pairs [K32/2][64] (| bf16 lo pairs, F16 / F32)
+ *   int8 path  s8 [K64/4][64] | f32 row scales [16]
+ * (K32 / K64: n_in rounded up to 32 / 64 with zeros). One row tile is
+ * 16 x K bytes (36 KB for K = 2304): the kernel runs every token tile of a
+ * block of 64 tokens against 4 row tiles while they are in L2.
+ *
+ * Where the tiles come from: the hardware (TS_AMX_HW, on a CPU where
+ * ts_amx_hw_status says yes) or the emulator (TS_AMX_EMU, everywhere). The
+ * two run the same kernel source (amx_gemm_impl.h) and must agree bit for
+ * bit (tests/test_amx.c).
+ */
+#ifndef TS_KERNELS_AMX_H
+#define TS_KERNELS_AMX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "core/threadpool.h"
+
+typedef enum ts_amx_act { TS_AMX_EXACT = 0, TS_AMX_Q8, TS_AMX_INT8 } ts_amx_act;
+const char *ts_amx_act_name(ts_amx_act a); /* "exact", "q8", "int8" */
+
+typedef enum ts_amx_unit { TS_AMX_EMU = 0, TS_AMX_HW } ts_amx_unit;
+
+/* Whether this process can run AMX tile instructions: CPUID leaf 7 EDX
+ * (AMX-BF16 bit 22, AMX-TILE 24, AMX-INT8 25), a palette in CPUID leaf 0x1D
+ * (some hypervisors advertise AMX and fault on it), XCR0's tile state, the
+ * kernel's arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) permission
+ * (asked once per process), and a build with the hardware kernels. false
+ * with the first reason that fails in why. */
+bool ts_amx_hw_status(char *why, size_t n);
+
+/* Bytes of the packed matrix (0: the mode has no kernel for this type or
+ * shape). */
+uint64_t ts_amx_packed_bytes(ts_amx_act act, uint32_t type, int64_t n_in, int64_t n_out);
+/* Packs n_out GGUF rows of `type` (row_bytes apart) into dst (64-byte
+ * aligned, ts_amx_packed_bytes). */
+int ts_amx_pack(ts_amx_act act, uint32_t type, const void *rows, size_t row_bytes, int64_t n_in, int64_t n_out,
+                void *dst, ts_err *err);
+/* The packed matrix's shape and mode (0), or -1 when p is not one. */
+int ts_amx_packed_info(const void *p, ts_amx_act *act, uint32_t *type, int64_t *n_in, int64_t *n_out);
+
+/* Work space: the quantized activations of up to max_tok rows of up to
+ * max_n_in values, in every form a mode needs. */
+typedef struct ts_amx_ws ts_amx_ws;
+ts_amx_ws *ts_amx_ws_new(int64_t max_n_in, int max_tok, ts_err *err);
+void ts_amx_ws_free(ts_amx_ws *ws);
+size_t ts_amx_ws_bytes(int64_t max_n_in, int max_tok);
+
+/* y[i][t * n_out_i + r] = sum_k x[t * n_in + k] W_i[r][k] for i < n_mat
+ * (<= 4) packed matrices of one n_in (<= the work space's), t < n_tok (1 ..
+ * max_tok), on `unit`. The input is quantized once for all of them. The
+ * result of a (row, token) does not depend on n_tok or the threads. -1 with
+ * err when a matrix is not a packed one, the shapes disagree, or the
+ * hardware is asked for where it is absent. */
+int ts_amx_matmul(ts_threadpool *pool, ts_amx_ws *ws, ts_amx_unit unit, int n_mat, const void *const *w,
+                  float *const *y, const float *x, int n_tok, ts_err *err);
+
+/* ---- references, for tests ---- */
+
+/* The INT8 mode's definition computed with scalar loops from the packed
+ * matrix (its int8 weights and row scales) and x: y[t * n_out + r]. */
+void ts_amx_ref_int8(const void *w, const float *x, int n_tok, float *y);
+
+/* ---- the emulator (tests) ---- */
+
+/* The emulated tile unit of the calling thread: faults (an invalid config,
+ * a tile used unconfigured, shapes that do not match) are recorded, not
+ * raised: the first since the last call is copied into why (may be NULL)
+ * and cleared. true when there was one. */
+bool ts_amx_emu_fault(char *why, size_t n);
+
+/* Tile instructions, one call each, on the calling thread's emulated unit
+ * or on the hardware (the tests compare the two). cfg: the 64-byte
+ * LDTILECFG operand (ts_amx_cfg). */
+typedef struct ts_amx_cfg {
+    uint8_t b[64];
+} ts_amx_cfg;
+static inline void ts_amx_cfg_tile(ts_amx_cfg *c, int t, int rows, int colsb) {
+    c->b[0] = 1; /* palette 1: 8 tiles of up to 16 rows x 64 bytes */
+    c->b[16 + 2 * t] = (uint8_t)colsb;
+    c->b[17 + 2 * t] = (uint8_t)(colsb >> 8);
+    c->b[48 + t] = (uint8_t)rows;
+}
+typedef enum ts_amx_op { TS_AMX_DPBSSD, TS_AMX_DPBSUD, TS_AMX_DPBUSD, TS_AMX_DPBUUD, TS_AMX_DPBF16PS } ts_amx_op;
+/* Runs: loadconfig(cfg); load tile 0 <- c, 1 <- a, 2 <- b (strides in
+ * bytes, the config's rows / bytes each); op(0, 1, 2); store 0 -> c; release. */
+void ts_amx_run_one(ts_amx_unit unit, const ts_amx_cfg *cfg, ts_amx_op op, void *c, size_t c_stride, const void *a,
+                    size_t a_stride, const void *b, size_t b_stride);
+
+#endif

@@ -1,0 +1,236 @@
+/* amx_emu.c - a scalar emulator of the AMX tile unit, and the kernels
+ * (amx_gemm_impl.h) compiled on it.
+ *
+ * Semantics follow the Intel SDM (vol. 2, TILELOADD .. TDPBF16PS):
+ *   - LDTILECFG: palette 0 releases; palette 1 gives 8 tiles of up to 16
+ *     rows x 64 bytes (colsb). A tile with rows or colsb 0 is unconfigured.
+ *     Anything else (another palette, rows > 16, colsb > 64, start_row != 0,
+ *     a reserved byte set) is a fault (#GP on the hardware).
+ *   - TILELOADD: rows x colsb bytes from base + row * stride; the rest of
+ *     every row and the rows past `rows` read as zero. TILESTORED writes
+ *     rows x colsb. TILEZERO zeroes the whole tile.
+ *   - TDPB[SU][SU]D c, a, b: for m < c.rows, n < c.colsb / 4,
+ *     c[m][n] += sum over k < a.colsb / 4, i < 4 of a[m][4k + i] * b[k][4n + i]
+ *     (signed or unsigned bytes as named), 32-bit wrap-around. Shapes must
+ *     agree: c.rows = a.rows, c.colsb = b.colsb, a.colsb = 4 b.rows, all
+ *     multiples of 4, three distinct tiles (#UD otherwise).
+ *   - TDPBF16PS: the same over bf16 pairs: for each k, c += a[2k] b[2n],
+ *     then c += a[2k+1] b[2n+1], each an f32 add rounded to nearest even;
+ *     denormal inputs read as zero and denormal results are flushed to zero
+ *     (the SDM's pseudo-code; whether the hardware rounds the two products
+ *     separately is what the real-vs-emulated test on an AMX machine
+ *     checks).
+ * A fault is recorded in the thread's state (ts_amx_emu_fault) and the
+ * instruction does nothing: the emulator never aborts the process.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/amx/amx_impl.h"
+
+typedef struct emu_unit {
+    bool on; /* palette 1 loaded */
+    int rows[8], colsb[8];
+    uint8_t t[8][16][64];
+    bool fault;
+    char why[160];
+} emu_unit;
+
+static _Thread_local emu_unit emu;
+
+static void fault(const char *fmt, ...) {
+    if (emu.fault)
+        return; /* keep the first */
+    emu.fault = true;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(emu.why, sizeof emu.why, fmt, ap);
+    va_end(ap);
+}
+
+bool ts_amx_emu_fault(char *why, size_t n) {
+    const bool f = emu.fault;
+    if (why && n)
+        snprintf(why, n, "%s", f ? emu.why : "");
+    emu.fault = false;
+    emu.why[0] = 0;
+    return f;
+}
+
+void ts_amx_emu_loadconfig(const void *cfg) {
+    const uint8_t *c = cfg;
+    if (c[0] == 0) {
+        ts_amx_emu_release();
+        return;
+    }
+    if (c[0] != 1) {
+        fault("ldtilecfg: palette %d (only 0 and 1 exist)", c[0]);
+        return;
+    }
+    if (c[1] != 0) {
+        fault("ldtilecfg: start_row %d (must be 0)", c[1]);
+        return;
+    }
+    for (int i = 2; i < 16; i++)
+        if (c[i]) {
+            fault("ldtilecfg: reserved byte %d is %d", i, c[i]);
+            return;
+        }
+    for (int t = 0; t < 16; t++) {
+        const int colsb = c[16 + 2 * t] | (c[17 + 2 * t] << 8), rows = c[48 + t];
+        if (t >= 8 ? colsb || rows : colsb > 64 || rows > 16) {
+            fault("ldtilecfg: tile %d asks %d rows x %d bytes (palette 1: 8 tiles of <= 16 x 64)", t, rows, colsb);
+            return;
+        }
+    }
+    memset(&emu.t, 0, sizeof emu.t);
+    for (int t = 0; t < 8; t++) {
+        emu.colsb[t] = c[16 + 2 * t] | (c[17 + 2 * t] << 8);
+        emu.rows[t] = c[48 + t];
+        if (!emu.colsb[t] || !emu.rows[t])
+            emu.colsb[t] = emu.rows[t] = 0;
+    }
+    emu.on = true;
+}
+
+void ts_amx_emu_release(void) {
+    emu.on = false;
+    memset(emu.rows, 0, sizeof emu.rows);
+    memset(emu.colsb, 0, sizeof emu.colsb);
+}
+
+static bool usable(int t, const char *what) {
+    if (!emu.on) {
+        fault("%s: no tile configuration loaded (tile %d)", what, t);
+        return false;
+    }
+    if (t < 0 || t > 7 || !emu.rows[t]) {
+        fault("%s: tile %d is not configured", what, t);
+        return false;
+    }
+    return true;
+}
+
+void ts_amx_emu_zero(int t) {
+    if (usable(t, "tilezero"))
+        memset(emu.t[t], 0, sizeof emu.t[t]);
+}
+
+void ts_amx_emu_load(int t, const void *base, size_t stride) {
+    if (!usable(t, "tileloadd"))
+        return;
+    memset(emu.t[t], 0, sizeof emu.t[t]);
+    for (int m = 0; m < emu.rows[t]; m++)
+        memcpy(emu.t[t][m], (const uint8_t *)base + (size_t)m * stride, (size_t)emu.colsb[t]);
+}
+
+void ts_amx_emu_store(int t, void *base, size_t stride) {
+    if (!usable(t, "tilestored"))
+        return;
+    for (int m = 0; m < emu.rows[t]; m++)
+        memcpy((uint8_t *)base + (size_t)m * stride, emu.t[t][m], (size_t)emu.colsb[t]);
+}
+
+/* bf16 -> f32 with denormals read as zero */
+static float bf16_daz(const uint8_t *p) {
+    uint32_t u = ((uint32_t)p[0] | ((uint32_t)p[1] << 8)) << 16;
+    if ((u & 0x7f800000u) == 0)
+        u &= 0x80000000u;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static float ftz(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0)
+        u &= 0x80000000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+#define EMU_LANES(TA, TB)                                                                                   \
+    for (int j = 0; j < 64; j++) {                                                                          \
+        av[j] = (int32_t)TA ar[j & 3];                                                                      \
+        bv[j] = (int32_t)TB br[j];                                                                          \
+    }
+
+void ts_amx_emu_dp(ts_amx_op op, int c, int a, int b) {
+    if (!usable(c, "tdp") || !usable(a, "tdp") || !usable(b, "tdp"))
+        return;
+    if (c == a || c == b || a == b) {
+        fault("tdp: tiles c %d, a %d, b %d are not distinct", c, a, b);
+        return;
+    }
+    if (emu.rows[c] != emu.rows[a] || emu.colsb[c] != emu.colsb[b] || emu.colsb[a] != 4 * emu.rows[b] ||
+        emu.colsb[c] % 4 || emu.colsb[a] % 4) {
+        fault("tdp: shapes do not agree (c %dx%d, a %dx%d, b %dx%d bytes)", emu.rows[c], emu.colsb[c], emu.rows[a],
+              emu.colsb[a], emu.rows[b], emu.colsb[b]);
+        return;
+    }
+    const int M = emu.rows[c], N = emu.colsb[c] / 4, K = emu.colsb[a] / 4;
+    for (int m = 0; m < M && op == TS_AMX_DPBF16PS; m++)
+        for (int n = 0; n < N; n++) {
+            uint8_t *cp = &emu.t[c][m][4 * n];
+            {
+                float acc;
+                memcpy(&acc, cp, 4);
+                for (int k = 0; k < K; k++)
+                    for (int i = 0; i < 2; i++) {
+                        const float p = ftz(bf16_daz(&emu.t[a][m][4 * k + 2 * i]) * bf16_daz(&emu.t[b][k][4 * n + 2 * i]));
+                        acc = ftz(acc + p);
+                    }
+                memcpy(cp, &acc, 4);
+            }
+        }
+    if (op == TS_AMX_DPBF16PS)
+        goto zero_upper;
+    /* integer products: per row m, 64 lanes j = 4n + i summed over k with
+     * a's 4 bytes of k repeated over the lanes (a loop the compiler
+     * vectorizes), then the 4 lanes of each n; a lane's sum stays below
+     * 16 * 65025, so only the final add wraps */
+    for (int m = 0; m < M; m++) {
+        int32_t lane[64] = {0};
+        for (int k = 0; k < K; k++) {
+            const uint8_t *ar = &emu.t[a][m][4 * k], *br = emu.t[b][k];
+            int32_t av[64], bv[64];
+            switch (op) {
+            case TS_AMX_DPBSSD: EMU_LANES((int8_t), (int8_t)); break;
+            case TS_AMX_DPBSUD: EMU_LANES((int8_t), (uint8_t)); break;
+            case TS_AMX_DPBUSD: EMU_LANES((uint8_t), (int8_t)); break;
+            default: EMU_LANES((uint8_t), (uint8_t)); break;
+            }
+            for (int j = 0; j < 64; j++) lane[j] += av[j] * bv[j];
+        }
+        for (int n = 0; n < N; n++) {
+            uint32_t acc;
+            memcpy(&acc, &emu.t[c][m][4 * n], 4);
+            acc += (uint32_t)(lane[4 * n] + lane[4 * n + 1] + lane[4 * n + 2] + lane[4 * n + 3]);
+            memcpy(&emu.t[c][m][4 * n], &acc, 4);
+        }
+    }
+zero_upper:
+    /* the bytes of c's rows past colsb are zero after a tdp (SDM: zero_upper_rows/cols) */
+    for (int m = 0; m < 16; m++)
+        if (m >= M)
+            memset(emu.t[c][m], 0, 64);
+        else
+            memset(&emu.t[c][m][4 * N], 0, (size_t)(64 - 4 * N));
+}
+
+/* ---- the kernels on the emulator ---- */
+#define FN(name) name##_emu
+#define T_CFG(cfg) ts_amx_emu_loadconfig(cfg)
+#define T_RELEASE() ts_amx_emu_release()
+#define T_ZERO(t) ts_amx_emu_zero(t)
+#define T_LOAD(t, p, s) ts_amx_emu_load(t, p, (size_t)(s))
+#define T_STORE(t, p, s) ts_amx_emu_store(t, p, (size_t)(s))
+#define T_DPBSSD(c, a, b) ts_amx_emu_dp(TS_AMX_DPBSSD, c, a, b)
+#define T_DPBSUD(c, a, b) ts_amx_emu_dp(TS_AMX_DPBSUD, c, a, b)
+#define T_DPBUSD(c, a, b) ts_amx_emu_dp(TS_AMX_DPBUSD, c, a, b)
+#define T_DPBUUD(c, a, b) ts_amx_emu_dp(TS_AMX_DPBUUD, c, a, b)
+#define T_DPBF16PS(c, a, b) ts_amx_emu_dp(TS_AMX_DPBF16PS, c, a, b)
+#include "kernels/amx/amx_gemm_impl.h"

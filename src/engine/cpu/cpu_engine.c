@@ -116,9 +116,11 @@ static int cpu_graph_run(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *bi
         return ts_err_set(err, "out of memory running a graph");
     for (int s = 0; s < g->n_slots; s++)
         base[s] = binds[s].buf ? (uint8_t *)binds[s].buf->impl + binds[s].off : NULL;
-    ts_cpu_exec_run(g->impl, c->pool, g->nodes, g->n_nodes, binds, base, pos0, n_tok, n_kv);
+    const int rc = ts_cpu_exec_run(g->impl, c->pool, g->nodes, g->n_nodes, binds, base, pos0, n_tok, n_kv);
     if (base != stack_base)
         free(base);
+    if (rc)
+        return ts_err_set(err, "%s: a matmul's weights are in a layout the cpu does not read", e->desc.name);
     TS_ENG_COUNT(e, nodes, (uint64_t)g->n_nodes);
     return 0;
 }

@@ -41,7 +41,15 @@ struct ts_cpu_exec {
     ts_wmat *moe_w;         /* [max n_expert] */
     double *xattn_scratch;  /* [n_threads][xattn_stride] */
     int64_t xattn_stride;
+    ts_cpu_matmul_fn mm; /* own-layout matmuls (NULL: none taken) */
+    void *mm_ctx;
+    bool failed; /* a node could not run in this run */
 };
+
+void ts_cpu_exec_set_matmul(ts_cpu_exec *x, ts_cpu_matmul_fn fn, void *ctx) {
+    x->mm = fn;
+    x->mm_ctx = ctx;
+}
 
 /* What the block ops need: pairs (width * k), experts, cross-attention
  * doubles per thread (the expert matmul's weight rows are in needs()). */
@@ -253,13 +261,24 @@ static void exec_node(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *no
             break; /* computed with the first matmul of its run */
         ts_wmat w[TS_CPU_MAX_FUSE];
         const ts_wmat *wl[TS_CPU_MAX_FUSE];
-        float *y[TS_CPU_MAX_FUSE];
+        const void *wo[TS_CPU_MAX_FUSE];
+        float *y[TS_CPU_MAX_FUSE], *yo[TS_CPU_MAX_FUSE];
+        int n_lin = 0, n_own = 0;
         for (int i = 0; i < k; i++) {
-            w[i] = node_wmat(&nodes[ni + i], binds, base);
-            wl[i] = &w[i];
-            y[i] = at(base, nodes[ni + i].matmul.y);
+            const ts_eng_node *m = &nodes[ni + i];
+            if (binds[m->matmul.w.slot].layout == TS_WL_ENGINE) { /* the engine's own kernels */
+                wo[n_own] = at(base, m->matmul.w);
+                yo[n_own++] = at(base, m->matmul.y);
+                continue;
+            }
+            w[n_lin] = node_wmat(m, binds, base);
+            wl[n_lin] = &w[n_lin];
+            y[n_lin++] = at(base, m->matmul.y);
         }
-        ts_linear(pool, x->lin, k, wl, y, at(base, n->matmul.x), n_tok);
+        if (n_lin)
+            ts_linear(pool, x->lin, n_lin, wl, y, at(base, n->matmul.x), n_tok);
+        if (n_own && (!x->mm || x->mm(x->mm_ctx, pool, n_own, wo, yo, at(base, n->matmul.x), n_tok)))
+            x->failed = true;
         break;
     }
     case TS_OP_RMSNORM: {
@@ -399,8 +418,10 @@ static void exec_node(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *no
     }
 }
 
-void ts_cpu_exec_run(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *nodes, int n_nodes,
-                     const ts_eng_bind *binds, uint8_t *const *base, int64_t pos0, int n_tok, int64_t n_kv) {
-    for (int i = 0; i < n_nodes; i++)
+int ts_cpu_exec_run(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *nodes, int n_nodes,
+                    const ts_eng_bind *binds, uint8_t *const *base, int64_t pos0, int n_tok, int64_t n_kv) {
+    x->failed = false;
+    for (int i = 0; i < n_nodes && !x->failed; i++)
         exec_node(x, pool, nodes, i, binds, base, pos0, n_tok, n_kv);
+    return x->failed ? -1 : 0;
 }

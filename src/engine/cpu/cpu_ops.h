@@ -29,6 +29,14 @@ uint64_t ts_cpu_exec_bytes(const ts_eng_node *nodes, int n_nodes, int width, int
 ts_cpu_exec *ts_cpu_exec_new(const ts_eng_node *nodes, int n_nodes, int width, int n_threads, ts_err *err);
 void ts_cpu_exec_free(ts_cpu_exec *x);
 
+/* Matmuls whose weights are bound in an engine's own layout (TS_WL_ENGINE:
+ * the amx engine's tiles) go to this instead of ts_linear: k (<= 4)
+ * consecutive matmuls over one input x of n_tok rows, weights w[i] (the
+ * bound bytes), outputs y[i]. 0, or -1 (the run fails). */
+typedef int (*ts_cpu_matmul_fn)(void *ctx, ts_threadpool *pool, int k, const void *const *w, float *const *y,
+                                const float *x, int n_tok);
+void ts_cpu_exec_set_matmul(ts_cpu_exec *x, ts_cpu_matmul_fn fn, void *ctx);
+
 /* Runs nodes[0 .. n_nodes) (the graph x was made for) over n_tok tokens at
  * pos0 (attention: n_kv 0 causal, > 0 every query sees cache rows [0,
  * n_kv), ts_attn_params.n_kv). base[s] is the host address of slot s (its
@@ -36,8 +44,10 @@ void ts_cpu_exec_free(ts_cpu_exec *x);
  * matmul slots. pool has the n_threads the exec was made for. Consecutive
  * fast matmuls reading the same input run as one ts_linear call (the input
  * quantized once), as the CPU forward always ran q/k/v and gate/up; rope
- * nodes share a cos/sin table per (angles, positions). */
-void ts_cpu_exec_run(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *nodes, int n_nodes,
+ * nodes share a cos/sin table per (angles, positions). 0, or -1 when a
+ * node could not run (an own-layout weight without a matmul hook, or the
+ * hook failed). */
+int ts_cpu_exec_run(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *nodes, int n_nodes,
                      const ts_eng_bind *binds, uint8_t *const *base, int64_t pos0, int n_tok, int64_t n_kv);
 
 #endif

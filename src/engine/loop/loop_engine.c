@@ -64,8 +64,7 @@ static int loop_run_graph(ts_engine *e, ts_eng_graph *g, ts_eng_bind *binds, uin
             binds[s].layout = TS_WL_ROWS;
             binds[s].row_bytes = own_stride(binds[s].row_bytes);
         }
-    ts_cpu_exec_run(g->impl, L->pool, g->nodes, g->n_nodes, binds, base, pos0, n_tok, n_kv);
-    return 0;
+    return ts_cpu_exec_run(g->impl, L->pool, g->nodes, g->n_nodes, binds, base, pos0, n_tok, n_kv);
 }
 
 static bool loop_supports(const ts_engine *e, ts_op op, uint32_t wtype) {

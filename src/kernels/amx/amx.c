@@ -208,8 +208,6 @@ int ts_amx_pack(ts_amx_act act, uint32_t type, const void *rows, size_t row_byte
         return ts_err_set(err, "amx,act=%s: no kernel for %s rows of %lld", ts_amx_act_name(act), tt ? tt->name : "?",
                           (long long)n_in);
     }
-    if ((uintptr_t)dst % 64)
-        return ts_err_set(err, "amx: packed matrices must be 64-byte aligned");
     uint8_t *out = dst;
     memset(out, 0, TS_AMX_HDR);
     memcpy(out, &h, sizeof h);

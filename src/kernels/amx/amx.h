@@ -74,8 +74,9 @@ bool ts_amx_hw_status(char *why, size_t n);
 /* Bytes of the packed matrix (0: the mode has no kernel for this type or
  * shape). */
 uint64_t ts_amx_packed_bytes(ts_amx_act act, uint32_t type, int64_t n_in, int64_t n_out);
-/* Packs n_out GGUF rows of `type` (row_bytes apart) into dst (64-byte
- * aligned, ts_amx_packed_bytes). */
+/* Packs n_out GGUF rows of `type` (row_bytes apart) into dst
+ * (ts_amx_packed_bytes; 4-byte aligned at least, 64 for the fastest tile
+ * loads). */
 int ts_amx_pack(ts_amx_act act, uint32_t type, const void *rows, size_t row_bytes, int64_t n_in, int64_t n_out,
                 void *dst, ts_err *err);
 /* The packed matrix's shape and mode (0), or -1 when p is not one. */

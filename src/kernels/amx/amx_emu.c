@@ -152,12 +152,6 @@ static float ftz(float f) {
     return f;
 }
 
-#define EMU_LANES(TA, TB)                                                                                   \
-    for (int j = 0; j < 64; j++) {                                                                          \
-        av[j] = (int32_t)TA ar[j & 3];                                                                      \
-        bv[j] = (int32_t)TB br[j];                                                                          \
-    }
-
 void ts_amx_emu_dp(ts_amx_op op, int c, int a, int b) {
     if (!usable(c, "tdp") || !usable(a, "tdp") || !usable(b, "tdp"))
         return;
@@ -172,43 +166,45 @@ void ts_amx_emu_dp(ts_amx_op op, int c, int a, int b) {
         return;
     }
     const int M = emu.rows[c], N = emu.colsb[c] / 4, K = emu.colsb[a] / 4;
-    for (int m = 0; m < M && op == TS_AMX_DPBF16PS; m++)
-        for (int n = 0; n < N; n++) {
-            uint8_t *cp = &emu.t[c][m][4 * n];
-            {
+    if (op == TS_AMX_DPBF16PS) {
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
                 float acc;
-                memcpy(&acc, cp, 4);
+                memcpy(&acc, &emu.t[c][m][4 * n], 4);
                 for (int k = 0; k < K; k++)
                     for (int i = 0; i < 2; i++) {
                         const float p = ftz(bf16_daz(&emu.t[a][m][4 * k + 2 * i]) * bf16_daz(&emu.t[b][k][4 * n + 2 * i]));
                         acc = ftz(acc + p);
                     }
-                memcpy(cp, &acc, 4);
+                memcpy(&emu.t[c][m][4 * n], &acc, 4);
             }
-        }
-    if (op == TS_AMX_DPBF16PS)
         goto zero_upper;
-    /* integer products: per row m, 64 lanes j = 4n + i summed over k with
-     * a's 4 bytes of k repeated over the lanes (a loop the compiler
-     * vectorizes), then the 4 lanes of each n; a lane's sum stays below
-     * 16 * 65025, so only the final add wraps */
-    for (int m = 0; m < M; m++) {
-        int32_t lane[64] = {0};
-        for (int k = 0; k < K; k++) {
-            const uint8_t *ar = &emu.t[a][m][4 * k], *br = emu.t[b][k];
-            int32_t av[64], bv[64];
-            switch (op) {
-            case TS_AMX_DPBSSD: EMU_LANES((int8_t), (int8_t)); break;
-            case TS_AMX_DPBSUD: EMU_LANES((int8_t), (uint8_t)); break;
-            case TS_AMX_DPBUSD: EMU_LANES((uint8_t), (int8_t)); break;
-            default: EMU_LANES((uint8_t), (uint8_t)); break;
+    }
+    /* integer products: b widened once into [k][i][n] so that the inner
+     * loop runs over the 16 columns n (one vector on a SIMD host); b's bytes
+     * past colsb are zero in the tile, so all 16 are computed and N kept. A
+     * column's sum per instruction stays below 64 * 65025 < 2^31; only the
+     * add to c wraps. */
+    const bool as = op == TS_AMX_DPBSSD || op == TS_AMX_DPBSUD, bs = op == TS_AMX_DPBSSD || op == TS_AMX_DPBUSD;
+    int32_t bw[16][4][16];
+    for (int k = 0; k < K; k++)
+        for (int n = 0; n < 16; n++)
+            for (int i = 0; i < 4; i++) {
+                const uint8_t v = emu.t[b][k][4 * n + i];
+                bw[k][i][n] = bs ? (int32_t)(int8_t)v : (int32_t)v;
             }
-            for (int j = 0; j < 64; j++) lane[j] += av[j] * bv[j];
-        }
+    for (int m = 0; m < M; m++) {
+        int32_t col[16] = {0};
+        for (int k = 0; k < K; k++)
+            for (int i = 0; i < 4; i++) {
+                const uint8_t v = emu.t[a][m][4 * k + i];
+                const int32_t av = as ? (int32_t)(int8_t)v : (int32_t)v;
+                for (int n = 0; n < 16; n++) col[n] += av * bw[k][i][n];
+            }
         for (int n = 0; n < N; n++) {
             uint32_t acc;
             memcpy(&acc, &emu.t[c][m][4 * n], 4);
-            acc += (uint32_t)(lane[4 * n] + lane[4 * n + 1] + lane[4 * n + 2] + lane[4 * n + 3]);
+            acc += (uint32_t)col[n];
             memcpy(&emu.t[c][m][4 * n], &acc, 4);
         }
     }

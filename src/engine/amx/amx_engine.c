@@ -1,0 +1,339 @@
+/* amx_engine.c - `amx`: Intel AMX, the CPU's tile unit, as a matrix-engine
+ * device (kind NPU). The device boundary (memory, queues with their own
+ * threads, batches, events) is engine/hostdev's; a graph runs on the
+ * engine's thread pool with every matmul whose weights are in its own
+ * layout on the tiles (kernels/amx/amx.h) and every other node on the
+ * CPU's kernels (cpu_ops.c: the unit is attached to the cores that run
+ * them, and weak at everything that is not a tile product).
+ *
+ * Options:
+ *   act=exact|q8|int8  arithmetic (amx.h): exact (default) is the CPU's
+ *                      own definition, so a run is bit-identical to the
+ *                      CPU; q8 is the CPU's 8-bit one (TS_ACT=q8); int8 one
+ *                      scale per token and per output row (an NPU's)
+ *   emulate=1          the tiles of the scalar emulator: the whole engine
+ *                      runs and is tested on machines without AMX (slow)
+ *   threads=N          tile and kernel threads (default: the caller's)
+ *   min_width=N        narrowest graph worth the device (default: measured
+ *                      at open, below)
+ *   nowait=1           test builds: waits skipped (hostdev.h)
+ * Weights: packed once at load into the tile layout of the mode
+ * (ts_eng_pack): one resident copy on the device, counted in its window.
+ * Types without a kernel in the mode are converted by the runtime's probe.
+ *
+ * min_width: where the unit is real, opening times one matmul (2048 x 2048
+ * Q4_0, the engine's mode and threads) on the tiles and on the CPU's own
+ * kernels at widths 1, 2, 4, .. 256 and takes the narrowest width from which
+ * the tiles win at every width measured; decode (one token) stays on the
+ * CPU whatever it says. The emulator is not a speed: its min_width is 32
+ * unless set. crossing_ns is measured too (an empty batch's round trip).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cpu/cpu_ops.h"
+#include "engine/engine_impl.h"
+#include "engine/hostdev/hostdev.h"
+#include "kernels/amx/amx.h"
+#include "kernels/cpu.h"
+#include "kernels/linear.h"
+#include "quant/quant.h"
+
+typedef struct amx_eng {
+    ts_hostdev hd; /* first: the device boundary */
+    ts_amx_act act;
+    ts_amx_unit unit;
+    int n_threads;
+    ts_threadpool *pool; /* used under hd.compute */
+} amx_eng;
+
+typedef struct amx_graph {
+    ts_cpu_exec *cpu;
+    ts_amx_ws *ws; /* NULL: the graph has no matmul */
+    amx_eng *A;
+    ts_err err; /* the last tile call's failure */
+} amx_graph;
+
+static int tile_matmul(void *ctx, ts_threadpool *pool, int k, const void *const *w, float *const *y, const float *x,
+                       int n_tok) {
+    amx_graph *g = ctx;
+    if (!g->ws)
+        return -1;
+    return ts_amx_matmul(pool, g->ws, g->A->unit, k, w, y, x, n_tok, &g->err);
+}
+
+static int amx_run_graph(ts_engine *e, ts_eng_graph *g, ts_eng_bind *binds, uint8_t *const *base, int64_t pos0,
+                         int n_tok, int64_t n_kv) {
+    amx_eng *A = e->impl;
+    amx_graph *ag = g->impl;
+    return ts_cpu_exec_run(ag->cpu, A->pool, g->nodes, g->n_nodes, binds, base, pos0, n_tok, n_kv);
+}
+
+static int64_t max_matmul_in(const ts_eng_graph *g) {
+    int64_t m = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].op == TS_OP_MATMUL && g->nodes[i].matmul.n_in > m)
+            m = g->nodes[i].matmul.n_in;
+    return m;
+}
+
+static uint64_t amx_graph_scratch(const ts_engine *e, const ts_eng_graph *g) {
+    const amx_eng *A = e->impl;
+    const int64_t mi = max_matmul_in(g);
+    return ts_cpu_exec_bytes(g->nodes, g->n_nodes, g->width, A->n_threads) +
+           (mi ? ts_amx_ws_bytes(mi, g->width) : 0);
+}
+
+static void amx_graph_fini(ts_eng_graph *g) {
+    amx_graph *ag = g->impl;
+    if (!ag)
+        return;
+    ts_cpu_exec_free(ag->cpu);
+    ts_amx_ws_free(ag->ws);
+    free(ag);
+}
+
+static int amx_graph_init(ts_engine *e, ts_eng_graph *g, ts_err *err) {
+    amx_eng *A = e->impl;
+    amx_graph *ag = calloc(1, sizeof *ag);
+    if (!ag)
+        return ts_err_set(err, "out of memory building a graph");
+    ag->A = A;
+    g->impl = ag;
+    const int64_t mi = max_matmul_in(g);
+    if (!(ag->cpu = ts_cpu_exec_new(g->nodes, g->n_nodes, g->width, A->n_threads, err)) ||
+        (mi && !(ag->ws = ts_amx_ws_new(mi, g->width, err)))) {
+        amx_graph_fini(g);
+        g->impl = NULL;
+        return -1;
+    }
+    ts_cpu_exec_set_matmul(ag->cpu, tile_matmul, ag);
+    return 0;
+}
+
+static uint64_t amx_packed_bytes(const ts_engine *e, uint32_t wtype, int64_t n_in, int64_t n_out) {
+    const amx_eng *A = e->impl;
+    return ts_amx_packed_bytes(A->act, wtype, n_in, n_out);
+}
+
+static int amx_pack(const ts_engine *e, uint32_t wtype, const void *rows, size_t row_bytes, int64_t n_in,
+                    int64_t n_out, void *dst, ts_err *err) {
+    const amx_eng *A = e->impl;
+    return ts_amx_pack(A->act, wtype, rows, row_bytes, n_in, n_out, dst, err);
+}
+
+static bool amx_supports(const ts_engine *e, ts_op op, uint32_t wtype) {
+    (void)e, (void)op, (void)wtype;
+    return true; /* the desc masks say it all */
+}
+
+static void amx_close(ts_engine *e) {
+    amx_eng *A = e->impl;
+    if (A) {
+        ts_threadpool_free(A->pool);
+        ts_hostdev_fini(&A->hd);
+        free(A);
+    }
+    ts_eng_dealloc(e);
+}
+
+static const ts_eng_vt amx_vt = {
+    .close = amx_close,
+    .supports_op = amx_supports,
+    TS_HOSTDEV_METHODS,
+    .graph_init = amx_graph_init,
+    .graph_fini = amx_graph_fini,
+    .graph_scratch = amx_graph_scratch,
+    .packed_bytes = amx_packed_bytes,
+    .pack = amx_pack,
+};
+
+/* ---- what opening measures ---- */
+
+static uint64_t median3(uint64_t a, uint64_t b, uint64_t c) {
+    return a > b ? (b > c ? b : a > c ? c : a) : (a > c ? a : b > c ? c : b);
+}
+
+/* The narrowest width from which the tiles beat the CPU kernels on one
+ * 2048 x 2048 Q4_0 matmul at every width measured; 0 when they never do. */
+static int measure_min_width(amx_eng *A, ts_err *err) {
+    const int64_t n = 2048;
+    const int max_w = 256;
+    const size_t rb = ts_row_size(TS_TYPE_Q4_0, n);
+    uint8_t *rows = malloc(rb * (size_t)n);
+    float *x = malloc(sizeof(float) * (size_t)(n * max_w)), *y = malloc(sizeof(float) * (size_t)(n * max_w));
+    const uint64_t pb = ts_amx_packed_bytes(A->act, TS_TYPE_Q4_0, n, n);
+    void *packed = aligned_alloc(64, (size_t)(pb + 63) / 64 * 64);
+    uint8_t *panels = malloc(ts_rp_matrix_bytes(TS_TYPE_Q4_0, n, n) + 64);
+    ts_linear_ws *lin = ts_linear_ws_new(n, max_w, A->n_threads, err);
+    ts_amx_ws *ws = ts_amx_ws_new(n, max_w, err);
+    int result = -1;
+    if (!rows || !x || !y || !packed || !panels || !lin || !ws)
+        goto done;
+    uint64_t s = 0x243F6A8885A308D3ull;
+    for (size_t i = 0; i < rb * (size_t)n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        rows[i] = (uint8_t)(s >> 56);
+    }
+    for (int64_t r = 0; r < n; r++) { /* sane f16 scales: 2^-8 */
+        for (int64_t b = 0; b < n / 32; b++) {
+            rows[(size_t)r * rb + (size_t)b * 18] = 0x00;
+            rows[(size_t)r * rb + (size_t)b * 18 + 1] = 0x1c;
+        }
+    }
+    for (int64_t i = 0; i < n * max_w; i++) x[i] = (float)((i * 7919) % 2001 - 1000) * 1e-3f;
+    if (ts_amx_pack(A->act, TS_TYPE_Q4_0, rows, rb, n, n, packed, err))
+        goto done;
+    ts_wmat w = {.type = TS_TYPE_Q4_0, .data = rows, .n_in = n, .n_out = n, .row_bytes = rb};
+    if (ts_linear_wants_pack(&w) && ts_linear_pack(&w, panels, NULL) == 0)
+        w.packed = panels;
+    result = 0;
+    for (int width = max_w; width >= 1; width /= 2) {
+        uint64_t t_amx[3], t_cpu[3];
+        for (int rep = 0; rep < 3; rep++) {
+            uint64_t t0 = ts_now_ns();
+            const void *wp = packed;
+            if (ts_amx_matmul(A->pool, ws, A->unit, 1, &wp, &y, x, width, err)) {
+                result = -1;
+                goto done;
+            }
+            t_amx[rep] = ts_now_ns() - t0;
+            t0 = ts_now_ns();
+            const ts_wmat *wl = &w;
+            ts_linear(A->pool, lin, 1, &wl, &y, x, width);
+            t_cpu[rep] = ts_now_ns() - t0;
+        }
+        if (median3(t_amx[0], t_amx[1], t_amx[2]) >= median3(t_cpu[0], t_cpu[1], t_cpu[2]))
+            break; /* from here down the CPU wins */
+        result = width;
+    }
+done:
+    free(rows), free(x), free(y), free(packed), free(panels);
+    ts_linear_ws_free(lin);
+    ts_amx_ws_free(ws);
+    return result;
+}
+
+/* One empty batch's round trip: marker, flush, wait (median of 5). */
+static uint64_t measure_crossing(ts_engine *e) {
+    ts_eng_queue *q = ts_eng_queue_new(e, NULL);
+    if (!q)
+        return 0;
+    uint64_t t[5] = {0};
+    for (int i = 0; i < 5; i++) {
+        const uint64_t t0 = ts_now_ns();
+        ts_eng_event *ev = ts_eng_enqueue_marker(q, NULL);
+        if (ev) {
+            (void)ts_eng_event_wait(ev, NULL);
+            ts_eng_event_free(ev);
+        }
+        t[i] = ts_now_ns() - t0;
+    }
+    ts_eng_queue_free(q);
+    for (int i = 0; i < 5; i++) /* sort: 5 values */
+        for (int j = i + 1; j < 5; j++)
+            if (t[j] < t[i]) {
+                const uint64_t tmp = t[i];
+                t[i] = t[j], t[j] = tmp;
+            }
+    return t[2];
+}
+
+static uint64_t types_mask(ts_amx_act act) {
+    uint64_t m = 0;
+    for (uint32_t t = 0; t < TS_TYPE_COUNT && t < 64; t++)
+        if (ts_amx_packed_bytes(act, t, 256, 16)) /* 256: every block size divides it */
+            m |= 1ull << t;
+    return m;
+}
+
+static const char *const act_names[] = {"exact", "q8", "int8", NULL};
+
+static ts_engine *amx_open(const ts_eng_opts *o, ts_err *err) {
+    long long threads = 1, emulate = 0, nowait = 0, min_width = -1;
+    int act = 0;
+    if (ts_eng_opt_int(o, "threads", 1, 256, o->threads_hint > 0 ? o->threads_hint : 1, &threads, err) ||
+        ts_eng_opt_int(o, "emulate", 0, 1, 0, &emulate, err) || ts_eng_opt_int(o, "nowait", 0, 1, 0, &nowait, err) ||
+        ts_eng_opt_int(o, "min_width", 1, 4096, -1, &min_width, err) ||
+        ts_eng_opt_choice(o, "act", act_names, 0, &act, err))
+        return NULL;
+    char why[200];
+    if (!emulate && !ts_amx_hw_status(why, sizeof why)) {
+        ts_err_set(err, "amx: %s (amx,emulate=1 runs the engine on an emulator of the tiles)", why);
+        return NULL;
+    }
+    ts_engine *e = ts_eng_alloc(&amx_vt, o, err);
+    if (!e)
+        return NULL;
+    amx_eng *A = calloc(1, sizeof *A);
+    if (!A) {
+        ts_eng_dealloc(e);
+        ts_err_set(err, "out of memory");
+        return NULL;
+    }
+    e->impl = A;
+    ts_hostdev_init(&A->hd);
+    A->hd.run_graph = amx_run_graph;
+    A->hd.nowait = nowait != 0; /* only reachable in a TS_TEST_HOOKS build */
+    A->act = (ts_amx_act)act;
+    A->unit = emulate ? TS_AMX_EMU : TS_AMX_HW;
+    A->n_threads = (int)threads;
+    if (!(A->pool = ts_threadpool_new(A->n_threads, err))) {
+        amx_close(e);
+        return NULL;
+    }
+    A->n_threads = ts_threadpool_n_threads(A->pool);
+
+    ts_eng_desc *d = &e->desc;
+    snprintf(d->name, sizeof d->name, "amx");
+    d->kind = TS_ENG_KIND_NPU;
+    d->window_bytes = o->window ? o->window : (uint64_t)8 << 30; /* host memory: a cap, not a size */
+    d->max_buf_bytes = d->window_bytes;
+    d->max_width = 2048;
+    d->ops = (1u << TS_OP_COUNT) - 1;
+    d->weight_types = types_mask(A->act);
+    d->cpu_layouts = true; /* what it does not pack runs on the CPU kernels */
+    d->stall_measured = true;
+    int mw = (int)min_width;
+    const char *how = "set";
+    if (min_width < 0 && emulate) {
+        mw = 32, how = "emulated: not measured";
+    } else if (min_width < 0) {
+        const int m = measure_min_width(A, err);
+        if (m < 0) {
+            amx_close(e);
+            return NULL;
+        }
+        mw = m ? m : d->max_width;
+        how = m ? "measured crossover vs the CPU kernels" : "the CPU kernels won at every width measured";
+    }
+    d->min_width = mw;
+    d->crossing_ns = measure_crossing(e);
+    snprintf(d->detail, sizeof d->detail, "Intel AMX tiles%s, act=%s, %d thread%s, min_width %d (%s)%s",
+             emulate ? " (EMULATED: scalar emulator)" : "", ts_amx_act_name(A->act), A->n_threads,
+             A->n_threads == 1 ? "" : "s", mw, how, A->hd.nowait ? "; NOWAIT (broken on purpose)" : "");
+    return e;
+}
+
+static int amx_check_variant(const char *variant, ts_err *err) {
+    if (variant[0])
+        return ts_err_set(err, "device 'amx' has no variant '%s' (options: act=, emulate=1, threads=, min_width=)",
+                          variant);
+    return 0;
+}
+
+static const char *const amx_options[] = {"threads", "act", "emulate", "min_width",
+#ifdef TS_TEST_HOOKS
+                                          "nowait",
+#endif
+                                          NULL};
+static const char *const amx_names[] = {"amx", "amx,emulate=1", NULL};
+const ts_eng_backend ts_eng_backend_amx = {
+    .name = "amx",
+    .names_help = "amx",
+    .options = amx_options,
+    .check_variant = amx_check_variant,
+    .open = amx_open,
+    .list_names = amx_names,
+};

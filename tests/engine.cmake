@@ -54,6 +54,27 @@ foreach(pf_mode break-upload break-drain)
   # 77: skipped in a build without TS_TEST_HOOKS (the breaks are not there)
   set_tests_properties(prefill_${pf_mode}_SmolLM2 PROPERTIES SKIP_RETURN_CODE 77)
 endforeach()
+# The same gates on the amx engine (src/engine/amx) through its tile
+# emulator, and on the real unit where the machine has AMX (the test says
+# which it ran): act=exact against the CPU, act=q8 against the CPU's own
+# 8-bit activations (TS_ACT=q8), and the two breaks. Under the sanitizers
+# only SmolLM2 (the emulator is slow there; the engine's code is the same).
+foreach(pf_model SmolLM2-135M-Instruct.Q4_1 gemma-3-270m-q4_k_m)
+  string(REGEX REPLACE "[-.].*" "" pf_short ${pf_model})
+  if(TS_SANITIZE AND NOT pf_short STREQUAL "SmolLM2")
+    continue()
+  endif()
+  add_test(NAME prefill_gate1_amx_${pf_short} COMMAND test_prefill_device gate1-amx ${TS_MODELS_DIR}/${pf_model}.gguf)
+  add_test(NAME prefill_gate1_amx_q8_${pf_short}
+           COMMAND test_prefill_device gate1-amx-q8 ${TS_MODELS_DIR}/${pf_model}.gguf)
+  set_tests_properties(prefill_gate1_amx_${pf_short} prefill_gate1_amx_q8_${pf_short} PROPERTIES TIMEOUT 600)
+  set_tests_properties(prefill_gate1_amx_q8_${pf_short} PROPERTIES ENVIRONMENT "TS_ACT=q8")
+endforeach()
+foreach(pf_mode break-upload-amx break-drain-amx)
+  add_test(NAME prefill_${pf_mode}_SmolLM2 COMMAND test_prefill_device ${pf_mode}
+           ${TS_MODELS_DIR}/SmolLM2-135M-Instruct.Q4_1.gguf)
+  set_tests_properties(prefill_${pf_mode}_SmolLM2 PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+endforeach()
 # The CLI side (tests/test_prefill_cli.py): flags and --stats json keys on
 # run/chat/perplexity/bench, the one fallback line (unknown device; OpenCL
 # without an ICD), and OpenCL on PoCL against the CPU (perplexity, greedy).

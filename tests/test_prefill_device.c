@@ -23,6 +23,15 @@
  *   break-drain   `loop,nodrain=1` (a prefill run returns before the device
  *                 is done, so the CPU reads the residual stream and KV rows
  *                 early): MUST differ.
+ *   gate1-amx     `amx,emulate=1` (the AMX engine on its tile emulator,
+ *                 act=exact), resident and streamed, against the CPU:
+ *                 bit-identical; the same on the real unit (`amx`) where
+ *                 this machine has AMX (else said, and only the emulator).
+ *   gate1-amx-q8  `amx,emulate=1,act=q8` (and `amx,act=q8`) against the CPU
+ *                 run with TS_ACT=q8 (its 8-bit activations; CTest sets
+ *                 it): bit-identical.
+ *   break-upload-amx, break-drain-amx  the two breaks on the amx engine
+ *                 (emulated): MUST differ.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -303,7 +312,8 @@ static void expect_broken(const ts_model *m, int32_t n_vocab, const char *dev, c
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: test_prefill_device gate1|gate2|break-upload|break-drain MODEL.gguf\n");
+        fprintf(stderr, "usage: test_prefill_device gate1|gate2|break-upload|break-drain|gate1-amx|gate1-amx-q8|"
+                        "break-upload-amx|break-drain-amx MODEL.gguf\n");
         return 2;
     }
     const char *mode = argv[1], *path = argv[2];
@@ -336,6 +346,34 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "gate2")) {
         gate(m, V, "cpu,wtypes=f16+q8_0+q4_0", "loop:npu,window=16M,delay_us=50", "loop:npu", NULL, true,
              info.size_bytes);
+    } else if (!strcmp(mode, "gate1-amx") || !strcmp(mode, "gate1-amx-q8")) {
+        const bool q8 = !strcmp(mode, "gate1-amx-q8");
+        const char *act = q8 ? ",act=q8" : "";
+        const char *env = getenv("TS_ACT");
+        if (q8 && !(env && !strcmp(env, "q8"))) {
+            fprintf(stderr, "FAIL: gate1-amx-q8 needs TS_ACT=q8 (the CPU reference's 8-bit activations)\n");
+            ts_model_free(m);
+            return 1;
+        }
+        /* is the real unit here? */
+        ts_device_info devs[16];
+        const int nd = ts_devices(devs, 16);
+        bool hw = false;
+        for (int i = 0; i < nd && i < 16; i++)
+            if (!strcmp(devs[i].name, "amx")) {
+                hw = devs[i].ok;
+                if (!hw) printf("real AMX not tested here: %s\n", devs[i].reason);
+            }
+        record *ref = run_on(m, NULL, V);
+        CHECK(ref, "cpu run failed");
+        for (int unit = 0; ref && unit < (hw ? 2 : 1); unit++) {
+            char res[64], str[96];
+            snprintf(res, sizeof res, "amx%s%s", unit ? "" : ",emulate=1", act);
+            snprintf(str, sizeof str, "%s,window=%s", res, !strcmp(info.arch, "gemma3") ? "40M" : "24M");
+            gate(m, V, NULL, res, "amx", ref, false, info.size_bytes);
+            gate(m, V, NULL, str, "amx", ref, true, info.size_bytes);
+        }
+        free(ref);
     } else if (!strncmp(mode, "break-", 6) && !TS_HOOKS_BUILT) {
         printf("skipped: %s needs the break-on-purpose hooks (configure with -DTS_TEST_HOOKS=ON)\n", mode);
         ts_model_free(m);
@@ -346,6 +384,10 @@ int main(int argc, char **argv) {
         expect_broken(m, V, dev, "no wait between a layer's upload and its use");
     } else if (!strcmp(mode, "break-drain")) {
         expect_broken(m, V, "loop,nodrain=1,delay_us=20000", "no wait between device prefill and CPU decode");
+    } else if (!strcmp(mode, "break-upload-amx")) {
+        expect_broken(m, V, "amx,emulate=1,window=24M,nowait=1", "no wait between a layer's upload and its use");
+    } else if (!strcmp(mode, "break-drain-amx")) {
+        expect_broken(m, V, "amx,emulate=1,nodrain=1", "no wait between device prefill and CPU decode");
     } else {
         fprintf(stderr, "unknown mode %s\n", mode);
         g_fail++;

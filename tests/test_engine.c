@@ -11,6 +11,7 @@
 #include "engine_ops_util.h"
 #include "engine_test_util.h"
 #include "core/clock.h"
+#include "kernels/amx/amx.h"
 
 static ts_engine *open_or_die(const char *spec) {
     ts_err err = {{0}};
@@ -78,6 +79,31 @@ static void test_registry(void) {
     expect_open_error("cpu,delay_us=5", "applies to loop only");
     expect_open_error("loop,threads=0", "threads=0");
     expect_open_error("opencl:x", "opencl:N");
+    expect_open_error("amx,act=fp4", "act=fp4: expected one of exact, q8, int8");
+    expect_open_error("amx:1", "no variant");
+    expect_open_error("amx,emulate=2", "emulate=2");
+    /* amx: the real unit opens where it exists, else the reason; the
+     * emulated one everywhere, an NPU of the CPU's own memory */
+    {
+        char why[200];
+        if (!ts_amx_hw_status(why, sizeof why))
+            expect_open_error("amx", why);
+        ts_engine *a = open_or_die("amx,emulate=1,act=q8");
+        const ts_eng_desc *ad = ts_eng_describe(a);
+        CHECK(ad->kind == TS_ENG_KIND_NPU && !strcmp(ad->name, "amx") && ad->min_width == 32 && strstr(ad->detail, "EMULATED") &&
+                  strstr(ad->detail, "act=q8"),
+              "amx,emulate=1 profile: %s %d %s", ad->name, ad->min_width, ad->detail);
+        CHECK(ts_eng_supports_op(a, TS_OP_MATMUL, TS_TYPE_Q4_K) && ts_eng_supports_op(a, TS_OP_MATMUL, TS_TYPE_BF16) &&
+                  !ts_eng_supports_op(a, TS_OP_MATMUL, TS_TYPE_Q5_1),
+              "amx act=q8 takes the panel and float types, not Q5_1");
+        CHECK(ts_eng_packed_bytes(a, TS_TYPE_Q4_0, 256, 40) > 0 && ts_eng_packed_bytes(a, TS_TYPE_Q5_1, 256, 40) == 0,
+              "amx packs what it takes only");
+        ts_eng_close(a);
+        a = open_or_die("amx,emulate=1,act=int8,min_width=64");
+        CHECK(ts_eng_supports_op(a, TS_OP_MATMUL, TS_TYPE_Q5_1) && ts_eng_describe(a)->min_width == 64,
+              "amx act=int8 takes every type the CPU dequantizes; min_width= is kept");
+        ts_eng_close(a);
+    }
 
     /* the one line a front end prints, then runs on the CPU */
     err.msg[0] = 0;
@@ -623,6 +649,7 @@ static void test_window(void) {
 
 static void test_probe(void) {
     ts_engine *npu = open_or_die("loop:npu,delay_us=0"), *loop = open_or_die("loop");
+    ts_engine *amx = open_or_die("amx,emulate=1"), *amx8 = open_or_die("amx,emulate=1,act=int8");
     ts_err err = {{0}};
     char note[1024];
     struct {
@@ -634,6 +661,11 @@ static void test_probe(void) {
         {npu, TS_TYPE_Q6_K, TS_TYPE_Q8_0, 256},  {npu, TS_TYPE_Q4_K, TS_TYPE_Q8_0, 256},
         {npu, TS_TYPE_BF16, TS_TYPE_F16, 64},    {npu, TS_TYPE_F32, TS_TYPE_F16, 64},
         {loop, TS_TYPE_Q6_K, TS_TYPE_Q6_K, 256}, {loop, TS_TYPE_Q4_1, TS_TYPE_Q4_1, 64},
+        /* amx (emulated): probed in its own tile layout; types without a
+         * tile kernel in the mode become Q8_0 */
+        {amx, TS_TYPE_Q4_K, TS_TYPE_Q4_K, 256},  {amx, TS_TYPE_Q6_K, TS_TYPE_Q6_K, 256},
+        {amx, TS_TYPE_F16, TS_TYPE_F16, 64},     {amx, TS_TYPE_Q5_1, TS_TYPE_Q8_0, 64},
+        {amx, TS_TYPE_Q2_K, TS_TYPE_Q8_0, 256},  {amx8, TS_TYPE_Q5_1, TS_TYPE_Q5_1, 64},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const int t = ts_rt_probe_weight_type(cases[i].e, cases[i].in, cases[i].n_in, note, sizeof note, &err);
@@ -678,6 +710,8 @@ static void test_probe(void) {
     op_free(&c);
     ts_eng_close(npu);
     ts_eng_close(loop);
+    ts_eng_close(amx);
+    ts_eng_close(amx8);
 }
 
 /* ---- waits across engines ---- */
@@ -780,6 +814,7 @@ int main(int argc, char **argv) {
     test_registry();
     test_ops_bit_identical("loop,threads=2");
     test_ops_bit_identical("cpu");
+    test_ops_bit_identical("amx,emulate=1,threads=2"); /* unpacked weights: the CPU kernels behind it */
     test_npu_matmul();
     test_prefill_loop();
     test_own_layout();

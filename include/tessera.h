@@ -590,6 +590,31 @@ typedef struct ts_device_info {
  * be NULL) counts only. Opens and closes each device. Thread-safe. */
 TS_API int32_t ts_devices(ts_device_info *out, int32_t cap);
 
+/* One transformer layer (attention + SwiGLU FFN, llama-shaped) for
+ * ts_device_profile. Zero fields take the defaults
+ * (ts_layer_shape_default: SmolLM2-135M's layer, Q4_0, 1024 cache rows). */
+typedef struct ts_layer_shape {
+    size_t struct_size;
+    int32_t n_embd, n_head, n_head_kv, head_dim, n_ff;
+    bool qkv_bias;           /* qwen2's q/k/v biases */
+    int32_t n_ctx;           /* KV cache rows */
+    const char *weight_type; /* the matmuls' weights: "Q4_0", "Q4_K", "F16", ... */
+    int32_t n_threads;       /* the device's threads where it takes threads= (0: physical cores) */
+    int32_t reps;            /* timed runs per width; the median is reported */
+} ts_layer_shape;
+TS_API ts_layer_shape ts_layer_shape_default(void);
+
+/* The latency of one layer graph of `shape` on `device` (a name as
+ * ts_context_params.prefill_device takes) at each of the n widths
+ * (tokens per graph): random weights of the type, packed as the device
+ * packs a model's; the nodes the device does not take are left out (a
+ * matmul-only device times its matmuls). ms[i]: the median of reps runs
+ * after a warm-up. The curve a matrix engine has: flat while its tiles
+ * are not full, then a step. Not thread-safe with other calls that open
+ * the same device. */
+TS_API ts_status ts_device_profile(const char *device, const ts_layer_shape *shape, const int32_t *widths, int32_t n,
+                                   double *ms, ts_error *err);
+
 /* ---- quantization --------------------------------------------------------- */
 
 typedef struct ts_quantize_params {

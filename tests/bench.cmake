@@ -1,7 +1,7 @@
 # bench.cmake - `tessera bench` (llama-bench-style throughput through the
 # public API) and `tessera devices` (ts_devices_list; --json: ts_devices): output shape, JSON
 # fields, argument errors. Tiny tests (-p 16 -n 4 -r 1): not measurements.
-foreach(case json table devices devices_json errors)
+foreach(case json table devices devices_json devices_profile errors)
   add_test(NAME bench_cli_${case}
            COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_bench_cli.py ${case}
                    $<TARGET_FILE:tessera> ${TS_MODELS_DIR})
@@ -12,5 +12,5 @@ endforeach()
 # "Tracer caught signal 11" before checking anything). Not scanning TLS as a
 # root keeps the leak check (it can only report more, never fewer leaks).
 if(TS_SANITIZE)
-  set_tests_properties(bench_cli_devices bench_cli_devices_json PROPERTIES ENVIRONMENT "LSAN_OPTIONS=use_tls=0")
+  set_tests_properties(bench_cli_devices bench_cli_devices_json bench_cli_devices_profile PROPERTIES ENVIRONMENT "LSAN_OPTIONS=use_tls=0")
 endif()

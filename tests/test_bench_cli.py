@@ -4,6 +4,8 @@ usage: test_bench_cli.py CASE TESSERA MODELS_DIR
   json     bench --json parses, carries llama-bench's fields, avg_ts > 0
   table    table mode prints llama-bench's header and one row per test
   devices  devices exits 0 and lists cpu and loop
+  devices_profile  devices --profile: a width -> ms row per width (text and --json), on cpu,
+           amx,emulate=1 and a model's shape; amx (the real unit) profiles or says why not
   errors   bad arguments exit 2 with a message naming the option/value
 """
 import json
@@ -120,6 +122,33 @@ def case_devices_json(exe, models):
     print(f"{len(devs)} devices: " + ", ".join(f"{d['name']} ({d.get('kind', 'unavailable')})" for d in devs))
 
 
+def case_devices_profile(exe, models):
+    """`tessera devices --profile DEV` (ts_device_profile): one row per width, positive times."""
+    r = run(exe, "devices", "--profile", "cpu", "--widths", "8:32:8", "-t", "2", "--reps", "2")
+    rows = [l.split() for l in r.stdout.splitlines()[1:]]
+    if r.returncode != 0 or [int(x[0]) for x in rows] != [8, 16, 24, 32] or not all(float(x[1]) > 0 for x in rows):
+        fail(f"devices --profile cpu: rc {r.returncode}, {r.stdout!r} {r.stderr!r}")
+    r = run(exe, "devices", "--profile", "amx,emulate=1", "-m", model_path(models), "--widths", "16:32:16", "--reps",
+            "1", "--json")
+    if r.returncode != 0:
+        fail(f"devices --profile amx,emulate=1 --json: rc {r.returncode}, {r.stderr!r}")
+    d = json.loads(r.stdout)
+    if d["device"] != "amx,emulate=1" or d["n_embd"] != 576 or [p["width"] for p in d["points"]] != [16, 32] \
+            or not all(p["ms"] > 0 for p in d["points"]):
+        fail(f"devices --profile --json: {d}")
+    r = run(exe, "devices", "--profile", "amx", "--widths", "16:16:1", "--reps", "1")
+    if r.returncode != 0 and "amx:" not in r.stderr:
+        fail(f"devices --profile amx: rc {r.returncode} without the reason: {r.stderr!r}")
+    print("real amx:", "profiled" if r.returncode == 0 else r.stderr.strip())
+    for bad, want in ((["--profile", "cpu", "--widths", "9"], "FIRST:LAST:STEP"), (["--widths", "1:2:1"], "--profile"),
+                      (["--profile", "cpu", "--shape", "7b"], "unknown --shape"),
+                      (["--profile", "cpu", "--type", "Q6_K"], "cannot be made here")):
+        r = run(exe, "devices", *bad)
+        if r.returncode == 0 or want not in r.stderr:
+            fail(f"devices {' '.join(bad)}: rc {r.returncode}, {r.stderr!r} (expected '{want}')")
+    print("devices --profile ok")
+
+
 def case_errors(exe, models):
     p = model_path(models)
     cases = [
@@ -150,6 +179,7 @@ def case_errors(exe, models):
 def main():
     case, exe, models = sys.argv[1], sys.argv[2], sys.argv[3]
     {"json": case_json, "table": case_table, "devices": case_devices, "devices_json": case_devices_json,
+     "devices_profile": case_devices_profile,
      "errors": case_errors}[case](exe, models)
 
 

@@ -5,8 +5,14 @@
 # from this machine: PyPI and Debian are reachable, GitHub is not).
 #
 #   tools/build_llamacpp.sh [DIR]    (default DIR: ~/.cache/tessera/llamacpp)
+#   LLAMACPP_AMX=off tools/build_llamacpp.sh [DIR]
 #
 # Prints the path of llama-bench. Version pinned so figures can be repeated.
+# The build is -march=native (GGML_NATIVE): on a CPU with AMX that includes
+# ggml-cpu's AMX path, which in this version segfaults in
+# ggml_backend_amx_mul_mat on our AMX machine. LLAMACPP_AMX=off builds the
+# same native build without the AMX instructions (-mno-amx-*) into
+# build-noamx/: the build tessera is compared with there (docs/PERFORMANCE.md).
 set -euo pipefail
 VER=${LLAMACPP_PY_VERSION:-0.3.36}
 DIR=${1:-$HOME/.cache/tessera/llamacpp}
@@ -25,10 +31,18 @@ if [ ! -d "$src" ]; then
   "$PY" -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VER" -d .
   tar xzf "llama_cpp_python-$VER.tar.gz"
 fi
-if [ ! -x build/bin/llama-bench ]; then
-  echo "build_llamacpp: building llama-bench (several minutes on 2 cores)" >&2
-  cmake -S "$src" -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-    -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null
-  ninja -C build ${JOBS:+-j$JOBS} llama-bench >/dev/null
+bdir=build
+flags=()
+if [ "${LLAMACPP_AMX:-on}" = off ]; then
+  bdir=build-noamx
+  flags=(-DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+         -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
 fi
-echo "$DIR/build/bin/llama-bench"
+if [ ! -x $bdir/bin/llama-bench ]; then
+  echo "build_llamacpp: building llama-bench in $bdir (several minutes on 2 cores)" >&2
+  cmake -S "$src" -B $bdir -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+    -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+    "${flags[@]}" >/dev/null
+  ninja -C $bdir ${JOBS:+-j$JOBS} llama-bench >/dev/null
+fi
+echo "$DIR/$bdir/bin/llama-bench"

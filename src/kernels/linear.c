@@ -237,12 +237,11 @@ static int ref_setup(lin_job *j, mat_job *mj) {
 }
 
 static const lin_variant variants[] = {
-    /* slot: "amx" - AMX tiles (needs TS_FEAT_AMX_TILE | TS_FEAT_AMX_INT8,
-     * so it is off under a lowered TS_CPU_LEVEL): panels re-laid as tiles of
-     * 16 rows x 64 bytes, tdpbusd on the hi/lo activation planes; reference
-     * ts_rp_gemm_ref, bound: bit-identical (the integer sums are exact and
-     * the f32 steps keep the definition's order). It would go first and
-     * take the panel types where it is usable. */
+    /* AMX tiles are not a variant here: they are the `amx` engine
+     * (src/engine/amx, kernels in kernels/amx/), a device the prefill is
+     * placed on, so that one-token decode keeps these kernels and the
+     * tile unit's packed copy lives in that engine's window. Its act=exact
+     * mode computes this definition bit for bit. */
     {"panels", 0, panels_supports, panels_setup, panels_run,
      "ts_rp_gemm_ref, the scalar definition of kernels/repack.h (tests/test_rp_gemm.c, test_perf_kernels.c)",
      "bit-identical at every level; hi precision: logits within ~1e-3 of the f32 reference "

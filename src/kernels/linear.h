@@ -21,7 +21,8 @@
  *          kernels only take 8-bit activations);
  *        - "ref": anything else (BF16, odd row lengths): the reference
  *          ts_matmul, in its own parallel region.
- *      (Slots are marked for AMX tiles and INT8 weights with outliers.)
+ *      (A slot is marked for INT8 weights with outliers; AMX tiles are
+ *      the `amx` engine's, kernels/amx/amx.h.)
  *      Every entry names what it is tested against and the stated bound.
  *
  * Precision (repack.h): hi (default) = 16-bit activations as two int8

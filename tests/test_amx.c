@@ -289,11 +289,13 @@ static void test_int_modes(void) {
 }
 
 static void test_int8_mode(void) {
-    static const uint32_t t8[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q8_0, TS_TYPE_Q4_K, TS_TYPE_Q6_K, TS_TYPE_F16, TS_TYPE_F32};
+    static const uint32_t t8[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q5_0, TS_TYPE_Q8_0, TS_TYPE_Q3_K, TS_TYPE_Q4_K,
+                                  TS_TYPE_Q5_K, TS_TYPE_Q6_K, TS_TYPE_F16,  TS_TYPE_BF16, TS_TYPE_F32};
     double worst = 0;
     for (size_t ti = 0; ti < sizeof t8 / sizeof t8[0]; ti++) {
         const uint32_t ty = t8[ti];
-        const int64_t n_in = kq(ty) ? 256 : ty == TS_TYPE_F16 || ty == TS_TYPE_F32 ? 100 : 96, n_out = 37;
+        const int64_t n_in = kq(ty) ? 256 : ty == TS_TYPE_F16 || ty == TS_TYPE_F32 || ty == TS_TYPE_BF16 ? 100 : 96,
+                      n_out = 37;
         mat m = make_mat(ty, n_in, n_out);
         void *w = pack(TS_AMX_INT8, &m);
         for (int ki = 0; ki < N_TOKS && w; ki++) {

@@ -234,7 +234,8 @@ int ts_hostdev_finish(ts_eng_queue *qq, ts_err *err) {
     q->failed = false;
     pthread_mutex_unlock(&q->m);
     if (failed)
-        return ts_err_set(err, "%s: a graph could not run (out of memory on the device thread)", qq->eng->desc.name);
+        return ts_err_set(err, "%s: a graph could not run (out of memory on the device thread, or a kernel refused "
+                               "its operands)", qq->eng->desc.name);
     return 0;
 }
 

@@ -156,28 +156,21 @@ def main():
         name = os.path.basename(model)
         macs = layer_macs(model)
         samples, why = {}, {}
+        def add(eng, res, w):
+            if res is None:
+                why[eng] = w
+                return
+            for o in res:
+                key = ("pp", o["n_prompt"]) if o["n_prompt"] else ("tg", o["n_gen"])
+                samples.setdefault(eng, {}).setdefault(key, []).extend(o["samples_ts"])
+
         for rep in range(a.reps):  # alternating: every engine once per repetition
             for eng in engines:
-                if eng in why:
-                    continue
-                res, w = tessera_bench(a.tessera, model, eng, lengths, a.threads, a.gen)
-                if res is None:
-                    why[eng] = w
-                    continue
-                for o in res:
-                    key = ("pp", o["n_prompt"]) if o["n_prompt"] else ("tg", o["n_gen"])
-                    samples.setdefault(eng, {}).setdefault(key, []).extend(o["samples_ts"])
+                if eng not in why:
+                    add(eng, *tessera_bench(a.tessera, model, eng, lengths, a.threads, a.gen))
             for label, exe in lbs:
-                eng = "llama.cpp " + label
-                if eng in why:
-                    continue
-                res, w = llama_bench(exe, model, lengths, a.threads, a.gen)
-                if res is None:
-                    why[eng] = w
-                    continue
-                for o in res:
-                    key = ("pp", o["n_prompt"]) if o["n_prompt"] else ("tg", o["n_gen"])
-                    samples.setdefault(eng, {}).setdefault(key, []).extend(o["samples_ts"])
+                if "llama.cpp " + label not in why:
+                    add("llama.cpp " + label, *llama_bench(exe, model, lengths, a.threads, a.gen))
         med = {e: {k: statistics.median(v) for k, v in d.items()} for e, d in samples.items()}
         cpu = med.get("cpu", {})
         print(f"\n## {name} (layer matrices: {macs / 1e6:.1f} M MAC/token)" if macs else f"\n## {name}")

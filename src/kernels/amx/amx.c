@@ -200,6 +200,25 @@ static void pack_int_rt(const ts_amx_hdr *h, const uint8_t *rows, size_t row_byt
     }
 }
 
+/* one row at the int8 mode's precision: one scale for the row (a token's
+ * activations, a weight row) */
+static void quant_row_i8(const float *x, int64_t n, int8_t *q, float *s_out) {
+    float amax = 0.0f;
+    int finite = 1;
+    for (int64_t k = 0; k < n; k++) {
+        const float a = fabsf(x[k]);
+        finite &= a <= 3.4028235e38f;
+        amax = a > amax ? a : amax;
+    }
+    const int zero = !finite || amax < 0x1p-100f;
+    *s_out = !finite ? NAN : zero ? 0.0f : amax / 127.0f;
+    const float inv = zero ? 0.0f : 127.0f / amax;
+    for (int64_t k = 0; k < n; k++) {
+        long v = zero ? 0 : lrintf(x[k] * inv);
+        q[k] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+    }
+}
+
 int ts_amx_pack(ts_amx_act act, uint32_t type, const void *rows, size_t row_bytes, int64_t n_in, int64_t n_out,
                 void *dst, ts_err *err) {
     ts_amx_hdr h;
@@ -213,10 +232,11 @@ int ts_amx_pack(ts_amx_act act, uint32_t type, const void *rows, size_t row_byte
     memcpy(out, &h, sizeof h);
     const int n_in_i = (int)n_in;
     float *wf = malloc((size_t)n_in * sizeof *wf);
+    int8_t *q8 = malloc((size_t)n_in);
     uint8_t *panel = h.path == TS_AMX_PATH_INT ? malloc(ts_rp_panel_bytes(type, n_in)) : NULL;
     ts_rp_terms *terms = h.path == TS_AMX_PATH_INT ? malloc(sizeof *terms) : NULL;
-    if (!wf || (h.path == TS_AMX_PATH_INT && (!panel || !terms))) {
-        free(wf), free(panel), free(terms);
+    if (!wf || !q8 || (h.path == TS_AMX_PATH_INT && (!panel || !terms))) {
+        free(wf), free(q8), free(panel), free(terms);
         return ts_err_set(err, "out of memory packing a matrix for amx");
     }
     int rc = 0;
@@ -243,25 +263,13 @@ int ts_amx_pack(ts_amx_act act, uint32_t type, const void *rows, size_t row_byte
                 }
                 continue;
             }
-            /* int8: one scale per row, from the exact weights */
-            float amax = 0.0f;
-            int finite = 1;
-            for (int k = 0; k < n_in_i; k++) {
-                const float a = fabsf(wf[k]);
-                finite &= a <= 3.4028235e38f;
-                amax = a > amax ? a : amax;
-            }
-            const int zero = !finite || amax < 0x1p-100f;
-            ws[r] = !finite ? NAN : zero ? 0.0f : amax / 127.0f;
-            const float inv = zero ? 0.0f : 127.0f / amax;
-            for (int k = 0; k < n_in_i; k++) {
-                long q = zero ? 0 : lrintf(wf[k] * inv);
-                q = q > 127 ? 127 : q < -127 ? -127 : q;
-                rt[(size_t)(k / 4) * 64 + 4 * (size_t)r + (size_t)(k % 4)] = (uint8_t)(int8_t)q;
-            }
+            /* int8: one scale per row, from the exact weights (the
+             * activations' rule: quant_row_i8) */
+            quant_row_i8(wf, n_in, q8, &ws[r]);
+            for (int k = 0; k < n_in_i; k++) rt[(size_t)(k / 4) * 64 + 4 * (size_t)r + (size_t)(k % 4)] = (uint8_t)q8[k];
         }
     }
-    free(wf), free(panel), free(terms);
+    free(wf), free(q8), free(panel), free(terms);
     return rc;
 }
 
@@ -324,24 +332,6 @@ void ts_amx_ws_free(ts_amx_ws *w) {
     free(w->q1), free(w->q2), free(w->xh), free(w->xl);
     free(w->s), free(w->ds), free(w->sum);
     free(w);
-}
-
-/* the int8 mode's activation row: one scale for the token */
-static void quant_row_i8(const float *x, int64_t n, int8_t *q, float *s_out) {
-    float amax = 0.0f;
-    int finite = 1;
-    for (int64_t k = 0; k < n; k++) {
-        const float a = fabsf(x[k]);
-        finite &= a <= 3.4028235e38f;
-        amax = a > amax ? a : amax;
-    }
-    const int zero = !finite || amax < 0x1p-100f;
-    *s_out = !finite ? NAN : zero ? 0.0f : amax / 127.0f;
-    const float inv = zero ? 0.0f : 127.0f / amax;
-    for (int64_t k = 0; k < n; k++) {
-        long v = zero ? 0 : lrintf(x[k] * inv);
-        q[k] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
-    }
 }
 
 typedef struct quant_job {

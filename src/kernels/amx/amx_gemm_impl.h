@@ -76,18 +76,27 @@ static void FN(int_tile)(const ts_amx_hdr *h, const uint8_t *rt, int nrow, const
         for (int r = 0; r < nrow; r++) y[(int64_t)(t0 + t) * ldy + r] = acc[t][r];
 }
 
-static void FN(int_rows)(const ts_amx_hdr *h, int64_t p0, int64_t p1, const ts_amx_xq *x, int t0, int t1, float *y,
-                         int64_t ldy) {
+/* row tiles [p0, p1) x tokens [t0, t1) in blocks of TB_TOK tokens, one
+ * 16-token tile at a time (the int and bf16 paths) */
+typedef void (*FN(tile_fn))(const ts_amx_hdr *h, const uint8_t *rt, int nrow, const ts_amx_xq *x, int t0, int nt,
+                            float *y, int64_t ldy, ts_amx_cfg *cur);
+static void FN(tiles)(const ts_amx_hdr *h, int64_t p0, int64_t p1, const ts_amx_xq *x, int t0, int t1, float *y,
+                      int64_t ldy, FN(tile_fn) tile) {
     ts_amx_cfg cur = {{0}};
     for (int tb = t0; tb < t1; tb += TB_TOK) {
         const int te = tb + TB_TOK < t1 ? tb + TB_TOK : t1;
         for (int64_t p = p0; p < p1; p++) {
             const int nrow = h->n_out - 16 * p < 16 ? (int)(h->n_out - 16 * p) : 16;
             for (int t = tb; t < te; t += 16)
-                FN(int_tile)(h, ts_amx_rt(h, p), nrow, x, t, te - t < 16 ? te - t : 16, y + 16 * p, ldy, &cur);
+                tile(h, ts_amx_rt(h, p), nrow, x, t, te - t < 16 ? te - t : 16, y + 16 * p, ldy, &cur);
         }
     }
     T_RELEASE();
+}
+
+static void FN(int_rows)(const ts_amx_hdr *h, int64_t p0, int64_t p1, const ts_amx_xq *x, int t0, int t1, float *y,
+                         int64_t ldy) {
+    FN(tiles)(h, p0, p1, x, t0, t1, y, ldy, FN(int_tile));
 }
 
 /* ---- int8 path: up to 32 tokens x 2 row tiles, K accumulated whole ---- */
@@ -193,16 +202,7 @@ static void FN(bf_tile)(const ts_amx_hdr *h, const uint8_t *rt, int nrow, const 
 
 static void FN(bf_rows)(const ts_amx_hdr *h, int64_t p0, int64_t p1, const ts_amx_xq *x, int t0, int t1, float *y,
                         int64_t ldy) {
-    ts_amx_cfg cur = {{0}};
-    for (int tb = t0; tb < t1; tb += TB_TOK) {
-        const int te = tb + TB_TOK < t1 ? tb + TB_TOK : t1;
-        for (int64_t p = p0; p < p1; p++) {
-            const int nrow = h->n_out - 16 * p < 16 ? (int)(h->n_out - 16 * p) : 16;
-            for (int t = tb; t < te; t += 16)
-                FN(bf_tile)(h, ts_amx_rt(h, p), nrow, x, t, te - t < 16 ? te - t : 16, y + 16 * p, ldy, &cur);
-        }
-    }
-    T_RELEASE();
+    FN(tiles)(h, p0, p1, x, t0, t1, y, ldy, FN(bf_tile));
 }
 
 /* one instruction, for the tests that compare the units */

@@ -20,6 +20,7 @@
 usage: bench/amx_bench.py [-m MODEL.gguf]... [--tessera build/tessera]
          [--llama-bench noamx=PATH]... [-p 32,128,512,2048] [-r 3] [-t 2]
          [--modes exact,q8,int8] [--emulated] [--out bench/out] [--json FILE]
+       bench/amx_bench.py --replot FILE.json [--out DIR]   (the plots of an earlier --json)
 
 Where AMX is absent the amx rows say why (the engine's one line) and are
 skipped; --emulated adds amx,emulate=1 rows, which check the pipeline but
@@ -135,7 +136,15 @@ def main():
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--out", default=os.path.join(HERE, "out"))
     ap.add_argument("--json")
+    ap.add_argument("--replot", help="draw the plots of an earlier --json report and stop")
     a = ap.parse_args()
+    if a.replot:
+        rep = json.load(open(a.replot))
+        for name, e in rep["models"].items():
+            med = {eng: {(k[:2], int(k[2:])): v for k, v in d.items()} for eng, d in e["median_tps"].items()}
+            lengths = sorted({n for d in med.values() for (kind, n) in d if kind == "pp"})
+            plot(a.out, name, lengths, med, e.get("profile", {}))
+        return
     models = a.model or [os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")]
     lengths = [int(x) for x in a.prompts.split(",")]
     build = os.path.dirname(os.path.abspath(a.tessera))

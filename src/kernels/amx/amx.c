@@ -179,8 +179,6 @@ static void put_bf16(uint8_t *p, uint16_t v) {
     p[1] = (uint8_t)(v >> 8);
 }
 
-static float bf16_f32(uint16_t v) { return ts_bf16_to_f32(v); }
-
 /* one row tile of the int path: the panel of its 16 rows, then the terms */
 static void pack_int_rt(const ts_amx_hdr *h, const uint8_t *rows, size_t row_bytes, int nrow, uint8_t *panel,
                         uint8_t *dst, ts_rp_terms *t) {
@@ -259,7 +257,7 @@ int ts_amx_pack(ts_amx_act act, uint32_t type, const void *rows, size_t row_byte
                     const uint16_t hi = ts_f32_to_bf16(wf[k]);
                     const size_t at = (size_t)(k / 2) * 64 + 4 * (size_t)r + 2 * (size_t)(k % 2);
                     put_bf16(rt + at, hi);
-                    if (h.n_wp == 2) put_bf16(wl + at, ts_f32_to_bf16(wf[k] - bf16_f32(hi)));
+                    if (h.n_wp == 2) put_bf16(wl + at, ts_f32_to_bf16(wf[k] - ts_bf16_to_f32(hi)));
                 }
                 continue;
             }
@@ -285,16 +283,15 @@ struct ts_amx_ws {
     uint16_t *xh, *xl;
 };
 
-static void ws_dims(int64_t max_n_in, int max_tok, int64_t *ld8, int64_t *ld16, int64_t *nblk) {
+static void ws_dims(int64_t max_n_in, int64_t *ld8, int64_t *ld16, int64_t *nblk) {
     *ld8 = up(max_n_in, 64);
     *ld16 = 2 * up(max_n_in, 32);
     *nblk = up(max_n_in, 32) / 32 + 1;
-    (void)max_tok;
 }
 
 size_t ts_amx_ws_bytes(int64_t max_n_in, int max_tok) {
     int64_t ld8, ld16, nblk;
-    ws_dims(max_n_in, max_tok, &ld8, &ld16, &nblk);
+    ws_dims(max_n_in, &ld8, &ld16, &nblk);
     return (size_t)max_tok * (size_t)(2 * ld8 + 2 * ld16 + nblk * 16) + 256;
 }
 
@@ -307,7 +304,7 @@ ts_amx_ws *ts_amx_ws_new(int64_t max_n_in, int max_tok, ts_err *err) {
     if (!w)
         goto oom;
     int64_t nblk;
-    ws_dims(max_n_in, max_tok, &w->ld8, &w->ld16, &nblk);
+    ws_dims(max_n_in, &w->ld8, &w->ld16, &nblk);
     w->max_n_in = max_n_in, w->max_tok = max_tok;
     const size_t T = (size_t)max_tok;
     if (!(w->q1 = aligned_alloc(64, T * (size_t)w->ld8)) || !(w->q2 = aligned_alloc(64, T * (size_t)w->ld8)) ||
@@ -370,7 +367,7 @@ static void quant_range(void *ctx, int64_t t0, int64_t t1, int tid) {
             uint16_t *xl = (uint16_t *)(void *)((uint8_t *)w->xl + t * w->ld16);
             for (int64_t k = 0; k < n; k++) {
                 xh[k] = ts_f32_to_bf16(x[k]);
-                if (j->xl) xl[k] = ts_f32_to_bf16(x[k] - bf16_f32(xh[k]));
+                if (j->xl) xl[k] = ts_f32_to_bf16(x[k] - ts_bf16_to_f32(xh[k]));
             }
             for (int64_t k = n; k < up(n, 32); k++) xh[k] = xl[k] = 0;
         }

@@ -395,6 +395,17 @@ static int test_hw(void) {
                         const float f = nrand();
                         if (i % 4 == 0) memcpy(c1 + i, &f, 4), memcpy(c2 + i, &f, 4);
                     }
+                if (op == TS_AMX_DPBF16PS && M == 16) /* the edges: denormals (read as zero, flushed), -0, big */
+                    for (int i = 0; i < 1024; i += 2) {
+                        static const uint16_t sp[] = {0x0001, 0x8040, 0x8000, 0x0000, 0x0080, 0x7f00, 0xff00, 0x3f80};
+                        const uint32_t r = rng();
+                        if (r % 3 == 0) memcpy(a + i, &sp[(r >> 8) % 8], 2);
+                        if (r % 5 == 0) memcpy(b + i, &sp[(r >> 12) % 8], 2);
+                        if (i % 4 == 0 && r % 7 == 0) {
+                            static const uint32_t cs[] = {0x80000000u, 0x00000001u, 0x80400000u, 0x7f000000u};
+                            memcpy(c1 + i, &cs[(r >> 16) % 4], 4), memcpy(c2 + i, &cs[(r >> 16) % 4], 4);
+                        }
+                    }
                 ts_amx_cfg cfg = {{0}};
                 ts_amx_cfg_tile(&cfg, 0, M, 4 * N);
                 ts_amx_cfg_tile(&cfg, 1, M, 64);

@@ -14,12 +14,16 @@
  *     (signed or unsigned bytes as named), 32-bit wrap-around. Shapes must
  *     agree: c.rows = a.rows, c.colsb = b.colsb, a.colsb = 4 b.rows, all
  *     multiples of 4, three distinct tiles (#UD otherwise).
- *   - TDPBF16PS: the same over bf16 pairs: for each k, c += a[2k] b[2n],
- *     then c += a[2k+1] b[2n+1], each an f32 add rounded to nearest even;
- *     denormal inputs read as zero and denormal results are flushed to zero
- *     (the SDM's pseudo-code; whether the hardware rounds the two products
- *     separately is what the real-vs-emulated test on an AMX machine
- *     checks).
+ *   - TDPBF16PS: the same over bf16 pairs, in the order the hardware
+ *     adds them (measured on a Sapphire Rapids guest; the SDM's pseudo-code
+ *     adds a[2k] b[2n] then a[2k+1] b[2n+1] into c, which the hardware does
+ *     not): per instruction, the even products a[2k] b[2n] are summed in k
+ *     order from +0 into one f32 by fused multiply-adds (a product that
+ *     overflows alone does not overflow a sum it lands back in range in),
+ *     the odd ones a[2k+1] b[2n+1] into another, and c += (even + odd);
+ *     every step rounded to nearest even, denormal inputs (and c) read as
+ *     zero, denormal results flushed.
+ *     test_amx_hw checks this against the unit bit for bit.
  * A fault is recorded in the thread's state (ts_amx_emu_fault) and the
  * instruction does nothing: the emulator never aborts the process.
  */
@@ -170,12 +174,13 @@ void ts_amx_emu_dp(ts_amx_op op, int c, int a, int b) {
         for (int m = 0; m < M; m++)
             for (int n = 0; n < N; n++) {
                 float acc;
+                float even = 0.0f, odd = 0.0f;
                 memcpy(&acc, &emu.t[c][m][4 * n], 4);
-                for (int k = 0; k < K; k++)
-                    for (int i = 0; i < 2; i++) {
-                        const float p = ftz(bf16_daz(&emu.t[a][m][4 * k + 2 * i]) * bf16_daz(&emu.t[b][k][4 * n + 2 * i]));
-                        acc = ftz(acc + p);
-                    }
+                for (int k = 0; k < K; k++) {
+                    even = ftz(fmaf(bf16_daz(&emu.t[a][m][4 * k]), bf16_daz(&emu.t[b][k][4 * n]), even));
+                    odd = ftz(fmaf(bf16_daz(&emu.t[a][m][4 * k + 2]), bf16_daz(&emu.t[b][k][4 * n + 2]), odd));
+                }
+                acc = ftz(ftz(acc) + ftz(even + odd));
                 memcpy(&emu.t[c][m][4 * n], &acc, 4);
             }
         goto zero_upper;

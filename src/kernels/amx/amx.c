@@ -201,18 +201,30 @@ static void pack_int_rt(const ts_amx_hdr *h, const uint8_t *rows, size_t row_byt
 /* one row at the int8 mode's precision: one scale for the row (a token's
  * activations, a weight row) */
 static void quant_row_i8(const float *x, int64_t n, int8_t *q, float *s_out) {
-    float amax = 0.0f;
-    int finite = 1;
+    /* the largest |x| by its bits (NaN and inf above every finite value):
+     * an integer max, which vectorizes where a float one cannot */
+    uint32_t mb = 0;
     for (int64_t k = 0; k < n; k++) {
-        const float a = fabsf(x[k]);
-        finite &= a <= 3.4028235e38f;
-        amax = a > amax ? a : amax;
+        uint32_t u;
+        memcpy(&u, &x[k], 4);
+        u &= 0x7fffffffu;
+        mb = u > mb ? u : mb;
     }
+    float amax;
+    memcpy(&amax, &mb, 4);
+    const int finite = mb <= 0x7f7fffffu;
     const int zero = !finite || amax < 0x1p-100f;
     *s_out = !finite ? NAN : zero ? 0.0f : amax / 127.0f;
-    const float inv = zero ? 0.0f : 127.0f / amax;
+    if (zero) {
+        memset(q, 0, (size_t)n);
+        return;
+    }
+    const float inv = 127.0f / amax;
+    /* round to nearest even as lrintf does, by the 1.5 * 2^23 trick (exact
+     * for |v| < 2^22; here |v| <= 127 and a rounding), then clamp: the loop
+     * vectorizes instead of calling lrintf per element */
     for (int64_t k = 0; k < n; k++) {
-        long v = zero ? 0 : lrintf(x[k] * inv);
+        const int v = (int)((x[k] * inv + 12582912.0f) - 12582912.0f);
         q[k] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
     }
 }
@@ -283,9 +295,12 @@ struct ts_amx_ws {
     uint16_t *xh, *xl;
 };
 
+/* Token rows one cache line longer than they need: a tile load reads 16
+ * rows ld apart, and at a power-of-two ld (2048, 4096: every model's width)
+ * all 16 fall into one or two L1 sets and evict each other. */
 static void ws_dims(int64_t max_n_in, int64_t *ld8, int64_t *ld16, int64_t *nblk) {
-    *ld8 = up(max_n_in, 64);
-    *ld16 = 2 * up(max_n_in, 32);
+    *ld8 = up(max_n_in, 64) + 64;
+    *ld16 = 2 * up(max_n_in, 32) + 64;
     *nblk = up(max_n_in, 32) / 32 + 1;
 }
 

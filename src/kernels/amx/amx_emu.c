@@ -234,4 +234,19 @@ zero_upper:
 #define T_DPBUSD(c, a, b) ts_amx_emu_dp(TS_AMX_DPBUSD, c, a, b)
 #define T_DPBUUD(c, a, b) ts_amx_emu_dp(TS_AMX_DPBUUD, c, a, b)
 #define T_DPBF16PS(c, a, b) ts_amx_emu_dp(TS_AMX_DPBF16PS, c, a, b)
+/* the int path's float step (amx_impl.h's ts_amx_epi), one element at a time */
+static void int_epi_emu(float acc[16][16], const ts_amx_epi *e, int g, int nt, bool two) {
+    for (int i = 0; i < g; i++)
+        for (int t = 0; t < nt; t++) {
+            const float s = e->sx[i][t];
+            const int32_t off = e->off[i][t];
+            for (int r = 0; r < 16; r++) {
+                const int32_t v = two ? e->c1[i][t][r] * 256 + (e->c2[i][t][r] + off) : e->c1[i][t][r] + off;
+                acc[t][r] = fmaf((float)v, e->wd[i][r] * s, acc[t][r]);
+            }
+            if (e->wm[i])
+                for (int r = 0; r < 16; r++) acc[t][r] = fmaf(e->wm[i][r], e->dsx[i][t], acc[t][r]);
+        }
+}
+
 #include "kernels/amx/amx_gemm_impl.h"

@@ -13,76 +13,145 @@
 
 #define TB_TOK 64 /* tokens per block: every row tile of a chunk runs them while they are in L2 */
 
-static inline void FN(cfg_load)(ts_amx_cfg *cur, const ts_amx_cfg *want) {
-    if (memcmp(cur, want, sizeof *want)) {
-        *cur = *want;
-        T_CFG(cur);
+/* The tile configuration a kernel call wants is named by a key (its path
+ * and shape); LDTILECFG runs only when the key changes. (Comparing the
+ * 64-byte config itself cost a fifth of the int8 kernel's time: the bytes
+ * just written are read back as words, which store forwarding cannot serve.) */
+static inline bool FN(cfg_same)(int *cur, int key) {
+    if (*cur == key)
+        return true;
+    *cur = key;
+    return false;
+}
+
+/* ---- int path (EXACT: two planes; Q8: one): one tile of nt tokens ----
+ * K goes in groups of TS_AMX_GROUP units (a 32-block, or a half block for
+ * the types with 16-element scales): first the tile products of the whole
+ * group, each unit's int32 sums stored to c1 / c2 (the C tiles alternate
+ * between two pairs, so a unit's product runs while the last one's store
+ * drains), then the group's float step in one pass (FN(int_epi), from the
+ * includer: AVX-512 with the 16 token rows in registers on the hardware,
+ * scalar on the emulator; the same operations in the same order, which is
+ * the CPU panel kernels' (repack.h)). */
+static void FN(int_tile)(const ts_amx_hdr *h, int64_t p, int two_rt, const ts_amx_xq *x, int t0, int nt, float *y,
+                         int64_t ldy, int *cur) {
+    const int nh = h->halves ? 2 : 1, kb = 32 / nh;
+    const bool two = x->hi;
+    if (!FN(cfg_same)(cur, 1 << 24 | nt << 8 | two << 2 | two_rt << 1 | (nh == 2))) {
+        ts_amx_cfg cfg = {{0}};
+        /* C: 0 = plane 1 x rows 0, 2 = plane 1 x rows 1; two planes: 1, 3 = plane 2 x rows 0, 1; one plane: 1, 3
+         * take the odd units (so a unit's products run while the last one's stores drain).
+         * A: 4 = plane 1 (odd units on one plane: 5), 5 = plane 2. B: 6 = rows 0, 7 = rows 1. */
+        for (int c = 0; c < (two_rt ? 4 : 2); c++) ts_amx_cfg_tile(&cfg, c, nt, 64);
+        ts_amx_cfg_tile(&cfg, 4, nt, kb);
+        ts_amx_cfg_tile(&cfg, 5, nt, kb);
+        ts_amx_cfg_tile(&cfg, 6, kb / 4, 64);
+        if (two_rt) ts_amx_cfg_tile(&cfg, 7, kb / 4, 64);
+        T_CFG(&cfg);
+    }
+    const uint8_t *rt[2] = {ts_amx_rt(h, p), two_rt ? ts_amx_rt(h, p + 1) : NULL};
+    ts_amx_epi e[2];
+    float acc[2][16][16];
+    memset(acc, 0, sizeof acc);
+    const int8_t *q1 = x->q1 + (int64_t)t0 * x->ld, *q2 = two ? x->q2 + (int64_t)t0 * x->ld : NULL;
+    const int n_units = h->n_blk * nh;
+    for (int u0 = 0; u0 < n_units; u0 += TS_AMX_GROUP) {
+        const int g = n_units - u0 < TS_AMX_GROUP ? n_units - u0 : TS_AMX_GROUP;
+        for (int i = 0; i < g; i++) {
+            const int u = u0 + i, b = u / nh, hh = u % nh;
+            const int64_t k0 = 32 * (int64_t)b + kb * hh;
+            T_LOAD(6, rt[0] + k0 / 4 * 64, 64);
+            if (two_rt) T_LOAD(7, rt[1] + k0 / 4 * 64, 64);
+            if (two) {
+                T_LOAD(4, q1 + k0, x->ld);
+                T_LOAD(5, q2 + k0, x->ld);
+                T_ZERO(0);
+                T_ZERO(1);
+                T_DPBSUD(0, 4, 6);
+                T_DPBSUD(1, 5, 6);
+                if (two_rt) {
+                    T_ZERO(2);
+                    T_ZERO(3);
+                    T_DPBSUD(2, 4, 7);
+                    T_DPBSUD(3, 5, 7);
+                }
+                T_STORE(0, e[0].c1[i], 64);
+                T_STORE(1, e[0].c2[i], 64);
+                if (two_rt) {
+                    T_STORE(2, e[1].c1[i], 64);
+                    T_STORE(3, e[1].c2[i], 64);
+                }
+            } else if (i & 1) {
+                T_LOAD(5, q1 + k0, x->ld);
+                T_ZERO(1);
+                T_DPBSUD(1, 5, 6);
+                if (two_rt) {
+                    T_ZERO(3);
+                    T_DPBSUD(3, 5, 7);
+                }
+                T_STORE(1, e[0].c1[i], 64);
+                if (two_rt) T_STORE(3, e[1].c1[i], 64);
+            } else {
+                T_LOAD(4, q1 + k0, x->ld);
+                T_ZERO(0);
+                T_DPBSUD(0, 4, 6);
+                if (two_rt) {
+                    T_ZERO(2);
+                    T_DPBSUD(2, 4, 7);
+                }
+                T_STORE(0, e[0].c1[i], 64);
+                if (two_rt) T_STORE(2, e[1].c1[i], 64);
+            }
+            /* the per-token terms of this unit (repack.h's float step) */
+            for (int t = 0; t < 16; t++) {
+                if (t >= nt) {
+                    e[0].off[i][t] = 0, e[0].sx[i][t] = 0.0f, e[0].dsx[i][t] = 0.0f;
+                    continue;
+                }
+                const int64_t tb = (int64_t)(t0 + t) * x->n_blk + b;
+                const int32_t *sm = x->sum + 2 * tb;
+                e[0].off[i][t] = -h->o * (h->halves ? sm[hh] : sm[0] + sm[1]);
+                e[0].sx[i][t] = x->s[tb];
+                e[0].dsx[i][t] = h->has_m ? x->ds[tb] : 0.0f;
+            }
+            for (int j = 0; j <= two_rt; j++) {
+                e[j].wd[i] = (const float *)(const void *)(rt[j] + h->off_wd) + (int64_t)u * 16;
+                e[j].wm[i] = h->has_m ? (const float *)(const void *)(rt[j] + h->off_wm) + (int64_t)b * 16 : NULL;
+            }
+        }
+        if (two_rt) {
+            memcpy(e[1].off, e[0].off, sizeof e[0].off);
+            memcpy(e[1].sx, e[0].sx, sizeof e[0].sx);
+            memcpy(e[1].dsx, e[0].dsx, sizeof e[0].dsx);
+        }
+        for (int j = 0; j <= two_rt; j++) FN(int_epi)(acc[j], &e[j], g, nt, two);
+    }
+    for (int j = 0; j <= two_rt; j++) {
+        const int64_t r0 = 16 * (p + j);
+        const int nrow = h->n_out - r0 < 16 ? (int)(h->n_out - r0) : 16;
+        for (int t = 0; t < nt; t++)
+            for (int r = 0; r < nrow; r++) y[(int64_t)(t0 + t) * ldy + r0 + r] = acc[j][t][r];
     }
 }
 
-/* ---- int path (EXACT: two planes; Q8: one): one tile of nt tokens ---- */
-static void FN(int_tile)(const ts_amx_hdr *h, const uint8_t *rt, int nrow, const ts_amx_xq *x, int t0, int nt,
-                         float *y, int64_t ldy, ts_amx_cfg *cur) {
-    const int nh = h->halves ? 2 : 1, kb = 32 / nh;
-    ts_amx_cfg cfg = {{0}};
-    /* 0, 1: the planes' int32 sums (nt x 16); 2, 3: the planes' rows; 4: the weights (kb/4 vectors) */
-    ts_amx_cfg_tile(&cfg, 0, nt, 64);
-    ts_amx_cfg_tile(&cfg, 2, nt, kb);
-    ts_amx_cfg_tile(&cfg, 4, kb / 4, 64);
-    if (x->hi) {
-        ts_amx_cfg_tile(&cfg, 1, nt, 64);
-        ts_amx_cfg_tile(&cfg, 3, nt, kb);
+static void FN(int_rows)(const ts_amx_hdr *h, int64_t p0, int64_t p1, const ts_amx_xq *x, int t0, int t1, float *y,
+                         int64_t ldy) {
+    int cur = 0;
+    for (int tb = t0; tb < t1; tb += TB_TOK) {
+        const int te = tb + TB_TOK < t1 ? tb + TB_TOK : t1;
+        for (int64_t p = p0; p < p1; p += 2)
+            for (int t = tb; t < te; t += 16) FN(int_tile)(h, p, p + 1 < p1, x, t, te - t < 16 ? te - t : 16, y, ldy, &cur);
     }
-    FN(cfg_load)(cur, &cfg);
-    const float *WD = (const float *)(const void *)(rt + h->off_wd);
-    const float *WM = (const float *)(const void *)(rt + h->off_wm);
-    float acc[16][16];
-    int32_t c1[16][16], c2[16][16];
-    for (int t = 0; t < 16; t++)
-        for (int r = 0; r < 16; r++) acc[t][r] = 0.0f;
-    const int8_t *q1 = x->q1 + (int64_t)t0 * x->ld, *q2 = x->hi ? x->q2 + (int64_t)t0 * x->ld : NULL;
-    for (int b = 0; b < h->n_blk; b++)
-        for (int hh = 0; hh < nh; hh++) {
-            const int64_t k0 = 32 * (int64_t)b + kb * hh;
-            T_ZERO(0);
-            T_LOAD(2, q1 + k0, x->ld);
-            T_LOAD(4, rt + k0 / 4 * 64, 64);
-            T_DPBSUD(0, 2, 4);
-            T_STORE(0, c1, 64);
-            if (q2) {
-                T_ZERO(1);
-                T_LOAD(3, q2 + k0, x->ld);
-                T_DPBSUD(1, 3, 4);
-                T_STORE(1, c2, 64);
-            }
-            /* the CPU's per-block float step (repack.h), in its order */
-            const float *wd = WD + ((int64_t)b * nh + hh) * 16;
-            for (int t = 0; t < nt; t++) {
-                const int64_t tb = (int64_t)(t0 + t) * x->n_blk + b;
-                const int32_t *sm = x->sum + 2 * tb;
-                const int32_t off = -h->o * (h->halves ? sm[hh] : sm[0] + sm[1]);
-                const float s = x->s[tb];
-                if (q2)
-                    for (int r = 0; r < 16; r++) acc[t][r] = fmaf((float)(c1[t][r] * 256 + (c2[t][r] + off)), wd[r] * s, acc[t][r]);
-                else
-                    for (int r = 0; r < 16; r++) acc[t][r] = fmaf((float)(c1[t][r] + off), wd[r] * s, acc[t][r]);
-                if (h->has_m) {
-                    const float ds = x->ds[tb], *wm = WM + (int64_t)b * 16;
-                    for (int r = 0; r < 16; r++) acc[t][r] = fmaf(wm[r], ds, acc[t][r]);
-                }
-            }
-        }
-    for (int t = 0; t < nt; t++)
-        for (int r = 0; r < nrow; r++) y[(int64_t)(t0 + t) * ldy + r] = acc[t][r];
+    T_RELEASE();
 }
 
 /* row tiles [p0, p1) x tokens [t0, t1) in blocks of TB_TOK tokens, one
  * 16-token tile at a time (the int and bf16 paths) */
 typedef void (*FN(tile_fn))(const ts_amx_hdr *h, const uint8_t *rt, int nrow, const ts_amx_xq *x, int t0, int nt,
-                            float *y, int64_t ldy, ts_amx_cfg *cur);
+                            float *y, int64_t ldy, int *cur);
 static void FN(tiles)(const ts_amx_hdr *h, int64_t p0, int64_t p1, const ts_amx_xq *x, int t0, int t1, float *y,
                       int64_t ldy, FN(tile_fn) tile) {
-    ts_amx_cfg cur = {{0}};
+    int cur = 0;
     for (int tb = t0; tb < t1; tb += TB_TOK) {
         const int te = tb + TB_TOK < t1 ? tb + TB_TOK : t1;
         for (int64_t p = p0; p < p1; p++) {
@@ -94,15 +163,12 @@ static void FN(tiles)(const ts_amx_hdr *h, int64_t p0, int64_t p1, const ts_amx_
     T_RELEASE();
 }
 
-static void FN(int_rows)(const ts_amx_hdr *h, int64_t p0, int64_t p1, const ts_amx_xq *x, int t0, int t1, float *y,
-                         int64_t ldy) {
-    FN(tiles)(h, p0, p1, x, t0, t1, y, ldy, FN(int_tile));
-}
 
 /* ---- int8 path: up to 32 tokens x 2 row tiles, K accumulated whole ---- */
 static void FN(i8_tile)(const ts_amx_hdr *h, int64_t p, int two, const ts_amx_xq *x, int t0, int nt, float *y,
-                        int64_t ldy, ts_amx_cfg *cur) {
+                        int64_t ldy, int *cur) {
     const int na = nt < 16 ? nt : 16, nb = nt - na;
+    if (!FN(cfg_same)(cur, 2 << 24 | na << 16 | nb << 8 | two)) {
     ts_amx_cfg cfg = {{0}};
     /* C: 0 = A0 B0, 1 = A0 B1, 2 = A1 B0, 3 = A1 B1; A0 = 4, A1 = 5 (tokens); B0 = 6, B1 = 7 (row tiles) */
     ts_amx_cfg_tile(&cfg, 0, na, 64);
@@ -117,7 +183,8 @@ static void FN(i8_tile)(const ts_amx_hdr *h, int64_t p, int two, const ts_amx_xq
         ts_amx_cfg_tile(&cfg, 5, nb, 64);
         if (two) ts_amx_cfg_tile(&cfg, 3, nb, 64);
     }
-    FN(cfg_load)(cur, &cfg);
+    T_CFG(&cfg);
+    }
     const uint8_t *w0 = ts_amx_rt(h, p), *w1 = two ? ts_amx_rt(h, p + 1) : NULL;
     const int8_t *xa = x->q1 + (int64_t)t0 * x->ld, *xb = xa + 16 * x->ld;
     T_ZERO(0);
@@ -157,7 +224,7 @@ static void FN(i8_tile)(const ts_amx_hdr *h, int64_t p, int two, const ts_amx_xq
 
 static void FN(i8_rows)(const ts_amx_hdr *h, int64_t p0, int64_t p1, const ts_amx_xq *x, int t0, int t1, float *y,
                         int64_t ldy) {
-    ts_amx_cfg cur = {{0}};
+    int cur = 0;
     for (int tb = t0; tb < t1; tb += TB_TOK) {
         const int te = tb + TB_TOK < t1 ? tb + TB_TOK : t1;
         for (int64_t p = p0; p < p1; p += 2)
@@ -169,7 +236,8 @@ static void FN(i8_rows)(const ts_amx_hdr *h, int64_t p0, int64_t p1, const ts_am
 
 /* ---- bf16 path: f32 sums over the whole K ---- */
 static void FN(bf_tile)(const ts_amx_hdr *h, const uint8_t *rt, int nrow, const ts_amx_xq *x, int t0, int nt,
-                        float *y, int64_t ldy, ts_amx_cfg *cur) {
+                        float *y, int64_t ldy, int *cur) {
+    if (!FN(cfg_same)(cur, 3 << 24 | nt << 8 | (x->xl_used != 0) << 1 | (h->n_wp == 2))) {
     ts_amx_cfg cfg = {{0}};
     /* 0: sums; 1, 2: activations hi, lo; 3, 4: weights hi, lo */
     ts_amx_cfg_tile(&cfg, 0, nt, 64);
@@ -177,7 +245,8 @@ static void FN(bf_tile)(const ts_amx_hdr *h, const uint8_t *rt, int nrow, const 
     ts_amx_cfg_tile(&cfg, 3, 16, 64);
     if (x->xl_used) ts_amx_cfg_tile(&cfg, 2, nt, 64);
     if (h->n_wp == 2) ts_amx_cfg_tile(&cfg, 4, 16, 64);
-    FN(cfg_load)(cur, &cfg);
+    T_CFG(&cfg);
+    }
     const uint8_t *xh = (const uint8_t *)x->xh + (int64_t)t0 * x->ld, *xl = (const uint8_t *)x->xl + (int64_t)t0 * x->ld;
     const uint8_t *wl = rt + (size_t)h->k_pad * 32; /* the lo plane follows the hi plane (K/2 vectors) */
     T_ZERO(0);

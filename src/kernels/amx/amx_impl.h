@@ -50,6 +50,18 @@ typedef struct ts_amx_xq {
     int xl_used;       /* bf16: EXACT multiplies xl too */
 } ts_amx_xq;
 
+/* One group of the int path's units for its float step (amx_gemm_impl.h):
+ * for unit i and token row t (the tile's rows past its tokens are stale),
+ *   acc[t][r] = fma(float(c1*256 + (c2 + off)) or float(c1 + off), wd[r] * sx, acc[t][r]),
+ * then where wm: acc[t][r] = fma(wm[r], dsx, acc[t][r]). */
+#define TS_AMX_GROUP 16
+typedef struct ts_amx_epi {
+    int32_t c1[TS_AMX_GROUP][16][16], c2[TS_AMX_GROUP][16][16];
+    int32_t off[TS_AMX_GROUP][16];
+    float sx[TS_AMX_GROUP][16], dsx[TS_AMX_GROUP][16];
+    const float *wd[TS_AMX_GROUP], *wm[TS_AMX_GROUP]; /* 16 rows' scales; wm NULL: no offset term */
+} ts_amx_epi;
+
 /* Row tiles [p0, p1) of one matrix against tokens [t0, t1) of x, into
  * y[t * ldy + r] (r the matrix's row). */
 typedef void (*ts_amx_rows_fn)(const ts_amx_hdr *h, int64_t p0, int64_t p1, const ts_amx_xq *x, int t0, int t1,

@@ -22,4 +22,41 @@
 #define T_DPBUSD(c, a, b) _tile_dpbusd(c, a, b)
 #define T_DPBUUD(c, a, b) _tile_dpbuud(c, a, b)
 #define T_DPBF16PS(c, a, b) _tile_dpbf16ps(c, a, b)
+/* the int path's float step (amx_impl.h's ts_amx_epi): the 16 token rows
+ * of the tile in 16 registers through the whole group; every row is
+ * computed (the stale ones past nt are never written out), with the
+ * emulator's operations lane for lane: integer adds, one conversion, the
+ * product wd * s, one fused multiply-add. */
+static void int_epi_hw(float acc[16][16], const ts_amx_epi *e, int g, int nt, bool two) {
+    (void)nt;
+    __m512 a[16];
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; t++) a[t] = _mm512_loadu_ps(acc[t]);
+    for (int i = 0; i < g; i++) {
+        const __m512 wd = _mm512_loadu_ps(e->wd[i]);
+        if (two) {
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++) {
+                const __m512i v = _mm512_add_epi32(_mm512_slli_epi32(_mm512_loadu_si512(e->c1[i][t]), 8),
+                                                   _mm512_add_epi32(_mm512_loadu_si512(e->c2[i][t]),
+                                                                    _mm512_set1_epi32(e->off[i][t])));
+                a[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(wd, _mm512_set1_ps(e->sx[i][t])), a[t]);
+            }
+        } else {
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++) {
+                const __m512i v = _mm512_add_epi32(_mm512_loadu_si512(e->c1[i][t]), _mm512_set1_epi32(e->off[i][t]));
+                a[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(wd, _mm512_set1_ps(e->sx[i][t])), a[t]);
+            }
+        }
+        if (e->wm[i]) {
+            const __m512 wm = _mm512_loadu_ps(e->wm[i]);
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++) a[t] = _mm512_fmadd_ps(wm, _mm512_set1_ps(e->dsx[i][t]), a[t]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; t++) _mm512_storeu_ps(acc[t], a[t]);
+}
+
 #include "kernels/amx/amx_gemm_impl.h"

@@ -230,6 +230,7 @@ def main():
         report["models"][name] = entry
         plot(a.out, name, lengths, med, entry.get("profile", {}))
     if a.json:
+        os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
         with open(a.json, "w") as f:
             json.dump(report, f, indent=1)
 

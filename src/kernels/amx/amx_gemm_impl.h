@@ -33,6 +33,21 @@ static inline bool FN(cfg_same)(int *cur, int key) {
  * includer: AVX-512 with the 16 token rows in registers on the hardware,
  * scalar on the emulator; the same operations in the same order, which is
  * the CPU panel kernels' (repack.h)). */
+/* one plane's unit on activation tile A into C tiles C0 (rows 0) and C1
+ * (rows 1); tile numbers are immediates, hence a macro */
+#define INT_ONE_PLANE(A, C0, C1)                                                                                       \
+    do {                                                                                                               \
+        T_LOAD(A, q1 + k0, x->ld);                                                                                     \
+        T_ZERO(C0);                                                                                                    \
+        T_DPBSUD(C0, A, 6);                                                                                            \
+        if (two_rt) {                                                                                                  \
+            T_ZERO(C1);                                                                                                \
+            T_DPBSUD(C1, A, 7);                                                                                        \
+        }                                                                                                              \
+        T_STORE(C0, e[0].c1[i], 64);                                                                                   \
+        if (two_rt) T_STORE(C1, e[1].c1[i], 64);                                                                       \
+    } while (0)
+
 static void FN(int_tile)(const ts_amx_hdr *h, int64_t p, int two_rt, const ts_amx_xq *x, int t0, int nt, float *y,
                          int64_t ldy, int *cur) {
     const int nh = h->halves ? 2 : 1, kb = 32 / nh;
@@ -82,25 +97,9 @@ static void FN(int_tile)(const ts_amx_hdr *h, int64_t p, int two_rt, const ts_am
                     T_STORE(3, e[1].c2[i], 64);
                 }
             } else if (i & 1) {
-                T_LOAD(5, q1 + k0, x->ld);
-                T_ZERO(1);
-                T_DPBSUD(1, 5, 6);
-                if (two_rt) {
-                    T_ZERO(3);
-                    T_DPBSUD(3, 5, 7);
-                }
-                T_STORE(1, e[0].c1[i], 64);
-                if (two_rt) T_STORE(3, e[1].c1[i], 64);
+                INT_ONE_PLANE(5, 1, 3);
             } else {
-                T_LOAD(4, q1 + k0, x->ld);
-                T_ZERO(0);
-                T_DPBSUD(0, 4, 6);
-                if (two_rt) {
-                    T_ZERO(2);
-                    T_DPBSUD(2, 4, 7);
-                }
-                T_STORE(0, e[0].c1[i], 64);
-                if (two_rt) T_STORE(2, e[1].c1[i], 64);
+                INT_ONE_PLANE(4, 0, 2);
             }
             /* the per-token terms of this unit (repack.h's float step) */
             for (int t = 0; t < 16; t++) {
@@ -133,6 +132,8 @@ static void FN(int_tile)(const ts_amx_hdr *h, int64_t p, int two_rt, const ts_am
             for (int r = 0; r < nrow; r++) y[(int64_t)(t0 + t) * ldy + r0 + r] = acc[j][t][r];
     }
 }
+
+#undef INT_ONE_PLANE
 
 static void FN(int_rows)(const ts_amx_hdr *h, int64_t p0, int64_t p1, const ts_amx_xq *x, int t0, int t1, float *y,
                          int64_t ldy) {

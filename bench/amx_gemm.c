@@ -2,7 +2,7 @@
  * the CPU kernels (kernels/linear.h) on the same Q4_0 matrix: what the
  * tiles reach of their peak without the rest of a layer.
  *
- *   bench_amx_gemm [n_in n_out] [reps]
+ *   bench_amx_gemm [n_in n_out] [reps] [exact|q8|int8]
  *
  * For each act mode, widths 16 .. 512 and 1 and 2 threads: the median of
  * `reps` (default 7) calls, as ms and GMAC/s, for the tiles and for the CPU
@@ -35,7 +35,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (n_in <= 0 || n_in % 256 || n_out <= 0 || n_out % 16 || reps < 1 || reps > 100) {
-        fprintf(stderr, "usage: bench_amx_gemm [n_in (a multiple of 256) n_out (of 16)] [reps 1..100]\n");
+        fprintf(stderr, "usage: bench_amx_gemm [n_in (a multiple of 256) n_out (of 16)] [reps 1..100] [exact|q8|int8]\n");
         return 2;
     }
     enum { MAX_W = 512 };
@@ -59,7 +59,10 @@ int main(int argc, char **argv) {
            (long long)n_in, reps);
     printf("| act | threads | width | amx ms | amx GMAC/s | cpu ms | cpu GMAC/s | amx / cpu |\n|---|---|---|---|---|---|---|---|\n");
     static const int widths[] = {16, 32, 64, 128, 256, 512};
+    const char *only = argc > 4 ? argv[4] : NULL;
     for (int act = TS_AMX_EXACT; act <= TS_AMX_INT8; act++) {
+        if (only && strcmp(only, ts_amx_act_name((ts_amx_act)act)))
+            continue;
         void *packed = aligned_alloc(64, (size_t)(ts_amx_packed_bytes((ts_amx_act)act, TS_TYPE_Q4_0, n_in, n_out) + 63) / 64 * 64);
         if (!packed || ts_amx_pack((ts_amx_act)act, TS_TYPE_Q4_0, rows, rb, n_in, n_out, packed, &err)) {
             fprintf(stderr, "pack: %s\n", err.msg);
@@ -86,7 +89,7 @@ int main(int argc, char **argv) {
                     ta[r] = ts_now_ns() - t0;
                     t0 = ts_now_ns();
                     const ts_wmat *wl = &w;
-                    ts_linear(pool, lin, 1, &wl, &y, x, width);
+                    if (!getenv("AMX_ONLY")) ts_linear(pool, lin, 1, &wl, &y, x, width);
                     tc[r] = ts_now_ns() - t0;
                 }
                 qsort(ta, (size_t)reps, sizeof ta[0], cmp_u64);

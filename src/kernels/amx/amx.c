@@ -2,6 +2,7 @@
  * the hardware check (amx.h). The tile code itself is amx_gemm_impl.h, on
  * the emulator (amx_emu.c) or the hardware (x86/gemm_amx.c). */
 #include "kernels/amx/amx_impl.h"
+#include "kernels/amx/amx_quant_i8.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -20,7 +21,7 @@
 #include <unistd.h>
 #endif
 
-#define RT_CHUNK 4 /* row tiles per work item (an even number: the int8 path pairs them) */
+#define RT_CHUNK 8 /* row tiles per work item (an even number: the int8 path pairs them) */
 
 const char *ts_amx_act_name(ts_amx_act a) {
     return a == TS_AMX_EXACT ? "exact" : a == TS_AMX_Q8 ? "q8" : a == TS_AMX_INT8 ? "int8" : "?";
@@ -198,37 +199,6 @@ static void pack_int_rt(const ts_amx_hdr *h, const uint8_t *rows, size_t row_byt
     }
 }
 
-/* one row at the int8 mode's precision: one scale for the row (a token's
- * activations, a weight row) */
-static void quant_row_i8(const float *x, int64_t n, int8_t *q, float *s_out) {
-    /* the largest |x| by its bits (NaN and inf above every finite value):
-     * an integer max, which vectorizes where a float one cannot */
-    uint32_t mb = 0;
-    for (int64_t k = 0; k < n; k++) {
-        uint32_t u;
-        memcpy(&u, &x[k], 4);
-        u &= 0x7fffffffu;
-        mb = u > mb ? u : mb;
-    }
-    float amax;
-    memcpy(&amax, &mb, 4);
-    const int finite = mb <= 0x7f7fffffu;
-    const int zero = !finite || amax < 0x1p-100f;
-    *s_out = !finite ? NAN : zero ? 0.0f : amax / 127.0f;
-    if (zero) {
-        memset(q, 0, (size_t)n);
-        return;
-    }
-    const float inv = 127.0f / amax;
-    /* round to nearest even as lrintf does, by the 1.5 * 2^23 trick (exact
-     * for |v| < 2^22; here |v| <= 127 and a rounding), then clamp: the loop
-     * vectorizes instead of calling lrintf per element */
-    for (int64_t k = 0; k < n; k++) {
-        const int v = (int)((x[k] * inv + 12582912.0f) - 12582912.0f);
-        q[k] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
-    }
-}
-
 int ts_amx_pack(ts_amx_act act, uint32_t type, const void *rows, size_t row_bytes, int64_t n_in, int64_t n_out,
                 void *dst, ts_err *err) {
     ts_amx_hdr h;
@@ -275,7 +245,7 @@ int ts_amx_pack(ts_amx_act act, uint32_t type, const void *rows, size_t row_byte
             }
             /* int8: one scale per row, from the exact weights (the
              * activations' rule: quant_row_i8) */
-            quant_row_i8(wf, n_in, q8, &ws[r]);
+            ts_amx_quant_row_i8(wf, n_in, q8, &ws[r]);
             for (int k = 0; k < n_in_i; k++) rt[(size_t)(k / 4) * 64 + 4 * (size_t)r + (size_t)(k % 4)] = (uint8_t)q8[k];
         }
     }
@@ -347,6 +317,7 @@ void ts_amx_ws_free(ts_amx_ws *w) {
 }
 
 typedef struct quant_job {
+    const ts_amx_kernels *k;
     ts_amx_ws *w;
     const float *x;
     int64_t n_in;
@@ -374,7 +345,7 @@ static void quant_range(void *ctx, int64_t t0, int64_t t1, int tid) {
                 w->sum[2 * (t * wblk + b) + 1] = hi;
             }
         if (j->need[TS_AMX_PATH_I8]) {
-            quant_row_i8(x, n, q1, &w->s[t]);
+            j->k->quant_i8(x, n, q1, &w->s[t]);
             memset(q1 + n, 0, (size_t)(up(n, 64) - n));
         }
         if (j->need[TS_AMX_PATH_BF16]) {
@@ -420,7 +391,7 @@ int ts_amx_matmul(ts_threadpool *pool, ts_amx_ws *ws, ts_amx_unit unit, int n_ma
     if (n_mat < 1 || n_mat > 4 || n_tok < 1 || n_tok > ws->max_tok)
         return ts_err_set(err, "amx: %d matrices over %d tokens (at most 4 over %d)", n_mat, n_tok, ws->max_tok);
     mm_job j = {.k = k, .n_tok = n_tok};
-    quant_job q = {.w = ws, .x = x};
+    quant_job q = {.k = k, .w = ws, .x = x};
     for (int i = 0; i < n_mat; i++) {
         const ts_amx_hdr *h = w[i];
         if (!h || h->magic != TS_AMX_MAGIC)
@@ -457,7 +428,7 @@ void ts_amx_ref_int8(const void *w, const float *x, int n_tok, float *y) {
         return;
     for (int t = 0; t < n_tok; t++) {
         float s;
-        quant_row_i8(x + (int64_t)t * h->n_in, h->n_in, q, &s);
+        ts_amx_quant_row_i8(x + (int64_t)t * h->n_in, h->n_in, q, &s);
         for (int64_t r = 0; r < h->n_out; r++) {
             const uint8_t *rt = ts_amx_rt(h, r / 16);
             const float *ws = (const float *)(const void *)(rt + h->off_wd);

@@ -235,8 +235,8 @@ zero_upper:
 #define T_DPBUUD(c, a, b) ts_amx_emu_dp(TS_AMX_DPBUUD, c, a, b)
 #define T_DPBF16PS(c, a, b) ts_amx_emu_dp(TS_AMX_DPBF16PS, c, a, b)
 /* the int path's float step (amx_impl.h's ts_amx_epi), one element at a time */
-static void int_epi_emu(float acc[16][16], const ts_amx_epi *e, int g, int nt, bool two) {
-    for (int i = 0; i < g; i++)
+static void int_epi_emu(float acc[16][16], const ts_amx_epi *e, int i0, int i1, int nt, bool two) {
+    for (int i = i0; i < i1; i++)
         for (int t = 0; t < nt; t++) {
             const float s = e->sx[i][t];
             const int32_t off = e->off[i][t];

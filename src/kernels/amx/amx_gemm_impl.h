@@ -11,6 +11,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/amx/amx_quant_i8.h"
+
 #define TB_TOK 64 /* tokens per block: every row tile of a chunk runs them while they are in L2 */
 
 /* The tile configuration a kernel call wants is named by a key (its path
@@ -117,13 +119,16 @@ static void FN(int_tile)(const ts_amx_hdr *h, int64_t p, int two_rt, const ts_am
                 e[j].wd[i] = (const float *)(const void *)(rt[j] + h->off_wd) + (int64_t)u * 16;
                 e[j].wm[i] = h->has_m ? (const float *)(const void *)(rt[j] + h->off_wm) + (int64_t)b * 16 : NULL;
             }
+            if (two_rt) {
+                memcpy(e[1].off[i], e[0].off[i], sizeof e[0].off[i]);
+                memcpy(e[1].sx[i], e[0].sx[i], sizeof e[0].sx[i]);
+                memcpy(e[1].dsx[i], e[0].dsx[i], sizeof e[0].dsx[i]);
+            }
+            /* the last unit's float step, while this unit's products run */
+            if (i > 0)
+                for (int j = 0; j <= two_rt; j++) FN(int_epi)(acc[j], &e[j], i - 1, i, nt, two);
         }
-        if (two_rt) {
-            memcpy(e[1].off, e[0].off, sizeof e[0].off);
-            memcpy(e[1].sx, e[0].sx, sizeof e[0].sx);
-            memcpy(e[1].dsx, e[0].dsx, sizeof e[0].dsx);
-        }
-        for (int j = 0; j <= two_rt; j++) FN(int_epi)(acc[j], &e[j], g, nt, two);
+        for (int j = 0; j <= two_rt; j++) FN(int_epi)(acc[j], &e[j], g - 1, g, nt, two);
     }
     for (int j = 0; j <= two_rt; j++) {
         const int64_t r0 = 16 * (p + j);
@@ -293,7 +298,10 @@ static void FN(run_one)(const ts_amx_cfg *cfg, ts_amx_op op, void *c, size_t cs,
     T_RELEASE();
 }
 
+static void FN(quant_i8)(const float *x, int64_t n, int8_t *q, float *s) { ts_amx_quant_row_i8(x, n, q, s); }
+
 const ts_amx_kernels FN(ts_amx_kernels) = {
     .rows = {FN(int_rows), FN(bf_rows), FN(i8_rows)},
+    .quant_i8 = FN(quant_i8),
     .run_one = FN(run_one),
 };

@@ -68,6 +68,7 @@ typedef void (*ts_amx_rows_fn)(const ts_amx_hdr *h, int64_t p0, int64_t p1, cons
                                float *y, int64_t ldy);
 typedef struct ts_amx_kernels {
     ts_amx_rows_fn rows[3]; /* by path */
+    void (*quant_i8)(const float *x, int64_t n, int8_t *q, float *s); /* ts_amx_quant_row_i8, this unit's build */
     void (*run_one)(const ts_amx_cfg *cfg, ts_amx_op op, void *c, size_t c_stride, const void *a, size_t a_stride,
                     const void *b, size_t b_stride);
 } ts_amx_kernels;

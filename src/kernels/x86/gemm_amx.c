@@ -27,12 +27,12 @@
  * computed (the stale ones past nt are never written out), with the
  * emulator's operations lane for lane: integer adds, one conversion, the
  * product wd * s, one fused multiply-add. */
-static void int_epi_hw(float acc[16][16], const ts_amx_epi *e, int g, int nt, bool two) {
+static inline void int_epi_hw(float acc[16][16], const ts_amx_epi *e, int i0, int i1, int nt, bool two) {
     (void)nt;
     __m512 a[16];
 #pragma GCC unroll 16
     for (int t = 0; t < 16; t++) a[t] = _mm512_loadu_ps(acc[t]);
-    for (int i = 0; i < g; i++) {
+    for (int i = i0; i < i1; i++) {
         const __m512 wd = _mm512_loadu_ps(e->wd[i]);
         if (two) {
 #pragma GCC unroll 16

@@ -1,0 +1,43 @@
+/* amx_quant_i8.h - the int8 mode's quantization of one row, shared by
+ * packing and the references (amx.c) and by the kernels of each unit
+ * (amx_gemm_impl.h: on the hardware build it vectorizes with AVX-512). One
+ * definition, so the weights, the activations and the references agree. */
+#ifndef TS_KERNELS_AMX_QUANT_I8_H
+#define TS_KERNELS_AMX_QUANT_I8_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* one row at the int8 mode's precision: one scale for the row (a token's
+ * activations, a weight row) */
+static inline void ts_amx_quant_row_i8(const float *x, int64_t n, int8_t *q, float *s_out) {
+    /* the largest |x| by its bits (NaN and inf above every finite value):
+     * an integer max, which vectorizes where a float one cannot */
+    uint32_t mb = 0;
+    for (int64_t k = 0; k < n; k++) {
+        uint32_t u;
+        memcpy(&u, &x[k], 4);
+        u &= 0x7fffffffu;
+        mb = u > mb ? u : mb;
+    }
+    float amax;
+    memcpy(&amax, &mb, 4);
+    const int finite = mb <= 0x7f7fffffu;
+    const int zero = !finite || amax < 0x1p-100f;
+    *s_out = !finite ? NAN : zero ? 0.0f : amax / 127.0f;
+    if (zero) {
+        memset(q, 0, (size_t)n);
+        return;
+    }
+    const float inv = 127.0f / amax;
+    /* round to nearest even as lrintf does, by the 1.5 * 2^23 trick (exact
+     * for |v| < 2^22; here |v| <= 127 and a rounding), then clamp: the loop
+     * vectorizes instead of calling lrintf per element */
+    for (int64_t k = 0; k < n; k++) {
+        const int v = (int)((x[k] * inv + 12582912.0f) - 12582912.0f);
+        q[k] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+    }
+}
+
+#endif

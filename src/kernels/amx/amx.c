@@ -120,8 +120,7 @@ static int path_of(ts_amx_act act, uint32_t type, int64_t n_in) {
         return TS_AMX_PATH_I8;
     if (type == TS_TYPE_F16 || type == TS_TYPE_BF16 || type == TS_TYPE_F32)
         return TS_AMX_PATH_BF16;
-    const int64_t units = n_in / 32 * (type == TS_TYPE_Q3_K || type == TS_TYPE_Q6_K ? 2 : 1);
-    return ts_rp_panel_bytes(type, n_in) && units <= TS_AMX_MAX_UNITS ? TS_AMX_PATH_INT : -1;
+    return ts_rp_panel_bytes(type, n_in) ? TS_AMX_PATH_INT : -1;
 }
 
 /* the header of a matrix (its sizes), 0 when there is no kernel */

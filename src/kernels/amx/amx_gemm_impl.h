@@ -26,16 +26,15 @@ static inline bool FN(cfg_same)(int *cur, int key) {
     return false;
 }
 
-/* ---- int path (EXACT: two planes; Q8: one): nt tokens x two row tiles ----
- * K goes unit by unit (a 32-block, or a half block for the types with
- * 16-element scales): each unit's products for both row tiles share one
- * activation load, their int32 sums are stored to c1 / c2 (on one plane the
- * C tiles alternate by unit, so a unit's products run while the last one's
- * stores drain), and the last unit's float step (FN(int_epi), from the
- * includer: AVX-512 on the hardware, scalar on the emulator; the same
- * operations in the same order, which is the CPU panel kernels',
- * repack.h) runs while this unit's products do. The per-token terms come
- * from ts_amx_terms, computed once per token tile (FN(int_terms)). */
+/* ---- int path (EXACT: two planes; Q8: one): one tile of nt tokens ----
+ * K goes in groups of TS_AMX_GROUP units (a 32-block, or a half block for
+ * the types with 16-element scales): first the tile products of the whole
+ * group, each unit's int32 sums stored to c1 / c2 (the C tiles alternate
+ * between two pairs, so a unit's product runs while the last one's store
+ * drains), then the group's float step in one pass (FN(int_epi), from the
+ * includer: AVX-512 with the 16 token rows in registers on the hardware,
+ * scalar on the emulator; the same operations in the same order, which is
+ * the CPU panel kernels' (repack.h)). */
 /* one plane's unit on activation tile A into C tiles C0 (rows 0) and C1
  * (rows 1); tile numbers are immediates, hence a macro */
 #define INT_ONE_PLANE(A, C0, C1)                                                                                       \
@@ -51,8 +50,8 @@ static inline bool FN(cfg_same)(int *cur, int key) {
         if (two_rt) T_STORE(C1, e[1].c1[i], 64);                                                                       \
     } while (0)
 
-static void FN(int_tile)(const ts_amx_hdr *h, int64_t p, int two_rt, const ts_amx_xq *x, const ts_amx_terms *tm,
-                         int t0, int nt, float *y, int64_t ldy, int *cur) {
+static void FN(int_tile)(const ts_amx_hdr *h, int64_t p, int two_rt, const ts_amx_xq *x, int t0, int nt, float *y,
+                         int64_t ldy, int *cur) {
     const int nh = h->halves ? 2 : 1, kb = 32 / nh;
     const bool two = x->hi;
     if (!FN(cfg_same)(cur, 1 << 24 | nt << 8 | two << 2 | two_rt << 1 | (nh == 2))) {
@@ -75,7 +74,6 @@ static void FN(int_tile)(const ts_amx_hdr *h, int64_t p, int two_rt, const ts_am
     const int n_units = h->n_blk * nh;
     for (int u0 = 0; u0 < n_units; u0 += TS_AMX_GROUP) {
         const int g = n_units - u0 < TS_AMX_GROUP ? n_units - u0 : TS_AMX_GROUP;
-        for (int j = 0; j < 2; j++) e[j].off = tm->off + u0, e[j].sx = tm->sx + u0, e[j].dsx = tm->dsx + u0;
         for (int i = 0; i < g; i++) {
             const int u = u0 + i, b = u / nh, hh = u % nh;
             const int64_t k0 = 32 * (int64_t)b + kb * hh;
@@ -105,9 +103,26 @@ static void FN(int_tile)(const ts_amx_hdr *h, int64_t p, int two_rt, const ts_am
             } else {
                 INT_ONE_PLANE(4, 0, 2);
             }
+            /* the per-token terms of this unit (repack.h's float step) */
+            for (int t = 0; t < 16; t++) {
+                if (t >= nt) {
+                    e[0].off[i][t] = 0, e[0].sx[i][t] = 0.0f, e[0].dsx[i][t] = 0.0f;
+                    continue;
+                }
+                const int64_t tb = (int64_t)(t0 + t) * x->n_blk + b;
+                const int32_t *sm = x->sum + 2 * tb;
+                e[0].off[i][t] = -h->o * (h->halves ? sm[hh] : sm[0] + sm[1]);
+                e[0].sx[i][t] = x->s[tb];
+                e[0].dsx[i][t] = h->has_m ? x->ds[tb] : 0.0f;
+            }
             for (int j = 0; j <= two_rt; j++) {
                 e[j].wd[i] = (const float *)(const void *)(rt[j] + h->off_wd) + (int64_t)u * 16;
                 e[j].wm[i] = h->has_m ? (const float *)(const void *)(rt[j] + h->off_wm) + (int64_t)b * 16 : NULL;
+            }
+            if (two_rt) {
+                memcpy(e[1].off[i], e[0].off[i], sizeof e[0].off[i]);
+                memcpy(e[1].sx[i], e[0].sx[i], sizeof e[0].sx[i]);
+                memcpy(e[1].dsx[i], e[0].dsx[i], sizeof e[0].dsx[i]);
             }
             /* the last unit's float step, while this unit's products run */
             if (i > 0)
@@ -125,34 +140,13 @@ static void FN(int_tile)(const ts_amx_hdr *h, int64_t p, int two_rt, const ts_am
 
 #undef INT_ONE_PLANE
 
-/* the per-token terms of tokens [t0, t0 + nt) (repack.h's float step):
- * the offset -o * sum(x), the scale s and s * sum(x), unit by unit */
-static void FN(int_terms)(const ts_amx_hdr *h, const ts_amx_xq *x, int t0, int nt, ts_amx_terms *tm) {
-    const int nh = h->halves ? 2 : 1, n_units = h->n_blk * nh;
-    for (int u = 0; u < n_units; u++) {
-        const int b = u / nh, hh = u % nh;
-        for (int t = 0; t < 16; t++) {
-            if (t >= nt) {
-                tm->off[u][t] = 0, tm->sx[u][t] = 0.0f, tm->dsx[u][t] = 0.0f;
-                continue;
-            }
-            const int64_t tb = (int64_t)(t0 + t) * x->n_blk + b;
-            const int32_t *sm = x->sum + 2 * tb;
-            tm->off[u][t] = -h->o * (h->halves ? sm[hh] : sm[0] + sm[1]);
-            tm->sx[u][t] = x->s[tb];
-            tm->dsx[u][t] = h->has_m ? x->ds[tb] : 0.0f;
-        }
-    }
-}
-
 static void FN(int_rows)(const ts_amx_hdr *h, int64_t p0, int64_t p1, const ts_amx_xq *x, int t0, int t1, float *y,
                          int64_t ldy) {
     int cur = 0;
-    ts_amx_terms tm;
-    for (int t = t0; t < t1; t += 16) {
-        const int nt = t1 - t < 16 ? t1 - t : 16;
-        FN(int_terms)(h, x, t, nt, &tm);
-        for (int64_t p = p0; p < p1; p += 2) FN(int_tile)(h, p, p + 1 < p1, x, &tm, t, nt, y, ldy, &cur);
+    for (int tb = t0; tb < t1; tb += TB_TOK) {
+        const int te = tb + TB_TOK < t1 ? tb + TB_TOK : t1;
+        for (int64_t p = p0; p < p1; p += 2)
+            for (int t = tb; t < te; t += 16) FN(int_tile)(h, p, p + 1 < p1, x, t, te - t < 16 ? te - t : 16, y, ldy, &cur);
     }
     T_RELEASE();
 }

@@ -57,21 +57,10 @@ typedef struct ts_amx_xq {
 #define TS_AMX_GROUP 16
 typedef struct ts_amx_epi {
     int32_t c1[TS_AMX_GROUP][16][16], c2[TS_AMX_GROUP][16][16];
-    /* the group's per-token terms: rows of ts_amx_terms from the group's first unit */
-    const int32_t (*off)[16];
-    const float (*sx)[16], (*dsx)[16];
+    int32_t off[TS_AMX_GROUP][16];
+    float sx[TS_AMX_GROUP][16], dsx[TS_AMX_GROUP][16];
     const float *wd[TS_AMX_GROUP], *wm[TS_AMX_GROUP]; /* 16 rows' scales; wm NULL: no offset term */
 } ts_amx_epi;
-
-/* The per-token terms of one 16-token tile for every unit of K, computed
- * once and shared by all the row tiles that tile meets (units: 32-blocks,
- * or half blocks; at most TS_AMX_MAX_UNITS: K up to 32768, 16384 in
- * halves; a wider matrix has no int-path kernel). 192 KiB, on the stack. */
-#define TS_AMX_MAX_UNITS 1024
-typedef struct ts_amx_terms {
-    int32_t off[TS_AMX_MAX_UNITS][16];
-    float sx[TS_AMX_MAX_UNITS][16], dsx[TS_AMX_MAX_UNITS][16];
-} ts_amx_terms;
 
 /* Row tiles [p0, p1) of one matrix against tokens [t0, t1) of x, into
  * y[t * ldy + r] (r the matrix's row). */

@@ -26,15 +26,16 @@ static inline bool FN(cfg_same)(int *cur, int key) {
     return false;
 }
 
-/* ---- int path (EXACT: two planes; Q8: one): one tile of nt tokens ----
- * K goes in groups of TS_AMX_GROUP units (a 32-block, or a half block for
- * the types with 16-element scales): first the tile products of the whole
- * group, each unit's int32 sums stored to c1 / c2 (the C tiles alternate
- * between two pairs, so a unit's product runs while the last one's store
- * drains), then the group's float step in one pass (FN(int_epi), from the
- * includer: AVX-512 with the 16 token rows in registers on the hardware,
- * scalar on the emulator; the same operations in the same order, which is
- * the CPU panel kernels' (repack.h)). */
+/* ---- int path (EXACT: two planes; Q8: one): nt tokens x two row tiles ----
+ * K goes unit by unit (a 32-block, or a half block for the types with
+ * 16-element scales), in groups of TS_AMX_GROUP units: each unit's
+ * products for both row tiles share one activation load, their int32 sums
+ * are stored to c1 / c2 (on one plane the C tiles alternate by unit, so a
+ * unit's products run while the last one's stores drain), and the last
+ * unit's float step (FN(int_epi), from the includer: AVX-512 on the
+ * hardware, scalar on the emulator; the same operations in the same order,
+ * which is the CPU panel kernels', repack.h) runs while this unit's
+ * products do. */
 /* one plane's unit on activation tile A into C tiles C0 (rows 0) and C1
  * (rows 1); tile numbers are immediates, hence a macro */
 #define INT_ONE_PLANE(A, C0, C1)                                                                                       \

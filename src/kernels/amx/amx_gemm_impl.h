@@ -141,15 +141,24 @@ static void FN(int_tile)(const ts_amx_hdr *h, int64_t p, int two_rt, const ts_am
 
 #undef INT_ONE_PLANE
 
-static void FN(int_rows)(const ts_amx_hdr *h, int64_t p0, int64_t p1, const ts_amx_xq *x, int t0, int t1, float *y,
-                         int64_t ldy) {
+/* row tiles [p0, p1) in pairs x tokens [t0, t1) in blocks of TB_TOK, tiles
+ * of `step` tokens (the int and int8 paths) */
+typedef void (*FN(pair_fn))(const ts_amx_hdr *h, int64_t p, int two_rt, const ts_amx_xq *x, int t0, int nt, float *y,
+                            int64_t ldy, int *cur);
+static void FN(pairs)(const ts_amx_hdr *h, int64_t p0, int64_t p1, const ts_amx_xq *x, int t0, int t1, float *y,
+                      int64_t ldy, int step, FN(pair_fn) tile) {
     int cur = 0;
     for (int tb = t0; tb < t1; tb += TB_TOK) {
         const int te = tb + TB_TOK < t1 ? tb + TB_TOK : t1;
         for (int64_t p = p0; p < p1; p += 2)
-            for (int t = tb; t < te; t += 16) FN(int_tile)(h, p, p + 1 < p1, x, t, te - t < 16 ? te - t : 16, y, ldy, &cur);
+            for (int t = tb; t < te; t += step) tile(h, p, p + 1 < p1, x, t, te - t < step ? te - t : step, y, ldy, &cur);
     }
     T_RELEASE();
+}
+
+static void FN(int_rows)(const ts_amx_hdr *h, int64_t p0, int64_t p1, const ts_amx_xq *x, int t0, int t1, float *y,
+                         int64_t ldy) {
+    FN(pairs)(h, p0, p1, x, t0, t1, y, ldy, 16, FN(int_tile));
 }
 
 /* row tiles [p0, p1) x tokens [t0, t1) in blocks of TB_TOK tokens, one
@@ -231,14 +240,7 @@ static void FN(i8_tile)(const ts_amx_hdr *h, int64_t p, int two, const ts_amx_xq
 
 static void FN(i8_rows)(const ts_amx_hdr *h, int64_t p0, int64_t p1, const ts_amx_xq *x, int t0, int t1, float *y,
                         int64_t ldy) {
-    int cur = 0;
-    for (int tb = t0; tb < t1; tb += TB_TOK) {
-        const int te = tb + TB_TOK < t1 ? tb + TB_TOK : t1;
-        for (int64_t p = p0; p < p1; p += 2)
-            for (int t = tb; t < te; t += 32)
-                FN(i8_tile)(h, p, p + 1 < p1, x, t, te - t < 32 ? te - t : 32, y, ldy, &cur);
-    }
-    T_RELEASE();
+    FN(pairs)(h, p0, p1, x, t0, t1, y, ldy, 32, FN(i8_tile));
 }
 
 /* ---- bf16 path: f32 sums over the whole K ---- */

@@ -15,7 +15,7 @@
  *     agree: c.rows = a.rows, c.colsb = b.colsb, a.colsb = 4 b.rows, all
  *     multiples of 4, three distinct tiles (#UD otherwise).
  *   - TDPBF16PS: the same over bf16 pairs, in the order the hardware
- *     adds them (measured on a Sapphire Rapids guest; the SDM's pseudo-code
+ *     adds them (measured on an AMX Xeon guest, 2026-12-02; the SDM's pseudo-code
  *     adds a[2k] b[2n] then a[2k+1] b[2n+1] into c, which the hardware does
  *     not): per instruction, the even products a[2k] b[2n] are summed in k
  *     order from +0 into one f32 by fused multiply-adds (a product that

@@ -161,45 +161,26 @@ static void FN(int_rows)(const ts_amx_hdr *h, int64_t p0, int64_t p1, const ts_a
     FN(pairs)(h, p0, p1, x, t0, t1, y, ldy, 16, FN(int_tile));
 }
 
-/* row tiles [p0, p1) x tokens [t0, t1) in blocks of TB_TOK tokens, one
- * 16-token tile at a time (the int and bf16 paths) */
-typedef void (*FN(tile_fn))(const ts_amx_hdr *h, const uint8_t *rt, int nrow, const ts_amx_xq *x, int t0, int nt,
-                            float *y, int64_t ldy, int *cur);
-static void FN(tiles)(const ts_amx_hdr *h, int64_t p0, int64_t p1, const ts_amx_xq *x, int t0, int t1, float *y,
-                      int64_t ldy, FN(tile_fn) tile) {
-    int cur = 0;
-    for (int tb = t0; tb < t1; tb += TB_TOK) {
-        const int te = tb + TB_TOK < t1 ? tb + TB_TOK : t1;
-        for (int64_t p = p0; p < p1; p++) {
-            const int nrow = h->n_out - 16 * p < 16 ? (int)(h->n_out - 16 * p) : 16;
-            for (int t = tb; t < te; t += 16)
-                tile(h, ts_amx_rt(h, p), nrow, x, t, te - t < 16 ? te - t : 16, y + 16 * p, ldy, &cur);
-        }
-    }
-    T_RELEASE();
-}
-
-
 /* ---- int8 path: up to 32 tokens x 2 row tiles, K accumulated whole ---- */
 static void FN(i8_tile)(const ts_amx_hdr *h, int64_t p, int two, const ts_amx_xq *x, int t0, int nt, float *y,
                         int64_t ldy, int *cur) {
     const int na = nt < 16 ? nt : 16, nb = nt - na;
     if (!FN(cfg_same)(cur, 2 << 24 | na << 16 | nb << 8 | two)) {
-    ts_amx_cfg cfg = {{0}};
-    /* C: 0 = A0 B0, 1 = A0 B1, 2 = A1 B0, 3 = A1 B1; A0 = 4, A1 = 5 (tokens); B0 = 6, B1 = 7 (row tiles) */
-    ts_amx_cfg_tile(&cfg, 0, na, 64);
-    ts_amx_cfg_tile(&cfg, 4, na, 64);
-    ts_amx_cfg_tile(&cfg, 6, 16, 64);
-    if (two) {
-        ts_amx_cfg_tile(&cfg, 1, na, 64);
-        ts_amx_cfg_tile(&cfg, 7, 16, 64);
-    }
-    if (nb) {
-        ts_amx_cfg_tile(&cfg, 2, nb, 64);
-        ts_amx_cfg_tile(&cfg, 5, nb, 64);
-        if (two) ts_amx_cfg_tile(&cfg, 3, nb, 64);
-    }
-    T_CFG(&cfg);
+        ts_amx_cfg cfg = {{0}};
+        /* C: 0 = A0 B0, 1 = A0 B1, 2 = A1 B0, 3 = A1 B1; A0 = 4, A1 = 5 (tokens); B0 = 6, B1 = 7 (row tiles) */
+        ts_amx_cfg_tile(&cfg, 0, na, 64);
+        ts_amx_cfg_tile(&cfg, 4, na, 64);
+        ts_amx_cfg_tile(&cfg, 6, 16, 64);
+        if (two) {
+            ts_amx_cfg_tile(&cfg, 1, na, 64);
+            ts_amx_cfg_tile(&cfg, 7, 16, 64);
+        }
+        if (nb) {
+            ts_amx_cfg_tile(&cfg, 2, nb, 64);
+            ts_amx_cfg_tile(&cfg, 5, nb, 64);
+            if (two) ts_amx_cfg_tile(&cfg, 3, nb, 64);
+        }
+        T_CFG(&cfg);
     }
     const uint8_t *w0 = ts_amx_rt(h, p), *w1 = two ? ts_amx_rt(h, p + 1) : NULL;
     const int8_t *xa = x->q1 + (int64_t)t0 * x->ld, *xb = xa + 16 * x->ld;
@@ -247,14 +228,14 @@ static void FN(i8_rows)(const ts_amx_hdr *h, int64_t p0, int64_t p1, const ts_am
 static void FN(bf_tile)(const ts_amx_hdr *h, const uint8_t *rt, int nrow, const ts_amx_xq *x, int t0, int nt,
                         float *y, int64_t ldy, int *cur) {
     if (!FN(cfg_same)(cur, 3 << 24 | nt << 8 | (x->xl_used != 0) << 1 | (h->n_wp == 2))) {
-    ts_amx_cfg cfg = {{0}};
-    /* 0: sums; 1, 2: activations hi, lo; 3, 4: weights hi, lo */
-    ts_amx_cfg_tile(&cfg, 0, nt, 64);
-    ts_amx_cfg_tile(&cfg, 1, nt, 64);
-    ts_amx_cfg_tile(&cfg, 3, 16, 64);
-    if (x->xl_used) ts_amx_cfg_tile(&cfg, 2, nt, 64);
-    if (h->n_wp == 2) ts_amx_cfg_tile(&cfg, 4, 16, 64);
-    T_CFG(&cfg);
+        ts_amx_cfg cfg = {{0}};
+        /* 0: sums; 1, 2: activations hi, lo; 3, 4: weights hi, lo */
+        ts_amx_cfg_tile(&cfg, 0, nt, 64);
+        ts_amx_cfg_tile(&cfg, 1, nt, 64);
+        ts_amx_cfg_tile(&cfg, 3, 16, 64);
+        if (x->xl_used) ts_amx_cfg_tile(&cfg, 2, nt, 64);
+        if (h->n_wp == 2) ts_amx_cfg_tile(&cfg, 4, 16, 64);
+        T_CFG(&cfg);
     }
     const uint8_t *xh = (const uint8_t *)x->xh + (int64_t)t0 * x->ld, *xl = (const uint8_t *)x->xl + (int64_t)t0 * x->ld;
     const uint8_t *wl = rt + (size_t)h->k_pad * 32; /* the lo plane follows the hi plane (K/2 vectors) */
@@ -278,9 +259,20 @@ static void FN(bf_tile)(const ts_amx_hdr *h, const uint8_t *rt, int nrow, const 
         for (int r = 0; r < nrow; r++) y[(int64_t)(t0 + t) * ldy + r] = c[t][r];
 }
 
+/* row tiles [p0, p1) one at a time x tokens [t0, t1) in blocks of TB_TOK,
+ * tiles of 16 tokens */
 static void FN(bf_rows)(const ts_amx_hdr *h, int64_t p0, int64_t p1, const ts_amx_xq *x, int t0, int t1, float *y,
                         int64_t ldy) {
-    FN(tiles)(h, p0, p1, x, t0, t1, y, ldy, FN(bf_tile));
+    int cur = 0;
+    for (int tb = t0; tb < t1; tb += TB_TOK) {
+        const int te = tb + TB_TOK < t1 ? tb + TB_TOK : t1;
+        for (int64_t p = p0; p < p1; p++) {
+            const int nrow = h->n_out - 16 * p < 16 ? (int)(h->n_out - 16 * p) : 16;
+            for (int t = tb; t < te; t += 16)
+                FN(bf_tile)(h, ts_amx_rt(h, p), nrow, x, t, te - t < 16 ? te - t : 16, y + 16 * p, ldy, &cur);
+        }
+    }
+    T_RELEASE();
 }
 
 /* one instruction, for the tests that compare the units */

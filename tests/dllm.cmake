@@ -18,3 +18,12 @@ target_link_libraries(dllm_tool PRIVATE tessera_core)
 add_test(NAME test_dllm_oracle
          COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_dllm_oracle.py
                  $<TARGET_FILE:dllm_tool> ${TS_MODELS_DIR} ${CMAKE_CURRENT_BINARY_DIR}/dllm_models)
+
+# The trained diffusion LLM (tools/train_tiny_dllm.py: SmolLM2-135M adapted to
+# the masked objective; the committed delta is merged into the base GGUF at
+# test time when models/dllm/smollm2-dllm.gguf is missing or stale) against a
+# PyTorch forward of the same f16 weights. Skips (77) without the delta.
+add_test(NAME test_trained_dllm
+         COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_trained_dllm.py
+                 $<TARGET_FILE:dllm_tool> ${TS_MODELS_DIR} ${CMAKE_CURRENT_BINARY_DIR}/trained_dllm)
+set_tests_properties(test_trained_dllm PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)

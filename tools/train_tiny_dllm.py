@@ -1,0 +1,472 @@
+#!/usr/bin/env python3
+"""train_tiny_dllm.py - a small trained diffusion LLM: SmolLM2-135M's real
+weights adapted to LLaDA's masked-diffusion objective with bidirectional
+attention and Dream's shifted logits (docs/DIFFUSION.md, "The trained model").
+
+Why this route: a from-scratch char-level model never commits in parallel
+(a character depends on its masked neighbours), and a few CPU-minutes of
+full fine-tuning at lr 5e-5 collapsed SmolLM2 into newlines. Here the base
+weights stay frozen (dequantized from the Q4_1 GGUF) and only low-rank
+adapters on every linear layer plus the mask token's embedding row train,
+so the AR model's knowledge cannot be overwritten wholesale, the committed
+result is small (the adapters, fp16), and the backward pass skips the base
+weights' gradients.
+
+Objective (LLaDA): per sequence t ~ U(0,1), each position masked with
+probability p = (1-eps) t + eps, cross-entropy on masked positions weighted
+by 1/p, summed and divided by the number of positions. Position 0 is never
+masked (with shifted logits, position i is predicted from row i-1). Half of
+the sequences keep a clean prefix of random length (LLaDA's SFT form: the
+prompt is never masked), which is how the model is used: a clean prompt, a
+masked block after it.
+
+Data: ../shared/data/tinyshakespeare.txt, tokenized with SmolLM2's own
+tokenizer; the first 90% of tokens train, the last 10% are held out.
+
+Budget: resumable (a checkpoint every --ckpt-every steps and at exit, in
+--work); CPU seconds are accumulated across runs in the checkpoint and the
+run stops at --cpu-hours (default 3, the issue's limit). On a lent GPU
+(--device cuda) the same script runs unchanged.
+
+usage:
+  train_tiny_dllm.py train  [--work DIR] [--threads N] [--cpu-hours H] [--steps S]
+  train_tiny_dllm.py eval   [--work DIR] [--prompts N]      # accuracy, ELBO, commit histogram
+  train_tiny_dllm.py export [--work DIR] [--delta FILE]     # adapters -> committed .npz
+  train_tiny_dllm.py build  [--delta FILE] [-o OUT.gguf]    # base GGUF + delta -> llada GGUF
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BASE = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+DATA = os.path.join(ROOT, "..", "shared", "data", "tinyshakespeare.txt")
+DELTA = os.path.join(ROOT, "tools", "dllm", "smollm2-dllm-delta.npz")
+OUT = os.path.join(ROOT, "models", "dllm", "smollm2-dllm.gguf")
+WORK = os.path.expanduser("~/.cache/tessera/dllm")
+MASK_ID = 16  # <empty_output>: a special token SmolLM2's tokenizer never produces from text
+EPS = 1e-3
+SEED = 1234
+
+
+def load_base(path=BASE):
+    """Dequantized base weights (GGUF layout: Q/K rows permuted for adjacent-pair rope) and hparams."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+    r = GGUFReader(path)
+
+    def kv(name):
+        f = r.fields[name]
+        v = f.parts[f.data[0]]
+        return v.tolist()[0] if len(v) == 1 else bytes(v).decode()
+    ar = kv("general.architecture")  # llama (the base) or llada (a built file)
+    hp = dict(n_embd=kv(ar + ".embedding_length"), n_layer=kv(ar + ".block_count"),
+              n_head=kv(ar + ".attention.head_count"), n_head_kv=kv(ar + ".attention.head_count_kv"),
+              n_ff=kv(ar + ".feed_forward_length"), eps=kv(ar + ".attention.layer_norm_rms_epsilon"),
+              rope_base=kv(ar + ".rope.freq_base"))
+    w = {}
+    for t in r.tensors:
+        a = dequantize(t.data, t.tensor_type).astype(np.float32)
+        w[t.name] = a.reshape([int(x) for x in reversed(t.shape.tolist())])
+    return r, hp, w
+
+
+def tokenize_corpus(cache):
+    if os.path.exists(cache):
+        return np.load(cache)
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(os.path.dirname(BASE), gguf_file=os.path.basename(BASE))
+    with open(DATA, encoding="utf-8") as f:
+        text = f.read()
+    ids = np.array(tok(text, add_special_tokens=False)["input_ids"], dtype=np.int32)
+    os.makedirs(os.path.dirname(cache), exist_ok=True)
+    np.save(cache, ids)
+    return ids
+
+
+def build_model(hp, w, rank, alpha, device):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class LoRALinear(nn.Module):
+        # y = x W^T + (alpha/r) (x A^T) B^T; W frozen, A small random, B zero
+        def __init__(self, W):
+            super().__init__()
+            self.register_buffer("W", torch.from_numpy(W))
+            out_f, in_f = W.shape
+            g = torch.Generator().manual_seed(hash(W.shape) & 0xffff)
+            self.A = nn.Parameter(torch.randn(rank, in_f, generator=g) / math.sqrt(in_f))
+            self.B = nn.Parameter(torch.zeros(out_f, rank))
+            self.s = alpha / rank
+
+        def forward(self, x):
+            return F.linear(x, self.W) + self.s * F.linear(F.linear(x, self.A), self.B)
+
+    E, H, HKV = hp["n_embd"], hp["n_head"], hp["n_head_kv"]
+    D = E // H
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("emb", torch.from_numpy(w["token_embd.weight"]))
+            self.mask_row = nn.Parameter(torch.from_numpy(w["token_embd.weight"][MASK_ID].copy()))
+            self.layers = nn.ModuleList()
+            for i in range(hp["n_layer"]):
+                m = nn.Module()
+                p = f"blk.{i}."
+                for nm, gn in (("q", "attn_q"), ("k", "attn_k"), ("v", "attn_v"), ("o", "attn_output"),
+                               ("g", "ffn_gate"), ("u", "ffn_up"), ("d", "ffn_down")):
+                    setattr(m, nm, LoRALinear(w[p + gn + ".weight"]))
+                m.register_buffer("n1", torch.from_numpy(w[p + "attn_norm.weight"]))
+                m.register_buffer("n2", torch.from_numpy(w[p + "ffn_norm.weight"]))
+                self.layers.append(m)
+            self.register_buffer("nf", torch.from_numpy(w["output_norm.weight"]))
+            inv = 1.0 / (hp["rope_base"] ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
+            self.register_buffer("inv", inv)
+
+        def table(self):
+            # the embedding with the mask row replaced by the trained one (tied: also the output head)
+            e = self.emb.clone()
+            e[MASK_ID] = self.mask_row
+            return e
+
+        def hidden(self, ids):
+            B, L = ids.shape
+            x = F.embedding(ids, self.table())
+            ang = torch.arange(L, dtype=torch.float32, device=ids.device)[:, None] * self.inv[None, :]
+            cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]  # (L, 1, D/2) against (B, L, H, D/2)
+
+            def rope(t):  # adjacent pairs (GGUF layout)
+                t0, t1 = t[..., 0::2], t[..., 1::2]
+                return torch.stack((t0 * cos - t1 * sin, t0 * sin + t1 * cos), -1).flatten(-2)
+
+            def rms(t, g):
+                return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + hp["eps"]) * g
+            for m in self.layers:
+                h = rms(x, m.n1)
+                q = rope(m.q(h).view(B, L, H, D)).transpose(1, 2)
+                k = rope(m.k(h).view(B, L, HKV, D)).transpose(1, 2)
+                v = m.v(h).view(B, L, HKV, D).transpose(1, 2)
+                k = k.repeat_interleave(H // HKV, 1)
+                v = v.repeat_interleave(H // HKV, 1)
+                a = F.scaled_dot_product_attention(q, k, v, is_causal=False)  # bidirectional
+                x = x + m.o(a.transpose(1, 2).reshape(B, L, E))
+                h = rms(x, m.n2)
+                x = x + m.d(F.silu(m.g(h)) * m.u(h))
+            return rms(x, self.nf)
+
+        def logits_at(self, hid, rows):
+            # rows: (N,) flat indices into B*L of the rows whose logits are needed
+            return F.linear(hid.reshape(-1, E)[rows], self.table())
+
+    return Model().to(device)
+
+
+def masked_batch(rng, data, B, L, clean_frac=0.5):
+    starts = rng.integers(0, len(data) - L, size=B)
+    x = np.stack([data[s:s + L] for s in starts]).astype(np.int64)
+    t = rng.random(B)
+    p = (1 - EPS) * t + EPS
+    m = rng.random((B, L)) < p[:, None]
+    m[:, 0] = False
+    for b in range(B):
+        if rng.random() < clean_frac:
+            m[b, :rng.integers(1, L // 2)] = False
+    return x, m, p
+
+
+def loss_fn(model, x, m, p):
+    import torch
+    import torch.nn.functional as F
+    B, L = x.shape
+    inp = x.clone()
+    inp[m] = MASK_ID
+    hid = model.hidden(inp)
+    bi, li = m.nonzero(as_tuple=True)
+    rows = bi * L + (li - 1)  # shifted: position i from row i-1
+    lg = model.logits_at(hid, rows)
+    ce = F.cross_entropy(lg, x[bi, li], reduction="none")
+    return (ce / p[bi]).sum() / (B * L), lg, bi, li
+
+
+def state_paths(work):
+    return os.path.join(work, "ckpt.pt"), os.path.join(work, "log.jsonl")
+
+
+def cmd_train(a):
+    import torch
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(SEED)
+    dev = torch.device(a.device)
+    os.makedirs(a.work, exist_ok=True)
+    ckpt, logf = state_paths(a.work)
+    ids = tokenize_corpus(os.path.join(a.work, "tokens.npy"))
+    ntr = int(len(ids) * 0.9)
+    train = ids[:ntr]
+    _, hp, w = load_base()
+    model = build_model(hp, w, a.rank, a.alpha, dev)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.0, betas=(0.9, 0.98))
+    st = dict(step=0, cpu_s=0.0, rng=None)
+    if os.path.exists(ckpt):
+        c = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(c["model"], strict=False)
+        opt.load_state_dict(c["opt"])
+        st = c["st"]
+        print(f"resumed at step {st['step']}, {st['cpu_s'] / 3600:.2f} CPU-h used", flush=True)
+    elif os.path.exists(a.delta):
+        # a fresh machine: the committed fp16 adapters, without the optimizer's moments
+        meta, d = read_delta(a.delta)
+        model.load_state_dict({k: torch.from_numpy(v) for k, v in d.items()}, strict=False)
+        st.update(step=meta["step"], cpu_s=meta["cpu_s"])
+        print(f"resumed from {a.delta} at step {st['step']}, {st['cpu_s'] / 3600:.2f} CPU-h used", flush=True)
+    rng = np.random.default_rng(SEED)
+    if st["rng"] is not None:
+        rng.bit_generator.state = st["rng"]
+    budget = a.cpu_hours * 3600
+
+    def save():
+        st["rng"] = rng.bit_generator.state
+        sd = {k: v for k, v in model.state_dict().items() if k.endswith((".A", ".B")) or k == "mask_row"}
+        torch.save(dict(model=sd, opt=opt.state_dict(), st=st, args=vars(a)), ckpt + ".tmp")
+        os.replace(ckpt + ".tmp", ckpt)
+    t_cpu = time.process_time()
+    n_tok, t_wall = 0, time.time()
+    while st["step"] < a.steps:
+        used = st["cpu_s"] + (time.process_time() - t_cpu)
+        if used >= budget:
+            print(f"CPU budget reached: {used / 3600:.2f} h", flush=True)
+            break
+        lr = a.lr * min(1.0, (st["step"] + 1) / 50) * (0.5 + 0.5 * math.cos(math.pi * min(1.0, st["step"] / a.steps)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        x, m, p = masked_batch(rng, train, a.batch, a.seq)
+        x, m, p = torch.from_numpy(x).to(dev), torch.from_numpy(m).to(dev), torch.from_numpy(p).float().to(dev)
+        loss, _, _, _ = loss_fn(model, x, m, p)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        st["step"] += 1
+        n_tok += a.batch * a.seq
+        if st["step"] % 10 == 0:
+            el = time.time() - t_wall
+            rec = dict(step=st["step"], loss=round(loss.item(), 4), lr=lr, tok_s=round(n_tok / el, 1),
+                       cpu_h=round((st["cpu_s"] + time.process_time() - t_cpu) / 3600, 3))
+            print(json.dumps(rec), flush=True)
+            with open(logf, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+        if st["step"] % a.ckpt_every == 0:
+            st["cpu_s"] += time.process_time() - t_cpu
+            t_cpu = time.process_time()
+            save()
+    st["cpu_s"] += time.process_time() - t_cpu
+    save()
+    print(f"saved step {st['step']}, {st['cpu_s'] / 3600:.2f} CPU-h in total", flush=True)
+
+
+def load_trained(a, dev):
+    import torch
+    _, hp, w = load_base()
+    ckpt = state_paths(a.work)[0]
+    if os.path.exists(ckpt):
+        c = torch.load(ckpt, weights_only=False)
+    else:  # the committed delta
+        meta, d = read_delta(a.delta)
+        c = dict(model={k: torch.from_numpy(v) for k, v in d.items()}, st=meta, args=meta)
+    args = c["args"]
+    model = build_model(hp, w, args["rank"], args["alpha"], dev)
+    model.load_state_dict(c["model"], strict=False)
+    model.eval()
+    return model, c
+
+
+def cmd_export(a):
+    """The trained adapters and mask row (fp16), with the step and CPU time used: the committed delta."""
+    import torch
+    c = torch.load(state_paths(a.work)[0], weights_only=False)
+    out = {k: v.half().numpy() for k, v in c["model"].items()}
+    meta = dict(step=c["st"]["step"], cpu_s=c["st"]["cpu_s"], rank=c["args"]["rank"], alpha=c["args"]["alpha"],
+                lr=c["args"]["lr"], steps=c["args"]["steps"], batch=c["args"]["batch"], seq=c["args"]["seq"],
+                mask_id=MASK_ID, seed=SEED)
+    os.makedirs(os.path.dirname(a.delta), exist_ok=True)
+    np.savez_compressed(a.delta, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **out)
+    print(f"{a.delta}: step {meta['step']}, {meta['cpu_s'] / 3600:.2f} CPU-h, "
+          f"{os.path.getsize(a.delta) / 2**20:.1f} MiB", flush=True)
+
+
+def delta_sha(path):
+    import hashlib
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def built_from(gguf_path):
+    """The delta sha256 a built file records (None when absent or unreadable)."""
+    try:
+        from gguf import GGUFReader
+        f = GGUFReader(gguf_path).fields.get("tessera.dllm.delta_sha256")
+        return bytes(f.parts[f.data[0]]).decode() if f else None
+    except Exception:  # noqa: BLE001  (a truncated or foreign file: rebuild it)
+        return None
+
+
+def read_delta(path):
+    d = np.load(path)
+    meta = json.loads(bytes(d["meta"]).decode())
+    return meta, {k: d[k].astype(np.float32) for k in d.files if k != "meta"}
+
+
+def cmd_build(a):
+    """base GGUF (dequantized) + delta -> a `llada` GGUF as llama.cpp's converter writes one:
+    causal false, the mask token id, shifted logits, Q/K rows in the adjacent-pair layout
+    (the base file already holds them permuted), tied output, f16 matrices."""
+    from gguf import GGUFValueType, GGUFWriter
+    sys.path.insert(0, HERE)
+    from gen_tiny_models import read_tokenizer_fields
+    meta, d = read_delta(a.delta)
+    _, hp, w = load_base()
+    s = meta["alpha"] / meta["rank"]
+    names = dict(q="attn_q", k="attn_k", v="attn_v", o="attn_output", g="ffn_gate", u="ffn_up", d="ffn_down")
+    for i in range(hp["n_layer"]):
+        for nm, gn in names.items():
+            A, B = d[f"layers.{i}.{nm}.A"], d[f"layers.{i}.{nm}.B"]
+            w[f"blk.{i}.{gn}.weight"] = w[f"blk.{i}.{gn}.weight"] + s * (B @ A)
+    w["token_embd.weight"][MASK_ID] = d["mask_row"]
+    U32, F32, BOOL = GGUFValueType.UINT32, GGUFValueType.FLOAT32, GGUFValueType.BOOL
+    arch = "llada"
+    E, H = hp["n_embd"], hp["n_head"]
+    V = w["token_embd.weight"].shape[0]
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    g = GGUFWriter(a.out, arch)
+    kv = {"general.name": (GGUFValueType.STRING, "smollm2-135m-dllm"),
+          f"{arch}.context_length": (U32, 2048), f"{arch}.embedding_length": (U32, E),
+          f"{arch}.feed_forward_length": (U32, hp["n_ff"]), f"{arch}.block_count": (U32, hp["n_layer"]),
+          f"{arch}.attention.head_count": (U32, H), f"{arch}.attention.head_count_kv": (U32, hp["n_head_kv"]),
+          f"{arch}.rope.freq_base": (F32, hp["rope_base"]), f"{arch}.vocab_size": (U32, V),
+          f"{arch}.rope.dimension_count": (U32, E // H),
+          f"{arch}.attention.layer_norm_rms_epsilon": (F32, hp["eps"]),
+          f"{arch}.attention.causal": (BOOL, False), "diffusion.shift_logits": (BOOL, True)}
+    for key, val, vt, sub in read_tokenizer_fields(BASE, V):
+        kv[key] = (vt, val, sub)
+    kv["tokenizer.ggml.mask_token_id"] = (U32, MASK_ID, None)
+    kv["tessera.dllm.delta_sha256"] = (GGUFValueType.STRING, delta_sha(a.delta), None)
+    for key, tv in kv.items():
+        g.add_key_value(key, tv[1], tv[0], sub_type=tv[2] if len(tv) > 2 else None)
+    for name, t in w.items():
+        g.add_tensor(name, t.astype(np.float16 if t.ndim == 2 else np.float32))
+    g.write_header_to_file()
+    g.write_kv_data_to_file()
+    g.write_tensors_to_file()
+    g.close()
+    print(f"{a.out}: step {meta['step']} ({os.path.getsize(a.out) / 2**20:.0f} MiB)", flush=True)
+
+
+def generate_threshold(model, prompt, n_gen, block, thr):
+    """Block decoding with threshold commit (every masked position of the current
+    block whose top-1 probability >= thr commits; at least the most confident
+    one), full recompute each forward, shifted logits. Returns (tokens, per-forward commit counts)."""
+    import torch
+    x = torch.tensor(list(prompt) + [MASK_ID] * n_gen)[None]
+    P = len(prompt)
+    counts = []
+    for b0 in range(P, P + n_gen, block):
+        b1 = min(b0 + block, P + n_gen)
+        while (x[0, b0:b1] == MASK_ID).any():
+            hid = model.hidden(x)
+            pos = torch.arange(b0, b1)
+            lg = model.logits_at(hid, pos - 1).float()
+            lg[:, MASK_ID] = -float("inf")
+            pr = lg.softmax(-1)
+            conf, tokv = pr.max(-1)
+            masked = x[0, b0:b1] == MASK_ID
+            conf = torch.where(masked, conf, torch.full_like(conf, -1.0))
+            sel = (conf >= thr) & masked
+            if not sel.any():
+                sel[conf.argmax()] = True
+            x[0, b0:b1] = torch.where(sel, tokv, x[0, b0:b1])
+            counts.append(int(sel.sum()))
+    return x[0].tolist(), counts
+
+
+def cmd_eval(a):
+    import torch
+    torch.set_num_threads(a.threads)
+    dev = torch.device("cpu")
+    ids = tokenize_corpus(os.path.join(a.work, "tokens.npy"))
+    held = ids[int(len(ids) * 0.9):]
+    if a.base:
+        _, hp, w = load_base()
+        model = build_model(hp, w, 1, 1.0, dev).eval()
+        step = 0
+    else:
+        model, c = load_trained(a, dev)
+        step = c["st"]["step"]
+    res = dict(step=step)
+    rng = np.random.default_rng(99)
+    with torch.no_grad():
+        for rate in (0.15, 0.5, 0.9):
+            nll, ok, n, elbo = 0.0, 0, 0, 0.0
+            for _ in range(a.batches):
+                s = rng.integers(0, len(held) - a.seq, size=8)
+                x = torch.from_numpy(np.stack([held[i:i + a.seq] for i in s]).astype(np.int64))
+                m = torch.from_numpy(rng.random(x.shape) < rate)
+                m[:, 0] = False
+                loss, lg, bi, li = loss_fn(model, x, m, torch.full((8,), rate))
+                ok += int((lg.argmax(-1) == x[bi, li]).sum())
+                n += int(m.sum())
+                elbo += loss.item()
+            res[f"acc@{rate}"] = round(ok / n, 4)
+            res[f"nll_per_tok@{rate}(weighted)"] = round(elbo / a.batches, 4)
+        hist = {}
+        for thr in a.thresholds:
+            tot_c, tot_f, h = 0, 0, {}
+            for j in range(a.prompts):
+                s = int(j * (len(held) - 200) / a.prompts)
+                _, counts = generate_threshold(model, held[s:s + 64].tolist(), a.gen, 32, thr)
+                tot_c += sum(counts)
+                tot_f += len(counts)
+                for c_ in counts:
+                    h[c_] = h.get(c_, 0) + 1
+            hist[str(thr)] = dict(tokens_per_forward=round(tot_c / tot_f, 3), forwards=tot_f,
+                                  histogram=dict(sorted(h.items())))
+        res["commit"] = hist
+    print(json.dumps(res, indent=1), flush=True)
+    with open(os.path.join(a.work, "eval.jsonl"), "a") as f:
+        f.write(json.dumps(res) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("cmd", choices=["train", "eval", "export", "build"])
+    ap.add_argument("--work", default=WORK)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--cpu-hours", type=float, default=3.0)
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--rank", type=int, default=32)
+    ap.add_argument("--alpha", type=float, default=32.0)
+    ap.add_argument("--lr", type=float, default=2e-4)
+    ap.add_argument("--ckpt-every", type=int, default=20)
+    ap.add_argument("--prompts", type=int, default=20)
+    ap.add_argument("--gen", type=int, default=64)
+    ap.add_argument("--batches", type=int, default=4)
+    ap.add_argument("--thresholds", type=float, nargs="+", default=[0.9])
+    ap.add_argument("--base", action="store_true", help="eval: the untrained base (adapters zero)")
+    ap.add_argument("--delta", default=DELTA)
+    ap.add_argument("-o", "--out", default=OUT)
+    a = ap.parse_args()
+    {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "build": cmd_build}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()

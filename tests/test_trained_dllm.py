@@ -35,6 +35,9 @@ path = os.path.join(MODELS, "dllm", "smollm2-dllm.gguf")
 if not os.path.exists(T.DELTA):
     print(f"SKIP: no committed delta {T.DELTA}")
     sys.exit(77)
+if not os.path.exists(T.DATA):
+    print(f"SKIP: no training corpus at {T.DATA} (set TS_DATA_DIR)")
+    sys.exit(77)
 if not os.path.exists(path) or T.built_from(path) != T.delta_sha(T.DELTA):
     subprocess.run([sys.executable, T.__file__, "build", "-o", path], check=True)
 

@@ -46,7 +46,16 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BASE = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-DATA = os.path.join(ROOT, "..", "shared", "data", "tinyshakespeare.txt")
+def _data_path():
+    # ../shared/data beside the checkout; a clone elsewhere (CI) finds it via
+    # TS_DATA_DIR or the workplace's /work/shared/data
+    for d in (os.environ.get("TS_DATA_DIR"), os.path.join(ROOT, "..", "shared", "data"), "/work/shared/data"):
+        if d and os.path.exists(os.path.join(d, "tinyshakespeare.txt")):
+            return os.path.join(d, "tinyshakespeare.txt")
+    return os.path.join(ROOT, "..", "shared", "data", "tinyshakespeare.txt")
+
+
+DATA = _data_path()
 DELTA = os.path.join(ROOT, "tools", "dllm", "smollm2-dllm-delta.npz")
 OUT = os.path.join(ROOT, "models", "dllm", "smollm2-dllm.gguf")
 WORK = os.path.expanduser("~/.cache/tessera/dllm")

@@ -36,12 +36,9 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
 
-    from transformers import AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(os.path.dirname(T.BASE), gguf_file=os.path.basename(T.BASE))
-    ids = T.tokenize_corpus(os.path.join(T.WORK, "tokens.npy"))
-    held = ids[int(len(ids) * 0.9):]
-    prompts = [tok.decode(held[s:s + 64].tolist())
-               for s in (int(j * (len(held) - 200) / a.prompts) for j in range(a.prompts))]
+    tok = T.tokenizer()
+    held = T.held_out(T.tokenize_corpus(os.path.join(T.WORK, "tokens.npy")))
+    prompts = [tok.decode(held[s:s + 64].tolist()) for s in T.prompt_starts(held, a.prompts)]
     rows = []
     print(f"{'threshold':>9s} {'prompts':>7s} {'forwards':>8s} {'tokens/forward':>14s}  histogram (k: forwards committing k)")
     for thr in a.thresholds:

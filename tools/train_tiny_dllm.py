@@ -83,14 +83,28 @@ def load_base(path=BASE):
     for t in r.tensors:
         a = dequantize(t.data, t.tensor_type).astype(np.float32)
         w[t.name] = a.reshape([int(x) for x in reversed(t.shape.tolist())])
-    return r, hp, w
+    return hp, w
+
+
+def held_out(ids):
+    """The last 10% of the corpus' tokens (the first 90% train)."""
+    return ids[int(len(ids) * 0.9):]
+
+
+def prompt_starts(held, n):
+    """Where the n evaluation prompts start: spread evenly over the held-out tokens."""
+    return [int(j * (len(held) - 200) / n) for j in range(n)]
+
+
+def tokenizer():
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(os.path.dirname(BASE), gguf_file=os.path.basename(BASE))
 
 
 def tokenize_corpus(cache):
     if os.path.exists(cache):
         return np.load(cache)
-    from transformers import AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(os.path.dirname(BASE), gguf_file=os.path.basename(BASE))
+    tok = tokenizer()
     with open(DATA, encoding="utf-8") as f:
         text = f.read()
     ids = np.array(tok(text, add_special_tokens=False)["input_ids"], dtype=np.int32)
@@ -217,9 +231,8 @@ def cmd_train(a):
     os.makedirs(a.work, exist_ok=True)
     ckpt, logf = state_paths(a.work)
     ids = tokenize_corpus(os.path.join(a.work, "tokens.npy"))
-    ntr = int(len(ids) * 0.9)
-    train = ids[:ntr]
-    _, hp, w = load_base()
+    train = ids[:len(ids) - len(held_out(ids))]
+    hp, w = load_base()
     model = build_model(hp, w, a.rank, a.alpha, dev)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.0, betas=(0.9, 0.98))
@@ -283,7 +296,7 @@ def cmd_train(a):
 
 def load_trained(a, dev):
     import torch
-    _, hp, w = load_base()
+    hp, w = load_base()
     ckpt = state_paths(a.work)[0]
     if os.path.exists(ckpt):
         c = torch.load(ckpt, weights_only=False)
@@ -341,7 +354,7 @@ def cmd_build(a):
     sys.path.insert(0, HERE)
     from gen_tiny_models import read_tokenizer_fields
     meta, d = read_delta(a.delta)
-    _, hp, w = load_base()
+    hp, w = load_base()
     s = meta["alpha"] / meta["rank"]
     names = dict(q="attn_q", k="attn_k", v="attn_v", o="attn_output", g="ffn_gate", u="ffn_up", d="ffn_down")
     for i in range(hp["n_layer"]):
@@ -410,9 +423,9 @@ def cmd_eval(a):
     torch.set_num_threads(a.threads)
     dev = torch.device("cpu")
     ids = tokenize_corpus(os.path.join(a.work, "tokens.npy"))
-    held = ids[int(len(ids) * 0.9):]
+    held = held_out(ids)
     if a.base:
-        _, hp, w = load_base()
+        hp, w = load_base()
         model = build_model(hp, w, 1, 1.0, dev).eval()
         step = 0
     else:
@@ -422,7 +435,7 @@ def cmd_eval(a):
     rng = np.random.default_rng(99)
     with torch.no_grad():
         for rate in (0.15, 0.5, 0.9):
-            nll, ok, n, elbo = 0.0, 0, 0, 0.0
+            ok, n, elbo = 0, 0, 0.0
             for _ in range(a.batches):
                 s = rng.integers(0, len(held) - a.seq, size=8)
                 x = torch.from_numpy(np.stack([held[i:i + a.seq] for i in s]).astype(np.int64))
@@ -437,8 +450,7 @@ def cmd_eval(a):
         hist = {}
         for thr in a.thresholds:
             tot_c, tot_f, h = 0, 0, {}
-            for j in range(a.prompts):
-                s = int(j * (len(held) - 200) / a.prompts)
+            for s in prompt_starts(held, a.prompts):
                 _, counts = generate_threshold(model, held[s:s + 64].tolist(), a.gen, 32, thr)
                 tot_c += sum(counts)
                 tot_f += len(counts)
@@ -459,7 +471,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--cpu-hours", type=float, default=3.0)
-    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--rank", type=int, default=32)

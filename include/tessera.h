@@ -684,6 +684,19 @@ typedef struct ts_diffusion_params {
     bool early_stop;               /* default true: stop after a block holding EOS/EoT */
     ts_token_fn on_token;          /* text of each finished block, as ts_generate's; may be NULL */
     void *user_data;
+    /* Multi-block speculative decoding (block decoder, prefix cache;
+     * docs/DIFFUSION.md): a decoding window sliding with the commit frontier
+     * into future blocks, whose positions are drafts (never committed out of
+     * order, never in the prefix cache), accepted when their block becomes
+     * current if they pass the threshold. */
+    int32_t window;                /* 0 (default): off; >= block: the window */
+    int32_t lookahead;             /* 0 (default): off; K > 0: K more positions; -1: auto (latency table) */
+    int32_t lookahead_trigger;     /* lookahead once the block has <= this many masked; default 4 */
+    float lookahead_slack;         /* auto: a wider width may cost this fraction more; default 0.05 */
+    const int32_t *latency_widths; /* auto: the window device's width -> ms table (ts_device_profile) */
+    const double *latency_ms;
+    int32_t n_latency;
+    bool skip_logits;              /* selective logits skipping: logits only for rows predicting a masked position */
 } ts_diffusion_params;
 
 /* Defaults; thread-safe. */
@@ -709,6 +722,12 @@ typedef struct ts_diffusion_stats {
      * a window of >= prefill_min_tokens and <= the chunk width) */
     int64_t dev_forwards;          /* forwards whose layers ran on the device */
     int64_t dev_tokens;            /* positions of those forwards (of tokens_evaluated) */
+    /* multi-block speculative decoding */
+    int64_t window_max;            /* the widest denoising forward (positions) */
+    int64_t draft_evals;           /* future-block positions evaluated (drafts computed) */
+    int64_t draft_accepted;        /* drafts committed when their block became current */
+    int64_t lookahead_tokens;      /* positions lookahead added to windows */
+    int64_t logits_skipped;        /* rows whose output projection skip_logits skipped */
 } ts_diffusion_stats;
 
 /* n_batch a context needs for these parameters and an n_prompt-token prompt

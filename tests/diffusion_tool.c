@@ -71,6 +71,10 @@ static int parse_opts(int argc, char **argv, int i0, opts *o) {
             o->kv_f32 = true;
             continue;
         }
+        if (!strcmp(a, "--skip-logits")) {
+            o->c.skip_logits = true;
+            continue;
+        }
         if (i + 1 >= argc) return -1;
         const char *v = argv[++i];
         if (!strcmp(a, "-t")) o->n_threads = atoi(v);
@@ -84,6 +88,9 @@ static int parse_opts(int argc, char **argv, int i0, opts *o) {
         else if (!strcmp(a, "--eps")) o->c.eps = strtof(v, NULL);
         else if (!strcmp(a, "--temp")) o->c.temp = strtof(v, NULL);
         else if (!strcmp(a, "--seed")) o->c.seed = strtoull(v, NULL, 0);
+        else if (!strcmp(a, "--window")) o->c.window = atoi(v);
+        else if (!strcmp(a, "--lookahead")) o->c.lookahead = atoi(v);
+        else if (!strcmp(a, "--lookahead-trigger")) o->c.lookahead_trigger = atoi(v);
         else if (!strcmp(a, "--decoder")) o->c.decoder = !strcmp(v, "vanilla") ? TS_DIFF_VANILLA : TS_DIFF_BLOCK;
         else if (!strcmp(a, "--cache"))
             o->c.cache = !strcmp(v, "dual") ? TS_DIFF_CACHE_DUAL : !strcmp(v, "none") ? TS_DIFF_CACHE_NONE
@@ -114,6 +121,10 @@ static void print_stats(const ts_diff_stats *s) {
     else printf("null");
     printf(",\"end\":%d,\"n_blocks\":%d,\"prefill_ms\":%.3f,\"denoise_ms\":%.3f", (int)s->end, s->n_blocks_done,
            s->prefill_ms, s->denoise_ms);
+    printf(",\"window_max\":%lld,\"draft_evals\":%lld,\"draft_accepted\":%lld,\"lookahead_tokens\":%lld,"
+           "\"logits_skipped\":%lld",
+           (long long)s->window_max, (long long)s->draft_evals, (long long)s->draft_accepted,
+           (long long)s->lookahead_tokens, (long long)s->logits_skipped);
 }
 
 /* ---- serve ---- */

@@ -508,14 +508,171 @@ static void test_cancel_and_errors(void) {
     ts_scripted_free(&f.s);
 }
 
+/* ---- multi-block speculative decoding: the window, drafts, lookahead ----
+ * prompt 3, n_gen 8, block 4 (block 0 = 3..6, block 1 = 7..10), window 4.
+ *   call 1 [3, 7): .95 .5 .92 .3 -> commits 3, 5 (the frontier was 3)
+ *   call 2 [3, 8): 4 .4, 6 .6 -> commits 6; 7 is a draft (.5)
+ *   call 3 [4, 8): 4 .97 -> commits 4 (block 0 done); draft 7 at .93
+ *   call 4 [3, 7) n_kv 7: block 0's K/V (no draft in it)
+ *   block 1: draft 7 (.93, from the last denoising forward) accepted
+ *   call 5 [7, 11): 8 9 10 at .99 -> done (7's input changed: evaluated). */
+static const entry window_script[] = {
+    {1, 3, 0.95f, 0}, {1, 4, 0.5f, 0},  {1, 5, 0.92f, 0}, {1, 6, 0.3f, 0},  {2, 4, 0.4f, 0},
+    {2, 6, 0.6f, 0},  {2, 7, 0.5f, 0},  {3, 4, 0.97f, 0}, {3, 7, 0.93f, 0}, {3, 8, 0.95f, 0},
+    {5, 8, 0.99f, 0}, {5, 9, 0.99f, 0}, {5, 10, 0.99f, 0},
+};
+
+static void window_fixture(fixture *f, table *t) {
+    fx_init(f, t, false, 16);
+    f->c.n_gen = 8;
+    f->c.block = 4;
+    f->c.window = 4;
+}
+
+static void test_window(void) {
+    table t = {window_script, (int)(sizeof window_script / sizeof window_script[0]), 0.2f};
+    const int32_t prompt[3] = {5, 6, 7};
+    fixture f;
+    window_fixture(&f, &t);
+    CHECK(fx_run(&f, prompt, 3) == 0, "window: %s", f.err.msg);
+    bool ok = f.s.n_calls == 6 && call_is(&f, 0, 0, 3, 3) && call_is(&f, 1, 3, 4, 7) && call_is(&f, 2, 3, 5, 8) &&
+              call_is(&f, 3, 4, 4, 8) && call_is(&f, 4, 3, 4, 7) && call_is(&f, 5, 7, 4, 11);
+    CHECK(ok, "window: the sliding windows are wrong (%lld calls)", (long long)f.s.n_calls);
+    if (!ok) print_calls(&f);
+    CHECK(f.st.draft_evals == 2 && f.st.draft_accepted == 1 && f.st.lookahead_tokens == 0 && f.st.window_max == 5,
+          "window: drafts %lld accepted %lld lookahead %lld widest %lld", (long long)f.st.draft_evals,
+          (long long)f.st.draft_accepted, (long long)f.st.lookahead_tokens, (long long)f.st.window_max);
+    CHECK(f.st.denoise_forwards == 4 && f.st.tokens_committed == 8 && f.st.commit_hist[3] == 1 &&
+              f.st.commit_hist[2] == 1 && f.st.commit_hist[1] == 2,
+          "window: %lld denoising forwards, %lld committed", (long long)f.st.denoise_forwards,
+          (long long)f.st.tokens_committed);
+    for (int i = 0; i < 8; i++) CHECK(f.gen[i] == tok_of(3 + i), "window: gen[%d] = %d", i, f.gen[i]);
+    CHECK(f.seen.n_blocks == 2 && f.seen.n[1] == 4, "window: blocks handed out %d", f.seen.n_blocks);
+    ts_scripted_free(&f.s);
+
+    /* acceptance is the commit criterion: at threshold .94 draft 7 (.93) fails */
+    window_fixture(&f, &t);
+    f.c.threshold = 0.94f;
+    CHECK(fx_run(&f, prompt, 3) == 0, "window, threshold .94: %s", f.err.msg);
+    CHECK(f.st.draft_accepted == 0, "window: a draft below the threshold was accepted (%lld)",
+          (long long)f.st.draft_accepted);
+    ts_scripted_free(&f.s);
+
+    /* fixed lookahead 2 once the block has <= 1 masked: call 3 runs [4, 10),
+     * drafts 7 (.93), 8 (.95), 9 (.2); block 1 accepts 7 and 8; call 5 [7, 11) */
+    window_fixture(&f, &t);
+    f.c.lookahead = 2;
+    f.c.lookahead_trigger = 1;
+    CHECK(fx_run(&f, prompt, 3) == 0, "lookahead: %s", f.err.msg);
+    ok = f.s.n_calls == 6 && call_is(&f, 2, 3, 5, 8) && call_is(&f, 3, 4, 6, 10) && call_is(&f, 5, 7, 4, 11);
+    CHECK(ok, "lookahead: windows wrong");
+    if (!ok) print_calls(&f);
+    CHECK(f.st.lookahead_tokens == 2 && f.st.draft_evals == 4 && f.st.draft_accepted == 2,
+          "lookahead: added %lld, drafts %lld, accepted %lld", (long long)f.st.lookahead_tokens,
+          (long long)f.st.draft_evals, (long long)f.st.draft_accepted);
+    for (int i = 0; i < 8; i++) CHECK(f.gen[i] == tok_of(3 + i), "lookahead: gen[%d] = %d", i, f.gen[i]);
+    ts_scripted_free(&f.s);
+
+    /* auto: a stage-like table (4 -> 1.0 ms, 8 -> 1.02, 12 -> 2.0), slack
+     * .05: the 4-wide window of call 3 grows to 8 wide (clipped by nothing),
+     * [4, 12) past the canvas -> [4, 11) */
+    static const int32_t lw[3] = {4, 8, 12};
+    static const double lm[3] = {1.0, 1.02, 2.0};
+    window_fixture(&f, &t);
+    f.c.lookahead = -1;
+    f.c.lookahead_trigger = 1;
+    f.c.lat_width = lw;
+    f.c.lat_ms = lm;
+    f.c.n_lat = 3;
+    CHECK(fx_run(&f, prompt, 3) == 0, "auto lookahead: %s", f.err.msg);
+    ok = call_is(&f, 3, 4, 7, 11);
+    CHECK(ok && f.st.lookahead_tokens == 3 && f.st.draft_accepted == 2, "auto lookahead: added %lld, accepted %lld",
+          (long long)f.st.lookahead_tokens, (long long)f.st.draft_accepted);
+    if (!ok) print_calls(&f);
+    /* a steep table (every width costs more than the slack): no lookahead */
+    static const double steep[3] = {1.0, 2.0, 3.0};
+    ts_scripted_free(&f.s);
+    window_fixture(&f, &t);
+    f.c.lookahead = -1;
+    f.c.lookahead_trigger = 1;
+    f.c.lat_width = lw;
+    f.c.lat_ms = steep;
+    f.c.n_lat = 3;
+    CHECK(fx_run(&f, prompt, 3) == 0 && f.st.lookahead_tokens == 0 && call_is(&f, 3, 4, 4, 8),
+          "auto lookahead on a linear table added %lld", (long long)f.st.lookahead_tokens);
+    ts_scripted_free(&f.s);
+
+    /* configurations the window refuses */
+    window_fixture(&f, &t);
+    f.c.window = 3;
+    CHECK(fx_run(&f, prompt, 3) < 0 && strstr(f.err.msg, "window 3 is shorter"), "window < block: %s", f.err.msg);
+    f.c.window = 4;
+    f.c.cache = TS_DIFF_CACHE_DUAL;
+    CHECK(fx_run(&f, prompt, 3) < 0 && strstr(f.err.msg, "prefix cache"), "window + dual: %s", f.err.msg);
+    f.c.cache = TS_DIFF_CACHE_PREFIX;
+    f.c.window = 0;
+    f.c.lookahead = 2;
+    CHECK(fx_run(&f, prompt, 3) < 0 && strstr(f.err.msg, "needs a window"), "lookahead alone: %s", f.err.msg);
+    f.c.window = 4;
+    f.c.lookahead = -1;
+    CHECK(fx_run(&f, prompt, 3) < 0 && strstr(f.err.msg, "latency table"), "auto without a table: %s", f.err.msg);
+    f.c.lookahead = 0;
+    f.d.max_window = 7; /* the window needs block + window = 8 */
+    CHECK(fx_run(&f, prompt, 3) < 0 && strstr(f.err.msg, "n_batch"), "window too wide for the denoiser: %s",
+          f.err.msg);
+    ts_scripted_free(&f.s);
+}
+
+/* Selective logits skipping: the rows of positions already decided are not
+ * computed (the scripted denoiser writes them as NaN, so reading one would
+ * change a commit), and every decoder decodes the same tokens in the same
+ * forwards as without it. */
+static void test_skip_logits(void) {
+    const int32_t prompt[3] = {5, 6, 7};
+    for (int mode = 0; mode < 4; mode++) {
+        table t = {mode == 3 ? window_script : block_script,
+                   mode == 3 ? (int)(sizeof window_script / sizeof window_script[0])
+                             : (int)(sizeof block_script / sizeof block_script[0]),
+                   0.2f};
+        int32_t gen[2][8];
+        int64_t calls[2], denoise[2], skipped[2];
+        for (int k = 0; k < 2; k++) {
+            fixture f;
+            fx_init(&f, &t, false, 16);
+            f.c.n_gen = 8;
+            f.c.block = 4;
+            if (mode == 1) f.c.cache = TS_DIFF_CACHE_DUAL;
+            if (mode == 2) f.c.decoder = TS_DIFF_VANILLA, f.c.steps = 8;
+            if (mode == 3) f.c.window = 4;
+            f.c.skip_logits = k == 1;
+            f.s.rows_nan = true;
+            CHECK(fx_run(&f, prompt, 3) == 0, "skip logits, mode %d: %s", mode, f.err.msg);
+            memcpy(gen[k], f.gen, sizeof gen[k]);
+            calls[k] = f.s.n_calls, denoise[k] = f.st.denoise_forwards, skipped[k] = f.st.logits_skipped;
+            ts_scripted_free(&f.s);
+        }
+        CHECK(!memcmp(gen[0], gen[1], sizeof gen[0]) && calls[0] == calls[1] && denoise[0] == denoise[1],
+              "skip logits, mode %d: tokens or forwards differ (%lld / %lld calls)", mode, (long long)calls[0],
+              (long long)calls[1]);
+        /* prefix: block 0's steps skip 0, 2 (3 and 5 done), 3 rows, block 1's
+         * one step 0; dual: the first step's 4 suffix rows more; vanilla:
+         * 11 rows a step, those of the block's masked computed (7 + 8 + 9 +
+         * 10 per block); window: 0, 2 (3, 5), 2 (5, 6), 1 (7, accepted) */
+        static const int64_t want[4] = {5, 9, 68, 5};
+        CHECK(skipped[0] == 0 && skipped[1] == want[mode],
+              "skip logits, mode %d: %lld rows skipped (want %lld)", mode, (long long)skipped[1],
+              (long long)want[mode]);
+    }
+}
+
 /* The step loops allocate nothing: a run of 8 tokens and one of 64 make the
  * same number of malloc calls. */
 static void test_no_alloc_in_loop(void) {
     table t = {NULL, 0, 0.2f};
     const int32_t prompt[3] = {5, 6, 7};
-    long counts[2][3];
+    long counts[2][4];
     for (int k = 0; k < 2; k++)
-        for (int mode = 0; mode < 3; mode++) {
+        for (int mode = 0; mode < 4; mode++) {
             fixture f;
             fx_init(&f, &t, mode == 1, 80);
             f.c.n_gen = k ? 64 : 8;
@@ -523,6 +680,9 @@ static void test_no_alloc_in_loop(void) {
             if (mode == 2) {
                 f.c.decoder = TS_DIFF_VANILLA;
                 f.c.steps = f.c.n_gen;
+            } else if (mode == 3) {
+                f.c.window = 8;
+                f.c.lookahead = 4;
             } else {
                 f.c.cache = mode ? TS_DIFF_CACHE_DUAL : TS_DIFF_CACHE_PREFIX;
             }
@@ -531,7 +691,7 @@ static void test_no_alloc_in_loop(void) {
             counts[k][mode] = n_mallocs - before;
             ts_scripted_free(&f.s);
         }
-    for (int mode = 0; mode < 3; mode++)
+    for (int mode = 0; mode < 4; mode++)
         CHECK(counts[0][mode] == counts[1][mode] && counts[0][mode] > 0,
               "mode %d: %ld mallocs for 8 tokens, %ld for 64 (nothing may be allocated per step)", mode,
               counts[0][mode], counts[1][mode]);
@@ -548,6 +708,8 @@ int main(void) {
     test_vanilla();
     test_vanilla_order();
     test_cancel_and_errors();
+    test_window();
+    test_skip_logits();
     test_no_alloc_in_loop();
     if (failures) {
         fprintf(stderr, "test_diffusion: %d failure(s)\n", failures);

@@ -62,6 +62,10 @@ def main():
             ("block no-cache", ["--no-cache"], ["--cache", "none"]),
             ("block no early stop", ["--no-early-stop", "--threshold", "0.01"], ["--no-early-stop", "--threshold",
                                                                                  "0.01"]),
+            ("block window", ["--window", "12"], ["--window", "12"]),
+            ("block window lookahead", ["--window", "8", "--lookahead", "4", "--lookahead-trigger", "6"],
+             ["--window", "8", "--lookahead", "4", "--lookahead-trigger", "6"]),
+            ("block skip-logits", ["--skip-logits"], ["--skip-logits"]),
         ]:
             cmd = [tessera, "diffuse", "-m", model, "-p", prompt, "--gen", "24", "--block", "8", "-t", "1",
                    "--stats", "json", "--no-display-prompt"] + flags
@@ -85,6 +89,18 @@ def main():
                   (name, label, st["forwards"], st["tokens_evaluated"], st["commit_per_forward_hist"],
                    st["early_stop_at"], n_out))
 
+        # selective logits skipping changes nothing but the rows computed: the
+        # same canvas and counters from the library's decoder, for each decoder
+        for flags in ([], ["--cache", "dual"], ["--decoder", "vanilla", "--steps", "12"], ["--window", "12"],
+                      ["--window", "8", "--lookahead", "4", "--lookahead-trigger", "6"]):
+            base = ["decode", model, ",".join(map(str, ids)), "--gen", "24", "--block", "8", "-t", "1"] + flags
+            a = json.loads(run([tool] + base).stdout)
+            b = json.loads(run([tool] + base + ["--skip-logits"]).stdout)
+            same = all(a[k] == b[k] for k in ("gen", "forwards", "tokens_evaluated", "commit_per_forward_hist"))
+            check(same and a["logits_skipped"] == 0 and b["logits_skipped"] > 0,
+                  "%s %s: --skip-logits decodes the same canvas (%d of %d rows skipped)" %
+                  (name, " ".join(flags) or "block", b["logits_skipped"], b["tokens_evaluated"]))
+
     llada = os.path.join(work, "llada.gguf")
     r = run([tessera, "diffuse", "-m", llada, "-p", "Hi", "--chat", "--gen", "8", "--block", "8", "-t", "1"])
     check(r.returncode == 0 and "<|im_start|>user" in r.stdout, "--chat renders the template")
@@ -98,6 +114,11 @@ def main():
     r = run([tessera, "diffuse", "-m", llada, "-p", "Hi", "--gen", "200", "-t", "1", "-c", "64"])
     check(r.returncode == 1 and "exceed the context" in r.stderr, "canvas larger than the context: " +
           r.stderr.strip())
+    r = run([tessera, "diffuse", "-m", llada, "-p", "Hi", "--window", "4", "--block", "8", "-t", "1"])
+    check(r.returncode == 1 and "window 4 is shorter" in r.stderr, "--window shorter than the block: " +
+          r.stderr.strip())
+    r = run([tessera, "diffuse", "-m", llada, "-p", "Hi", "--lookahead", "4", "-t", "1"])
+    check(r.returncode == 1 and "needs a window" in r.stderr, "--lookahead without --window: " + r.stderr.strip())
     r = run([tessera, "diffuse", "-m", llada, "-p", "Hi", "--alg", "nope"])
     check(r.returncode == 2 and "--alg" in r.stderr, "bad --alg")
     if failures:

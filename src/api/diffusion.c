@@ -27,6 +27,8 @@ ts_diffusion_params ts_diffusion_default_params(void) {
     p.temp = 0.0f;
     p.seed = d.seed;
     p.early_stop = true;
+    p.lookahead_trigger = d.lookahead_trigger;
+    p.lookahead_slack = d.lookahead_slack;
     return p;
 }
 
@@ -49,6 +51,14 @@ static ts_diff_cfg to_cfg(const ts_diffusion_params *p) {
     c.temp = p->temp;
     c.seed = p->seed;
     c.early_stop = p->early_stop;
+    c.window = p->window;
+    c.lookahead = p->lookahead;
+    c.lookahead_trigger = p->lookahead_trigger;
+    c.lookahead_slack = p->lookahead_slack;
+    c.lat_width = p->latency_widths;
+    c.lat_ms = p->latency_ms;
+    c.n_lat = p->n_latency;
+    c.skip_logits = p->skip_logits;
     return c;
 }
 
@@ -210,6 +220,11 @@ ts_status ts_context_diffuse(ts_context *c, const int32_t *prompt, int32_t n_pro
         s.stop_reason = stop;
         s.dev_forwards = (int64_t)(dv1.dev_runs - dv0.dev_runs);
         s.dev_tokens = (int64_t)(dv1.dev_tokens - dv0.dev_tokens);
+        s.window_max = ds.window_max;
+        s.draft_evals = ds.draft_evals;
+        s.draft_accepted = ds.draft_accepted;
+        s.lookahead_tokens = ds.lookahead_tokens;
+        s.logits_skipped = ds.logits_skipped;
         ts_struct_out(stats, &s, sizeof s);
     }
     if (rc < 0)

@@ -151,3 +151,22 @@ void cli_json_str(FILE *f, const char *s) {
     }
     fputc('"', f);
 }
+
+void cli_layer_shape_of(const ts_model *m, ts_layer_shape *ls) {
+    ts_model_info mi = TS_STRUCT_INIT(ts_model_info);
+    ts_model_get_info(m, &mi);
+    ls->n_embd = mi.n_embd, ls->n_head = mi.n_head, ls->n_head_kv = mi.n_head_kv, ls->n_ff = mi.n_ff;
+    ls->head_dim = mi.n_head ? mi.n_embd / mi.n_head : 0;
+    ls->qkv_bias = !strcmp(mi.arch, "qwen2");
+    ls->weight_type = "Q4_0";
+    const ts_file *f = ts_model_file(m);
+    ts_file_info fi = TS_STRUCT_INIT(ts_file_info);
+    if (!f || ts_file_get_info(f, &fi) != TS_OK) return;
+    for (int64_t i = 0; i < fi.n_tensors; i++) {
+        ts_tensor_info ti = TS_STRUCT_INIT(ts_tensor_info);
+        if (ts_file_tensor(f, i, &ti) == TS_OK && !strcmp(ti.name, "blk.0.ffn_up.weight")) {
+            ls->weight_type = ti.type_name;
+            return;
+        }
+    }
+}

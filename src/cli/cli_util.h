@@ -39,4 +39,9 @@ int cli_parse_u64(const char *flag, const char *s, uint64_t *out);
  * through as they are: paths and names may hold any byte). */
 void cli_json_str(FILE *f, const char *s);
 
+/* One of model m's layers as ts_device_profile takes it: its widths, and
+ * the type of its FFN up-projection (blk.0.ffn_up.weight; "Q4_0" when the
+ * file has none). The type string is the model's. */
+void cli_layer_shape_of(const ts_model *m, ts_layer_shape *ls);
+
 #endif

@@ -79,11 +79,8 @@ static int profile(const char *dev, const char *model, const char *shape, const 
             fprintf(stderr, "tessera devices: %s\n", err.message);
             return 1;
         }
-        ts_model_info mi = TS_STRUCT_INIT(ts_model_info);
-        ts_model_get_info(m, &mi);
-        ls.n_embd = mi.n_embd, ls.n_head = mi.n_head, ls.n_head_kv = mi.n_head_kv, ls.n_ff = mi.n_ff;
-        ls.head_dim = mi.n_head ? mi.n_embd / mi.n_head : 0;
-        ls.qkv_bias = !strcmp(mi.arch, "qwen2");
+        cli_layer_shape_of(m, &ls);
+        ls.weight_type = type; /* --type, as without -m (the profile's weights are random) */
         snprintf(what, sizeof what, "%s's layer widths", model);
         ts_model_free(m);
     } else {

@@ -42,6 +42,18 @@ static void help(FILE *f) {
             "      --temp T             0 (default): argmax; > 0: Gumbel-max sampling at temperature T\n"
             "      --seed S             noise seed (default %llu)\n"
             "      --no-early-stop      decode every block even after EOS/EoT (the text still ends there)\n"
+            "      --window N           block decoder: multi-block speculative decoding with a decoding window\n"
+            "                           of N >= --block positions from the commit frontier; future blocks'\n"
+            "                           positions are drafts, accepted when their block becomes current if\n"
+            "                           they pass --threshold (default 0: off)\n"
+            "      --lookahead K|auto|off  with --window: widen the window by K positions once the block has\n"
+            "                           <= --lookahead-trigger masked; auto: as far as one layer's width ->\n"
+            "                           latency table on the window's device (measured at start) stays within\n"
+            "                           --lookahead-slack of the current latency step (default off)\n"
+            "      --lookahead-trigger N  masked positions left that start the lookahead (default 4)\n"
+            "      --lookahead-slack X  auto: extra latency a wider window may cost (default 0.05)\n"
+            "      --skip-logits        selective logits skipping: the output projection only for rows that\n"
+            "                           predict a position still masked (the block's, the drafts')\n"
             "      --chat               wrap the prompt in the model's chat template as one user turn\n"
             "      --system TEXT        system message for --chat\n"
             "      --chat-template NAME chatml|gemma|llama3: override the template family\n"
@@ -90,6 +102,7 @@ static int parse(int argc, char **argv, diff_opts *o) {
         if (!strcmp(a, "--no-cache")) { none = true; continue; }
         if (!strcmp(a, "--chat")) { o->chat = true; continue; }
         if (!strcmp(a, "--no-early-stop")) { o->dp.early_stop = false; continue; }
+        if (!strcmp(a, "--skip-logits")) { o->dp.skip_logits = true; continue; }
         if (!strcmp(a, "--no-display-prompt")) { o->display_prompt = false; continue; }
         if (i + 1 >= argc) {
             fprintf(stderr, "error: unknown option or missing value: '%s' (see tessera diffuse --help)\n", a);
@@ -114,6 +127,14 @@ static int parse(int argc, char **argv, diff_opts *o) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = cli_parse_i32(a, v, 1, &o->n_threads);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) rc = cli_parse_i32(a, v, 1, &o->n_ctx);
         else if (!strcmp(a, "--seed")) rc = cli_parse_u64(a, v, &o->dp.seed);
+        else if (!strcmp(a, "--window")) rc = cli_parse_i32(a, v, 0, &o->dp.window);
+        else if (!strcmp(a, "--lookahead-trigger")) rc = cli_parse_i32(a, v, 0, &o->dp.lookahead_trigger);
+        else if (!strcmp(a, "--lookahead-slack")) rc = cli_parse_f32(a, v, 0.0f, 100.0f, &o->dp.lookahead_slack);
+        else if (!strcmp(a, "--lookahead")) {
+            if (!strcmp(v, "auto")) o->dp.lookahead = -1;
+            else if (!strcmp(v, "off")) o->dp.lookahead = 0;
+            else rc = cli_parse_i32(a, v, 1, &o->dp.lookahead);
+        }
         else if (!strcmp(a, "--decoder")) {
             if (!strcmp(v, "block")) o->dp.decoder = TS_DIFFUSION_BLOCK;
             else if (!strcmp(v, "vanilla")) o->dp.decoder = TS_DIFFUSION_VANILLA;
@@ -194,6 +215,27 @@ static ts_context *make_context(ts_model *m, const diff_opts *o, int32_t n_ctx, 
     return ctx;
 }
 
+/* --lookahead auto: one of the model's layers timed on the window's device
+ * at widths 16, 32, .. up to `widest` (the table the lookahead reads). */
+static int latency_table(const ts_model *m, const diff_opts *o, int32_t widest, int32_t *w, double *ms, int cap) {
+    ts_layer_shape ls = ts_layer_shape_default();
+    cli_layer_shape_of(m, &ls);
+    ls.n_threads = o->n_threads;
+    ls.reps = 3;
+    int n = 0;
+    for (int32_t x = 16; n < cap && x < widest + 16; x += 16) w[n++] = x;
+    if (ls.n_ctx < w[n - 1]) ls.n_ctx = w[n - 1];
+    const char *dev = o->prefill_device ? o->prefill_device : "cpu";
+    fprintf(stderr, "diffuse: --lookahead auto: timing one layer (%s) on %s at widths 16..%d...\n", ls.weight_type, dev,
+            (int)w[n - 1]);
+    ts_error err;
+    if (ts_device_profile(dev, &ls, w, n, ms, &err) != TS_OK) {
+        fprintf(stderr, "error: --lookahead auto: the latency table on %s: %s\n", dev, err.message);
+        return -1;
+    }
+    return n;
+}
+
 static void print_stats(const diff_opts *o, const ts_diffusion_stats *s, const ts_stats *cs) {
     static const char *dec[] = {"block", "vanilla"}, *cache[] = {"prefix", "dual", "none"},
                       *alg[] = {"low_confidence", "maskgit_plus", "topk_margin", "entropy"};
@@ -226,12 +268,21 @@ static void print_stats(const diff_opts *o, const ts_diffusion_stats *s, const t
             ",\"n_prompt_tokens\":%d,\"n_gen_tokens\":%d,\"n_blocks\":%d,\"stop_reason\":\"%s\",\"decoder\":\"%s\","
             "\"cache\":\"%s\",\"alg\":\"%s\",\"gen\":%d,\"block\":%d,\"steps\":%d,\"threshold\":%g,\"eps\":%g,"
             "\"temp\":%g,\"seed\":%llu,\"n_threads\":%d,\"n_ctx\":%d,\"n_batch\":%d,\"peak_rss_mib\":%.1f,"
-            "\"dev_forwards\":%lld,\"dev_tokens\":%lld,\"device\":",
+            "\"dev_forwards\":%lld,\"dev_tokens\":%lld,\"window\":%d,\"lookahead\":%d,\"lookahead_trigger\":%d,"
+            "\"window_max\":%lld,\"draft_evals\":%lld,\"draft_accepted\":%lld,\"lookahead_tokens\":%lld,"
+            "\"skip_logits\":%s,\"logits_skipped\":%lld,"
+            "\"latency_table\":[",
             (int)s->n_prompt_tokens, (int)s->n_gen_tokens, (int)s->n_blocks, ts_stop_reason_name(s->stop_reason),
             dec[p->decoder == TS_DIFFUSION_VANILLA], cache[p->cache % 3], alg[p->alg % 4], (int)p->n_gen,
             (int)p->block, (int)(p->steps > 0 ? p->steps : p->n_gen), (double)p->threshold, (double)p->eps,
             (double)p->temp, (unsigned long long)p->seed, (int)cs->n_threads, (int)cs->n_ctx, (int)cs->n_batch,
-            cs->peak_rss_mib, (long long)s->dev_forwards, (long long)s->dev_tokens);
+            cs->peak_rss_mib, (long long)s->dev_forwards, (long long)s->dev_tokens, (int)p->window, (int)p->lookahead,
+            (int)p->lookahead_trigger, (long long)s->window_max, (long long)s->draft_evals,
+            (long long)s->draft_accepted, (long long)s->lookahead_tokens, p->skip_logits ? "true" : "false",
+            (long long)s->logits_skipped);
+    for (int32_t i = 0; i < p->n_latency; i++)
+        fprintf(stderr, "%s[%d,%.4f]", i ? "," : "", (int)p->latency_widths[i], p->latency_ms[i]);
+    fputs("],\"device\":", stderr);
     /* the device that ran window forwards */
     if (cs->device) cli_json_str(stderr, cs->device);
     else fputs("null", stderr);
@@ -290,6 +341,18 @@ int cli_diffuse(int argc, char **argv) {
      * (when the model or the parameters are wrong, ts_context_diffuse says why) */
     int32_t n_batch = ts_diffusion_n_batch(m, &o.dp, (int32_t)n_prompt);
     if (n_batch < 1) n_batch = 1;
+    int32_t lat_w[64];
+    double lat_ms[64];
+    if (o.dp.lookahead == -1 && o.dp.window > 0) {
+        /* the table reaches twice the window; the batch grows to its widest */
+        int n = latency_table(m, &o, 2 * (o.dp.block + o.dp.window), lat_w, lat_ms, 64);
+        if (n < 0) goto done;
+        o.dp.latency_widths = lat_w, o.dp.latency_ms = lat_ms, o.dp.n_latency = n;
+        if (n_batch < lat_w[n - 1] && n_batch < n_prompt + o.dp.n_gen + 1) {
+            n_batch = lat_w[n - 1] < n_prompt + o.dp.n_gen + 1 ? lat_w[n - 1] : (int32_t)(n_prompt + o.dp.n_gen + 1);
+            if (n_batch < (int32_t)n_prompt) n_batch = (int32_t)n_prompt;
+        }
+    }
     int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : n_prompt + o.dp.n_gen;
     if (n_ctx > (1 << 24)) n_ctx = 1 << 24;
     if (!(ctx = make_context(m, &o, (int32_t)n_ctx, n_batch, true))) goto done;

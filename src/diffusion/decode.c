@@ -21,6 +21,8 @@ ts_diff_cfg ts_diff_default_cfg(void) {
     c.threshold = 0.9f;
     c.seed = 0xC0FFEE;
     c.early_stop = true;
+    c.lookahead_trigger = 4;
+    c.lookahead_slack = 0.05f;
     return c;
 }
 
@@ -53,6 +55,30 @@ static int check_cfg(const ts_diff_cfg *c, int32_t n_prompt, ts_err *err) {
         return ts_err_set(err, "threshold %g must be %s", (double)c->threshold,
                           c->alg == TS_DIFF_ENTROPY ? "finite" : "in [0, 1]");
     }
+    if (c->window < 0) return ts_err_set(err, "window %d must be >= 0", c->window);
+    if (c->window > 0 && c->window < c->block)
+        return ts_err_set(err, "window %d is shorter than the block (%d): the window must cover the current block",
+                          c->window, c->block);
+    if (c->window > 0 && (c->decoder != TS_DIFF_BLOCK || c->cache != TS_DIFF_CACHE_PREFIX))
+        return ts_err_set(err, "a decoding window (multi-block speculative decoding) needs the block decoder with "
+                          "the prefix cache");
+    if (c->window > INT32_MAX / 8 || c->lookahead > INT32_MAX / 8)
+        return ts_err_set(err, "window %d / lookahead %d is too large", c->window, c->lookahead);
+    if (c->lookahead < -1) return ts_err_set(err, "lookahead %d is not -1 (auto), 0 (off) or a count", c->lookahead);
+    if (c->lookahead != 0 && c->window == 0)
+        return ts_err_set(err, "lookahead widens the decoding window: it needs a window (window >= block)");
+    if (c->lookahead_trigger < 0) return ts_err_set(err, "lookahead trigger %d must be >= 0", c->lookahead_trigger);
+    if (c->lookahead == -1) {
+        if (c->n_lat < 1 || !c->lat_width || !c->lat_ms)
+            return ts_err_set(err, "lookahead auto needs the engine's width -> latency table (none given)");
+        if (!(c->lookahead_slack >= 0.0f) || isinf(c->lookahead_slack))
+            return ts_err_set(err, "lookahead slack %g must be finite and >= 0", (double)c->lookahead_slack);
+        for (int32_t i = 0; i < c->n_lat; i++)
+            if (c->lat_width[i] < 1 || (i && c->lat_width[i] <= c->lat_width[i - 1]) || !(c->lat_ms[i] >= 0.0) ||
+                isinf(c->lat_ms[i]))
+                return ts_err_set(err, "latency table entry %d (width %d, %g ms): widths must increase from 1 and "
+                                  "latencies be finite and >= 0", i, c->lat_width[i], c->lat_ms[i]);
+    }
     return 0;
 }
 
@@ -61,6 +87,13 @@ int32_t ts_diff_max_window(const ts_diff_cfg *c, int32_t n_prompt, bool shift, t
     if (check_cfg(c, n_prompt, err) < 0) return -1;
     const int32_t L = n_prompt + c->n_gen, sh = shift ? 1 : 0;
     if (c->decoder == TS_DIFF_VANILLA || c->cache == TS_DIFF_CACHE_NONE) return L;
+    if (c->window > 0) {
+        /* from the last step's frontier (< a block behind) to frontier + window,
+         * plus a fixed lookahead; an auto lookahead is clipped to the denoiser */
+        int64_t w = (int64_t)c->block + c->window + sh + (c->lookahead > 0 ? c->lookahead : 0);
+        if (w > L + sh) w = L + sh;
+        return (int32_t)(w > n_prompt ? w : n_prompt);
+    }
     int32_t w = c->cache == TS_DIFF_CACHE_DUAL ? c->n_gen + sh : (c->block < c->n_gen ? c->block : c->n_gen) + sh;
     return w > n_prompt ? w : n_prompt;
 }
@@ -77,9 +110,34 @@ typedef struct run {
     int32_t *cand_tok;     /* [block] their candidate tokens */
     double *cand_conf;     /* [block] and confidences */
     int32_t *order, *pick; /* [block] selection scratch */
+    int32_t *draft_tok;    /* window: [L] each future position's latest draft */
+    double *draft_conf;    /* [L] its confidence */
+    int64_t *draft_at;     /* [L] denoise_forwards after the forward that computed it (0: none) */
+    uint8_t *need;         /* skip_logits: [rows] the rows a forward computes */
+    int32_t rows;          /* rows of logits (and need): the widest window */
     uint64_t rng;
     bool eog_seen;         /* an end-of-generation token was handed out: emit nothing more */
 } run;
+
+static int forward(run *r, int32_t pos0, int32_t n, int32_t n_kv, bool want_logits, ts_err *err);
+
+/* A forward of n positions from pos0 attending to [0, n_kv); logits for
+ * the positions [lo, hi) still to decide (skip_logits: only theirs). */
+static int forward_for(run *r, int32_t pos0, int32_t n, int32_t n_kv, int32_t lo, int32_t hi, ts_err *err) {
+    if (n > r->d->max_window)
+        return ts_err_set(err, "a window of %d tokens exceeds the denoiser's %d (raise n_batch)", n, r->d->max_window);
+    if (r->c->skip_logits && r->d->set_rows) {
+        int32_t skipped = 0;
+        for (int32_t i = 0; i < n; i++) {
+            const int32_t p = pos0 + i + r->sh;
+            r->need[i] = p >= lo && p < hi && r->canvas[p] == r->d->mask_id;
+            skipped += !r->need[i];
+        }
+        if (r->d->set_rows(r->d->ctx, r->need, n, err) < 0) return ts_err_prefix(err, "selecting logit rows");
+        r->st->logits_skipped += skipped;
+    }
+    return forward(r, pos0, n, n_kv, true, err);
+}
 
 static int forward(run *r, int32_t pos0, int32_t n, int32_t n_kv, bool want_logits, ts_err *err) {
     if (n > r->d->max_window)
@@ -157,7 +215,7 @@ static int run_vanilla(run *r, ts_err *err) {
                 r->st->end = TS_DIFF_END_CANCELLED;
                 return 0;
             }
-            if (forward(r, 0, r->L, r->L, true, err) < 0) return -1;
+            if (forward_for(r, 0, r->L, r->L, s, e, err) < 0) return -1;
             int32_t n = candidates(r, s, e, 0);
             int32_t k = ts_diff_schedule(e - s, n, steps, i, c->eps);
             commit(r, ts_diff_select(r->cand_conf, n, k, NAN, r->order, r->pick));
@@ -165,6 +223,84 @@ static int run_vanilla(run *r, ts_err *err) {
         if (!block_done(r, s, e)) return 0;
     }
     return 0;
+}
+
+/* The finished block [s, e)'s K/V from its final tokens join the prefix
+ * (attending to the prefix and the block only: no draft enters it). */
+static int refresh_block(run *r, int32_t pos0, int32_t e, ts_err *err) {
+    if (forward(r, pos0, e - pos0, e, false, err) < 0) return -1;
+    if (r->d->set_prefix && r->d->set_prefix(r->d->ctx, e, err) < 0) return -1;
+    return 0;
+}
+
+/* Window: the end of the next forward starting at `start` for the block
+ * [s, e): frontier + window, widened by the lookahead once the block has
+ * <= lookahead_trigger masked positions; never past the canvas or the
+ * denoiser's widest window. */
+static int32_t window_end(run *r, int32_t s, int32_t e, int32_t start) {
+    const ts_diff_cfg *c = r->c;
+    const int32_t mask = r->d->mask_id;
+    int32_t f = s, n_masked = 0;
+    while (f < e && r->canvas[f] != mask) f++;
+    for (int32_t p = f; p < e; p++) n_masked += r->canvas[p] == mask;
+    int64_t end = (int64_t)f + c->window;
+    const int64_t cap = (int64_t)start + r->rows < r->L ? (int64_t)start + r->rows : r->L;
+    if (end > cap) end = cap;
+    if (c->lookahead != 0 && n_masked <= c->lookahead_trigger) {
+        int64_t wide = end;
+        if (c->lookahead > 0) {
+            wide = end + c->lookahead;
+        } else {
+            /* the latency bucket the window falls in (the narrowest width of
+             * the table that holds it), then wider ones while they cost at
+             * most 1 + slack times that bucket */
+            const int64_t n = end - start;
+            int32_t i = 0;
+            while (i < c->n_lat && c->lat_width[i] < n) i++;
+            if (i < c->n_lat) {
+                const double limit = c->lat_ms[i] * (1.0 + (double)c->lookahead_slack);
+                while (i + 1 < c->n_lat && c->lat_ms[i + 1] <= limit) i++;
+                wide = (int64_t)start + c->lat_width[i];
+            }
+        }
+        if (wide > cap) wide = cap;
+        if (wide > end) {
+            r->st->lookahead_tokens += wide - end;
+            end = wide;
+        }
+    }
+    return (int32_t)(end > e ? end : e);
+}
+
+/* Window: the future-block positions [e, end) of the forward that started
+ * at pos0 become drafts (they are all masked: drafts never reach the canvas). */
+static void drafts(run *r, int32_t e, int32_t end, int32_t pos0) {
+    const int32_t V = r->d->n_vocab, mask = r->d->mask_id;
+    for (int32_t p = e; p < end; p++) {
+        const float *row = r->logits + (size_t)(p - pos0 - r->sh) * (size_t)V;
+        r->draft_conf[p] = ts_diff_confidence(row, V, mask, r->c->alg, r->c->temp, &r->rng, &r->draft_tok[p]);
+        r->draft_at[p] = r->st->denoise_forwards;
+        r->st->draft_evals++;
+    }
+}
+
+/* Window: the block [s, e) became current. Its drafts from the last
+ * denoising forward that pass the threshold are committed (no forward of
+ * their own; no at-least-one rule). True when that completes the block. */
+static bool accept_drafts(run *r, int32_t s, int32_t e) {
+    int32_t n = 0, left = 0;
+    for (int32_t p = s; p < e; p++) {
+        if (r->canvas[p] != r->d->mask_id) continue;
+        if (r->draft_at[p] == r->st->denoise_forwards && r->draft_at[p] > 0 && r->draft_conf[p] >= r->c->threshold) {
+            r->canvas[p] = r->draft_tok[p];
+            n++;
+        } else {
+            left++;
+        }
+    }
+    r->st->draft_accepted += n;
+    r->st->tokens_committed += n;
+    return left == 0;
 }
 
 /* Block-wise threshold decoding over a prefix (and optionally dual) cache,
@@ -185,29 +321,38 @@ static int run_block(run *r, ts_err *err) {
         const int32_t s = r->np + b * c->block, e = block_end(s, c->block, r->L);
         /* with shift the window starts one earlier: position s reads row s-1 */
         const int32_t pos0 = cached ? s - r->sh : 0;
+        if (c->window > 0 && b > 0 && accept_drafts(r, s, e)) {
+            if (!block_done(r, s, e)) return 0;
+            if (b + 1 < nb && refresh_block(r, pos0, e, err) < 0) return -1;
+            continue;
+        }
+        int32_t from = s; /* the first position whose input changed since its last evaluation */
         for (int32_t step = 0;; step++) {
             if (cancelled(r)) {
                 r->st->end = TS_DIFF_END_CANCELLED;
                 return 0;
             }
-            int32_t end = e, n_kv = e;
+            int32_t start = pos0, end = e, n_kv = e;
             if (c->cache == TS_DIFF_CACHE_DUAL) {
                 n_kv = r->L;
                 if (step == 0) end = r->L; /* the masked suffix's K/V, reused by the later steps */
             }
-            if (forward(r, pos0, end - pos0, n_kv, true, err) < 0) return -1;
-            int32_t n = candidates(r, s, e, pos0);
+            if (c->window > 0) {
+                start = from - r->sh;
+                end = n_kv = window_end(r, s, e, start);
+            }
+            if (forward_for(r, start, end - start, n_kv, s, c->window > 0 ? end : e, err) < 0) return -1;
+            if (end - start > r->st->window_max) r->st->window_max = end - start;
+            int32_t n = candidates(r, s, e, start);
             if (n == 0) break; /* cannot happen: the loop ends when the block is full */
             int32_t m = ts_diff_select(r->cand_conf, n, 0, thr, r->order, r->pick);
+            from = r->cand_pos[0]; /* the frontier before this step's commits */
             commit(r, m);
+            if (c->window > 0) drafts(r, e, end, start);
             if (m == n) break;
         }
         if (!block_done(r, s, e)) return 0;
-        if (cached && b + 1 < nb) {
-            /* the finished block's K/V from its final tokens join the prefix */
-            if (forward(r, pos0, e - pos0, e, false, err) < 0) return -1;
-            if (d->set_prefix && d->set_prefix(d->ctx, e, err) < 0) return -1;
-        }
+        if (cached && b + 1 < nb && refresh_block(r, pos0, e, err) < 0) return -1;
     }
     return 0;
 }
@@ -241,7 +386,9 @@ int ts_diffuse(const ts_denoiser *d, const int32_t *prompt, int32_t n_prompt, co
     r.sh = sh;
     r.rng = c->seed;
     const int32_t cand_cap = c->block < c->n_gen ? c->block : c->n_gen; /* masked positions of one block */
-    const uint64_t logit_elems = (uint64_t)maxw * (uint64_t)d->n_vocab;
+    /* an auto lookahead widens windows up to what the denoiser takes */
+    r.rows = c->window > 0 && c->lookahead == -1 ? d->max_window : maxw;
+    const uint64_t logit_elems = (uint64_t)r.rows * (uint64_t)d->n_vocab;
     r.canvas = malloc((size_t)r.L * sizeof *r.canvas);
     r.logits = logit_elems <= SIZE_MAX / sizeof(float) ? malloc((size_t)logit_elems * sizeof(float)) : NULL;
     r.cand_pos = malloc((size_t)cand_cap * sizeof(int32_t));
@@ -249,8 +396,15 @@ int ts_diffuse(const ts_denoiser *d, const int32_t *prompt, int32_t n_prompt, co
     r.cand_conf = malloc((size_t)cand_cap * sizeof(double));
     r.order = malloc((size_t)cand_cap * sizeof(int32_t));
     r.pick = malloc((size_t)cand_cap * sizeof(int32_t));
+    if (c->window > 0) {
+        r.draft_tok = malloc((size_t)r.L * sizeof(int32_t));
+        r.draft_conf = malloc((size_t)r.L * sizeof(double));
+        r.draft_at = calloc((size_t)r.L, sizeof(int64_t));
+    }
+    if (c->skip_logits) r.need = malloc((size_t)r.rows);
     int rc = -1;
-    if (!r.canvas || !r.logits || !r.cand_pos || !r.cand_tok || !r.cand_conf || !r.order || !r.pick) {
+    if ((c->skip_logits && !r.need) || !r.canvas || !r.logits || !r.cand_pos || !r.cand_tok || !r.cand_conf || !r.order || !r.pick ||
+        (c->window > 0 && (!r.draft_tok || !r.draft_conf || !r.draft_at))) {
         ts_err_set(err, "out of memory for diffusion buffers (%d windows rows of %d logits)", maxw, d->n_vocab);
         goto done;
     }
@@ -269,5 +423,9 @@ done:
     free(r.cand_conf);
     free(r.order);
     free(r.pick);
+    free(r.draft_tok);
+    free(r.draft_conf);
+    free(r.draft_at);
+    free(r.need);
     return rc;
 }

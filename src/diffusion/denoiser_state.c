@@ -19,6 +19,10 @@ static int state_submit(void *ctx, const int32_t *tokens, int32_t n, int32_t pos
 
 static int state_wait(void *ctx, ts_err *err) { return ts_forward_window_wait(ctx, err); }
 
+static int state_set_rows(void *ctx, const uint8_t *need, int32_t n, ts_err *err) {
+    return ts_state_set_logit_rows(ctx, need, n, err);
+}
+
 int ts_state_denoiser(ts_state *s, const ts_mdl *m, int32_t mask_id_override, ts_denoiser *out, ts_err *err) {
     const ts_hparams *hp = ts_mdl_hparams(m);
     int32_t mask = mask_id_override >= 0 ? mask_id_override : hp->mask_token_id;
@@ -38,5 +42,6 @@ int ts_state_denoiser(ts_state *s, const ts_mdl *m, int32_t mask_id_override, ts
     out->set_prefix = state_set_prefix;
     out->submit = state_submit;
     out->wait = state_wait;
+    out->set_rows = state_set_rows;
     return 0;
 }

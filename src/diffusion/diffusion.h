@@ -24,6 +24,22 @@
  *              NONE    every step re-evaluates prompt + finished blocks +
  *                      current block (the exact reference of PREFIX).
  *
+ *   window  (multi-block speculative decoding, on the prefix cache; seed
+ *            000 section 3.2): each step's forward runs from the first
+ *            position whose input changed since it was last evaluated to
+ *            frontier + window (the frontier: the current block's first
+ *            masked position), so the window slides with the commits into
+ *            the next blocks. Their masked positions are drafts: computed,
+ *            never committed, never on the canvas, never in the prefix
+ *            cache. When a block becomes current, the drafts of the last
+ *            denoising forward whose confidence passes the threshold are
+ *            committed without a forward of their own (accepted); the rest
+ *            are decoded as usual. Lookahead widens the window once the
+ *            current block has <= lookahead_trigger masked positions: by a
+ *            fixed count, or (auto) to the widest width of the engine's
+ *            latency table that costs at most (1 + lookahead_slack) x the
+ *            latency bucket the window already falls in.
+ *
  * shift: with shift_logits (Dream) position p reads the logits of row p-1,
  * so a window whose first position p0 must be predicted starts at p0 - 1.
  *
@@ -61,6 +77,10 @@ typedef struct ts_denoiser {
     int (*submit)(void *ctx, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, float *logits,
                   ts_err *err);
     int (*wait)(void *ctx, ts_err *err);
+    /* Optional (NULL: every row always computed): the next forward computes
+     * logits only for rows i < n with need[i] (selective logits skipping);
+     * the others are left unspecified. need stays valid until it returns. */
+    int (*set_rows)(void *ctx, const uint8_t *need, int32_t n, ts_err *err);
 } ts_denoiser;
 
 /* ---- configuration ------------------------------------------------------ */
@@ -86,6 +106,18 @@ typedef struct ts_diff_cfg {
     float temp;                  /* 0: argmax; > 0: Gumbel-max sampling at this temperature */
     uint64_t seed;
     bool early_stop;             /* stop after a finished block holding an end-of-generation token */
+    /* multi-block speculative decoding (block decoder, prefix cache): */
+    int32_t window;              /* 0: off (the block is the window); >= block: the decoding window */
+    int32_t lookahead;           /* 0: off; K > 0: K more positions; -1: auto, from the latency table */
+    int32_t lookahead_trigger;   /* lookahead once the current block has <= this many masked (default 4) */
+    float lookahead_slack;       /* auto: the next width may cost this much more (default 0.05) */
+    const int32_t *lat_width;    /* auto: the engine's width -> latency table, widths increasing */
+    const double *lat_ms;
+    int32_t n_lat;
+    /* selective logits skipping: a forward's output projection only for the
+     * rows that predict a position still to decide (masked, in the current
+     * block or a draft); needs the denoiser's set_rows */
+    bool skip_logits;
     /* end-of-generation test (EOS, EoT); NULL: none */
     bool (*is_eog)(void *ud, int32_t token);
     /* a block is final: its tokens (gen positions first .. first+n-1); return false to stop */
@@ -115,6 +147,12 @@ typedef struct ts_diff_stats {
     double denoise_ms;           /* everything after it */
     int32_t early_stop_at;       /* gen index of the end-of-generation token that stopped it, or -1 */
     int32_t n_blocks_done;
+    /* multi-block speculative decoding */
+    int64_t window_max;          /* the widest denoising forward (positions) */
+    int64_t draft_evals;         /* future-block positions evaluated (drafts computed) */
+    int64_t draft_accepted;      /* drafts committed when their block became current */
+    int64_t lookahead_tokens;    /* positions the lookahead added to windows */
+    int64_t logits_skipped;      /* rows of denoising forwards whose logits were not computed */
     ts_diff_end end;
 } ts_diff_stats;
 
@@ -173,6 +211,9 @@ typedef struct ts_scripted {
     void (*script)(void *ud, int64_t call, int32_t pos, const int32_t *canvas, int32_t *token, float *conf);
     void *ud;
     int32_t n_ctx;               /* canvas size */
+    bool rows_nan;               /* set_rows: the rows not asked for are written as NaN (a test that they are never read) */
+    const uint8_t *need;         /* set_rows' selection for the next forward */
+    int32_t need_n;
     int32_t *canvas;             /* [n_ctx], starts as mask_id (ts_scripted_init) */
     ts_scripted_call *calls;     /* log of the first cap_calls forwards */
     int64_t n_calls, cap_calls;

@@ -49,8 +49,16 @@ static int scripted_forward(void *ctx, const int32_t *tokens, int32_t n, int32_t
      * give bit-equal computed ones (ties stay ties) as long as the scripted
      * tokens are below the fillers. */
     int32_t fill[8], n_fill = 0;
+    const uint8_t *need = s->need;
+    const int32_t need_n = s->need_n;
+    s->need = NULL;
     for (int32_t r = 0; r < n; r++) {
         float *row = logits + (size_t)r * (size_t)V;
+        if (need && (r >= need_n || !need[r])) { /* not asked for */
+            if (s->rows_nan)
+                for (int32_t v = 0; v < V; v++) row[v] = NAN;
+            continue;
+        }
         int32_t pos = pos0 + r + (s->shift ? 1 : 0), tok = 0;
         float conf = 0.5f;
         if (pos < s->n_ctx && s->script) s->script(s->ud, call, pos, s->canvas, &tok, &conf);
@@ -71,6 +79,14 @@ static int scripted_forward(void *ctx, const int32_t *tokens, int32_t n, int32_t
     return 0;
 }
 
+static int scripted_set_rows(void *ctx, const uint8_t *need, int32_t n, ts_err *err) {
+    (void)err;
+    ts_scripted *s = ctx;
+    s->need = n > 0 ? need : NULL;
+    s->need_n = n;
+    return 0;
+}
+
 ts_denoiser ts_scripted_denoiser(ts_scripted *s) {
     ts_denoiser d;
     memset(&d, 0, sizeof d);
@@ -80,5 +96,6 @@ ts_denoiser ts_scripted_denoiser(ts_scripted *s) {
     d.shift = s->shift;
     d.max_window = s->max_window > 0 ? s->max_window : s->n_ctx;
     d.forward = scripted_forward;
+    d.set_rows = scripted_set_rows;
     return d;
 }

@@ -436,9 +436,32 @@ static void stage_logits(ts_state *s, const float *x, float *xn, int t0, int nb,
 
 /* The logits of the span's nb rows into logits_out (or NULL); when last,
  * the last row also goes to s->logits. */
+/* The logits of the rows ts_state_set_logit_rows selected: those rows of x
+ * gathered to the front (x is spent once the layers are done), projected
+ * into the front of out, then moved to their rows (last row first, so no
+ * row is overwritten before it moves). */
+static void selected_logits(ts_state *s, float *x, float *xn, int nb, float *out, bool last) {
+    const int64_t E = s->m->hp.n_embd, V = s->m->hp.n_vocab;
+    const uint8_t *need = s->logit_need;
+    const int nn = s->logit_need_n < nb ? s->logit_need_n : nb;
+    int k = 0;
+    for (int i = 0; i < nn; i++)
+        if (need[i]) {
+            if (k != i) memmove(x + (int64_t)k * E, x + (int64_t)i * E, (size_t)E * sizeof(float));
+            k++;
+        }
+    if (k) stage_logits(s, x, xn, 0, k, out);
+    for (int i = nn - 1; i >= 0; i--)
+        if (need[i] && --k != i) memmove(out + (int64_t)i * V, out + (int64_t)k * V, (size_t)V * sizeof(float));
+    if (last && nn == nb && need[nb - 1]) memcpy(s->logits, out + (int64_t)(nb - 1) * V, (size_t)V * sizeof(float));
+}
+
 static void finish_logits_from(ts_state *s, const float *x, float *xn, int nb, float *logits_out, bool last) {
     const int64_t V = s->m->hp.n_vocab;
-    if (logits_out) {
+    if (logits_out && s->logit_need && x == s->x) {
+        selected_logits(s, s->x, xn, nb, logits_out, last);
+        s->logit_need = NULL;
+    } else if (logits_out) {
         stage_logits(s, x, xn, 0, nb, logits_out);
         if (last) memcpy(s->logits, logits_out + (int64_t)(nb - 1) * V, (size_t)V * sizeof(float));
     } else if (last) {
@@ -607,6 +630,14 @@ int ts_forward_window_wait(ts_state *s, ts_err *err) {
     s->win_pending = false;
     if (ts_rt_layers_wait(s->pf, err) < 0) return -1;
     finish_logits(s, s->win_n, s->win_logits, true);
+    return 0;
+}
+
+int ts_state_set_logit_rows(ts_state *s, const uint8_t *need, int32_t n, ts_err *err) {
+    if (!s) return ts_err_set(err, "state is NULL");
+    if (n < 0) return ts_err_set(err, "logit rows: n %d is negative", n);
+    s->logit_need = n > 0 ? need : NULL;
+    s->logit_need_n = n;
     return 0;
 }
 

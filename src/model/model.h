@@ -202,4 +202,12 @@ int32_t ts_state_n_act_sets(const ts_state *s); /* 1 + the extra sets that opene
  * ts_forward appends at position n. */
 int ts_state_set_n_past(ts_state *s, int32_t n, ts_err *err);
 
+/* Selective logits: the next window forward (ts_forward_window, or its
+ * submit + wait on set 0) computes the output projection only for rows
+ * i < n with need[i] != 0; the other rows of logits_all are left as they
+ * were (and ts_state_logits is not updated unless the last row is needed).
+ * need must stay valid until that forward's logits are written; the
+ * selection is used once. NULL (or n 0) selects every row. */
+int ts_state_set_logit_rows(ts_state *s, const uint8_t *need, int32_t n, ts_err *err);
+
 #endif

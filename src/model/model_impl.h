@@ -188,6 +188,10 @@ struct ts_state {
     bool win_pending;
     int32_t win_n;
     float *win_logits;
+    /* ts_state_set_logit_rows: the rows the next window forward's logits
+     * are computed for (NULL: all) */
+    const uint8_t *logit_need;
+    int32_t logit_need_n;
     /* activation sets beyond the first (ts_state_params.n_act_sets): each
      * its own buffers and device runner sharing s->pf's queue, for windows
      * in flight at once (ts_forward_window_submit_set) */

@@ -58,7 +58,8 @@ static void help(FILE *f) {
             "      --system TEXT        system message for --chat\n"
             "      --chat-template NAME chatml|gemma|llama3: override the template family\n"
             "      --no-display-prompt  do not echo the prompt before the generated text\n"
-            "      --stats json         print the counters as ONE JSON object on stderr: forwards,\n"
+            "      --stats json         print the counters as ONE JSON object on stderr (with the generated\n"
+            "                           token ids as \"tokens\"): forwards,\n"
             "                           denoise_forwards, tokens_evaluated, tokens_committed,\n"
             "                           commit_per_forward_hist ([k] = forwards committing k tokens),\n"
             "                           prefill_ms, denoise_ms, early_stop_at (generated index or null),\n"
@@ -216,17 +217,20 @@ static ts_context *make_context(ts_model *m, const diff_opts *o, int32_t n_ctx, 
 }
 
 /* --lookahead auto: one of the model's layers timed on the window's device
- * at widths 16, 32, .. up to `widest` (the table the lookahead reads). */
+ * at widths 8, 16, .. up to `widest` (the table the lookahead reads). The
+ * decoder treats a width between two entries as costing the wider one (a
+ * matrix engine's stage); on a device whose cost is linear that is off by
+ * at most one step of 8 tokens. */
 static int latency_table(const ts_model *m, const diff_opts *o, int32_t widest, int32_t *w, double *ms, int cap) {
     ts_layer_shape ls = ts_layer_shape_default();
     cli_layer_shape_of(m, &ls);
     ls.n_threads = o->n_threads;
     ls.reps = 3;
     int n = 0;
-    for (int32_t x = 16; n < cap && x < widest + 16; x += 16) w[n++] = x;
+    for (int32_t x = 8; n < cap && x < widest + 8; x += 8) w[n++] = x;
     if (ls.n_ctx < w[n - 1]) ls.n_ctx = w[n - 1];
     const char *dev = o->prefill_device ? o->prefill_device : "cpu";
-    fprintf(stderr, "diffuse: --lookahead auto: timing one layer (%s) on %s at widths 16..%d...\n", ls.weight_type, dev,
+    fprintf(stderr, "diffuse: --lookahead auto: timing one layer (%s) on %s at widths 8..%d...\n", ls.weight_type, dev,
             (int)w[n - 1]);
     ts_error err;
     if (ts_device_profile(dev, &ls, w, n, ms, &err) != TS_OK) {
@@ -236,7 +240,8 @@ static int latency_table(const ts_model *m, const diff_opts *o, int32_t widest, 
     return n;
 }
 
-static void print_stats(const diff_opts *o, const ts_diffusion_stats *s, const ts_stats *cs) {
+static void print_stats(const diff_opts *o, const ts_diffusion_stats *s, const ts_stats *cs, const int32_t *ids,
+                        int32_t n_ids) {
     static const char *dec[] = {"block", "vanilla"}, *cache[] = {"prefix", "dual", "none"},
                       *alg[] = {"low_confidence", "maskgit_plus", "topk_margin", "entropy"};
     const ts_diffusion_params *p = &o->dp;
@@ -282,6 +287,8 @@ static void print_stats(const diff_opts *o, const ts_diffusion_stats *s, const t
             (long long)s->logits_skipped);
     for (int32_t i = 0; i < p->n_latency; i++)
         fprintf(stderr, "%s[%d,%.4f]", i ? "," : "", (int)p->latency_widths[i], p->latency_ms[i]);
+    fputs("],\"tokens\":[", stderr);
+    for (int32_t i = 0; i < n_ids; i++) fprintf(stderr, "%s%d", i ? "," : "", (int)ids[i]);
     fputs("],\"device\":", stderr);
     /* the device that ran window forwards */
     if (cs->device) cli_json_str(stderr, cs->device);
@@ -296,7 +303,7 @@ int cli_diffuse(int argc, char **argv) {
 
     int status = 1;
     char *file_text = NULL, *rendered = NULL;
-    int32_t *ids = NULL;
+    int32_t *ids = NULL, *gen_ids = NULL;
     ts_model *m = NULL;
     ts_context *ctx = NULL;
     size_t text_len = 0;
@@ -345,7 +352,7 @@ int cli_diffuse(int argc, char **argv) {
     double lat_ms[64];
     if (o.dp.lookahead == -1 && o.dp.window > 0) {
         /* the table reaches twice the window; the batch grows to its widest */
-        int n = latency_table(m, &o, 2 * (o.dp.block + o.dp.window), lat_w, lat_ms, 64);
+        int n = latency_table(m, &o, o.dp.block + 2 * o.dp.window, lat_w, lat_ms, 64);
         if (n < 0) goto done;
         o.dp.latency_widths = lat_w, o.dp.latency_ms = lat_ms, o.dp.n_latency = n;
         if (n_batch < lat_w[n - 1] && n_batch < n_prompt + o.dp.n_gen + 1) {
@@ -362,19 +369,23 @@ int cli_diffuse(int argc, char **argv) {
     }
     o.dp.on_token = on_token;
     ts_diffusion_stats ds = TS_STRUCT_INIT(ts_diffusion_stats);
-    ts_status st = ts_context_diffuse(ctx, ids, (int32_t)n_prompt, &o.dp, NULL, 0, NULL, &ds);
+    gen_ids = malloc((size_t)o.dp.n_gen * sizeof *gen_ids);
+    int32_t n_gen_ids = 0;
+    ts_status st = gen_ids ? ts_context_diffuse(ctx, ids, (int32_t)n_prompt, &o.dp, gen_ids, o.dp.n_gen, &n_gen_ids, &ds)
+                           : TS_ERR_NO_MEMORY;
     fputc('\n', stdout);
     fflush(stdout);
     if (st != TS_OK) {
-        fprintf(stderr, "error: %s\n", ts_last_error(ctx));
+        fprintf(stderr, "error: %s\n", gen_ids ? ts_last_error(ctx) : "out of memory");
         goto done;
     }
     ts_stats cs = TS_STRUCT_INIT(ts_stats);
     ts_context_get_stats(ctx, &cs);
-    print_stats(&o, &ds, &cs);
+    print_stats(&o, &ds, &cs, gen_ids, n_gen_ids < o.dp.n_gen ? n_gen_ids : o.dp.n_gen);
     status = 0;
 done:
     free(ids);
+    free(gen_ids);
     ts_free(rendered);
     free(file_text);
     ts_context_free(ctx);

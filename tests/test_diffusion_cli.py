@@ -13,7 +13,8 @@ import subprocess
 import sys
 
 KEYS = ["forwards", "tokens_evaluated", "tokens_committed", "commit_per_forward_hist", "prefill_ms", "denoise_ms",
-        "early_stop_at", "denoise_forwards", "n_prompt_tokens", "n_gen_tokens", "stop_reason"]
+        "early_stop_at", "denoise_forwards", "n_prompt_tokens", "n_gen_tokens", "stop_reason", "tokens",
+        "window_max", "draft_evals", "draft_accepted", "lookahead_tokens", "logits_skipped"]
 failures = 0
 
 
@@ -83,9 +84,10 @@ def main():
             # tokens handed out: the decoded canvas up to the first EOS/EoT
             n_out = st["n_gen_tokens"]
             stop = ref["early_stop_at"]
+            same = same and st["tokens"] == ref["gen"][:n_out]
             check(same and st["n_prompt_tokens"] == len(ids) and (stop is None or n_out <= stop) and
                   (st["stop_reason"] == "eos") == (stop is not None),
-                  "%s %s: CLI = library decoder (forwards %d, evaluated %d, hist %s, early stop %s, %d tokens out)" %
+                  "%s %s: CLI = library decoder (tokens, forwards %d, evaluated %d, hist %s, early stop %s, %d tokens out)" %
                   (name, label, st["forwards"], st["tokens_evaluated"], st["commit_per_forward_hist"],
                    st["early_stop_at"], n_out))
 

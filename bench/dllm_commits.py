@@ -36,9 +36,7 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
 
-    tok = T.tokenizer()
-    held = T.held_out(T.tokenize_corpus(os.path.join(T.WORK, "tokens.npy")))
-    prompts = [tok.decode(held[s:s + 64].tolist()) for s in T.prompt_starts(held, a.prompts)]
+    prompts = T.held_out_prompts(a.prompts)
     rows = []
     print(f"{'threshold':>9s} {'prompts':>7s} {'forwards':>8s} {'tokens/forward':>14s}  histogram (k: forwards committing k)")
     for thr in a.thresholds:

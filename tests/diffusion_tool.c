@@ -362,9 +362,10 @@ static int predict(opts *o) {
     int32_t *prompt = malloc((size_t)np * sizeof *prompt), *gen = malloc((size_t)o->c.n_gen * sizeof *gen);
     if (!prompt || !gen) return 1;
     for (int32_t i = 0; i < np; i++) prompt[i] = 1 + i % 40;
-    static const char *names[] = {"vanilla", "block", "block+dual", "block no-cache"};
+    static const char *names[] = {"vanilla", "block", "block+dual", "block no-cache", "block+window",
+                                  "block+window+lookahead"};
     int rc = 0;
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 6; k++) {
         ts_scripted sc;
         memset(&sc, 0, sizeof sc);
         sc.n_vocab = 256;
@@ -377,6 +378,10 @@ static int predict(opts *o) {
         ts_diff_cfg c = o->c;
         c.decoder = k == 0 ? TS_DIFF_VANILLA : TS_DIFF_BLOCK;
         c.cache = k == 2 ? TS_DIFF_CACHE_DUAL : k == 3 ? TS_DIFF_CACHE_NONE : TS_DIFF_CACHE_PREFIX;
+        /* multi-block speculative decoding: a window of one block; lookahead
+         * half a block more once 4 positions are left */
+        c.window = k >= 4 ? c.block : 0;
+        c.lookahead = k == 5 ? c.block / 2 : 0;
         ts_diff_stats st;
         if (ts_diffuse(&d, prompt, np, &c, gen, &st, &e) < 0) {
             fprintf(stderr, "diffusion_tool: %s\n", e.msg);

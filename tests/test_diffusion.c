@@ -529,6 +529,17 @@ static void window_fixture(fixture *f, table *t) {
     f->c.window = 4;
 }
 
+/* window 4 with an auto lookahead (trigger 1) over the widths 4, 8, 12 at ms[] */
+static void auto_fixture(fixture *f, table *t, const double ms[3]) {
+    static const int32_t lw[3] = {4, 8, 12};
+    window_fixture(f, t);
+    f->c.lookahead = -1;
+    f->c.lookahead_trigger = 1;
+    f->c.lat_width = lw;
+    f->c.lat_ms = ms;
+    f->c.n_lat = 3;
+}
+
 static void test_window(void) {
     table t = {window_script, (int)(sizeof window_script / sizeof window_script[0]), 0.2f};
     const int32_t prompt[3] = {5, 6, 7};
@@ -576,14 +587,8 @@ static void test_window(void) {
     /* auto: a stage-like table (4 -> 1.0 ms, 8 -> 1.02, 12 -> 2.0), slack
      * .05: the 4-wide window of call 3 grows to 8 wide (clipped by nothing),
      * [4, 12) past the canvas -> [4, 11) */
-    static const int32_t lw[3] = {4, 8, 12};
     static const double lm[3] = {1.0, 1.02, 2.0};
-    window_fixture(&f, &t);
-    f.c.lookahead = -1;
-    f.c.lookahead_trigger = 1;
-    f.c.lat_width = lw;
-    f.c.lat_ms = lm;
-    f.c.n_lat = 3;
+    auto_fixture(&f, &t, lm);
     CHECK(fx_run(&f, prompt, 3) == 0, "auto lookahead: %s", f.err.msg);
     ok = call_is(&f, 3, 4, 7, 11);
     CHECK(ok && f.st.lookahead_tokens == 3 && f.st.draft_accepted == 2, "auto lookahead: added %lld, accepted %lld",
@@ -592,12 +597,7 @@ static void test_window(void) {
     /* a steep table (every width costs more than the slack): no lookahead */
     static const double steep[3] = {1.0, 2.0, 3.0};
     ts_scripted_free(&f.s);
-    window_fixture(&f, &t);
-    f.c.lookahead = -1;
-    f.c.lookahead_trigger = 1;
-    f.c.lat_width = lw;
-    f.c.lat_ms = steep;
-    f.c.n_lat = 3;
+    auto_fixture(&f, &t, steep);
     CHECK(fx_run(&f, prompt, 3) == 0 && f.st.lookahead_tokens == 0 && call_is(&f, 3, 4, 4, 8),
           "auto lookahead on a linear table added %lld", (long long)f.st.lookahead_tokens);
     ts_scripted_free(&f.s);

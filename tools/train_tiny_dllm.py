@@ -96,6 +96,13 @@ def prompt_starts(held, n):
     return [int(j * (len(held) - 200) / n) for j in range(n)]
 
 
+def held_out_prompts(n, length=64):
+    """The text of n held-out prompts of `length` tokens (the benchmarks' and tests' prompts)."""
+    held = held_out(tokenize_corpus(os.path.join(WORK, "tokens.npy")))
+    tok = tokenizer()
+    return [tok.decode(held[s:s + length].tolist()) for s in prompt_starts(held, n)]
+
+
 def tokenizer():
     from transformers import AutoTokenizer
     return AutoTokenizer.from_pretrained(os.path.dirname(BASE), gguf_file=os.path.basename(BASE))
@@ -160,8 +167,12 @@ def build_model(hp, w, rank, alpha, device):
             e[MASK_ID] = self.mask_row
             return e
 
-        def hidden(self, ids):
+        def hidden(self, ids, key_len=None):
+            # key_len: (B,) keys past it are not attended (the block objective's end of sequence)
             B, L = ids.shape
+            am = None
+            if key_len is not None:
+                am = (torch.arange(L, device=ids.device)[None, :] < key_len[:, None])[:, None, None, :]
             x = F.embedding(ids, self.table())
             ang = torch.arange(L, dtype=torch.float32, device=ids.device)[:, None] * self.inv[None, :]
             cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]  # (L, 1, D/2) against (B, L, H, D/2)
@@ -179,7 +190,7 @@ def build_model(hp, w, rank, alpha, device):
                 v = m.v(h).view(B, L, HKV, D).transpose(1, 2)
                 k = k.repeat_interleave(H // HKV, 1)
                 v = v.repeat_interleave(H // HKV, 1)
-                a = F.scaled_dot_product_attention(q, k, v, is_causal=False)  # bidirectional
+                a = F.scaled_dot_product_attention(q, k, v, attn_mask=am, is_causal=False)  # bidirectional
                 x = x + m.o(a.transpose(1, 2).reshape(B, L, E))
                 h = rms(x, m.n2)
                 x = x + m.d(F.silu(m.g(h)) * m.u(h))
@@ -205,18 +216,36 @@ def masked_batch(rng, data, B, L, clean_frac=0.5):
     return x, m, p
 
 
-def loss_fn(model, x, m, p):
+def block_batch(rng, data, B, L, blk=32):
+    """The objective matched to block decoding: a clean prefix of P in
+    [L/4, L - blk] tokens, then one block of blk positions masked at the
+    sequence's rate, and nothing after it (keys past the block are not
+    attended): what a block decoder with a prefix cache shows the model."""
+    starts = rng.integers(0, len(data) - L, size=B)
+    x = np.stack([data[s:s + L] for s in starts]).astype(np.int64)
+    t = rng.random(B)
+    p = (1 - EPS) * t + EPS
+    m = np.zeros((B, L), dtype=bool)
+    key_len = np.zeros(B, dtype=np.int64)
+    for b in range(B):
+        P = int(rng.integers(L // 4, L - blk + 1))
+        m[b, P:P + blk] = rng.random(blk) < p[b]
+        key_len[b] = P + blk
+    return x, m, p, key_len
+
+
+def loss_fn(model, x, m, p, key_len=None, norm=None):
     import torch
     import torch.nn.functional as F
     B, L = x.shape
     inp = x.clone()
     inp[m] = MASK_ID
-    hid = model.hidden(inp)
+    hid = model.hidden(inp, key_len)
     bi, li = m.nonzero(as_tuple=True)
     rows = bi * L + (li - 1)  # shifted: position i from row i-1
     lg = model.logits_at(hid, rows)
     ce = F.cross_entropy(lg, x[bi, li], reduction="none")
-    return (ce / p[bi]).sum() / (B * L), lg, bi, li
+    return (ce / p[bi]).sum() / (B * (norm or L)), lg, bi, li
 
 
 def state_paths(work):
@@ -269,9 +298,15 @@ def cmd_train(a):
         lr = a.lr * min(1.0, (st["step"] + 1) / 50) * (0.5 + 0.5 * math.cos(math.pi * min(1.0, st["step"] / a.steps)))
         for g in opt.param_groups:
             g["lr"] = lr
-        x, m, p = masked_batch(rng, train, a.batch, a.seq)
+        kl, norm = None, None
+        if a.objective == "block":
+            x, m, p, kl = block_batch(rng, train, a.batch, a.seq)
+            kl, norm = torch.from_numpy(kl).to(dev), 32
+        else:
+            x, m, p = masked_batch(rng, train, a.batch, a.seq)
         x, m, p = torch.from_numpy(x).to(dev), torch.from_numpy(m).to(dev), torch.from_numpy(p).float().to(dev)
-        loss, _, _, _ = loss_fn(model, x, m, p)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
+            loss, _, _, _ = loss_fn(model, x, m, p, kl, norm)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -280,7 +315,7 @@ def cmd_train(a):
         n_tok += a.batch * a.seq
         if st["step"] % 10 == 0:
             el = time.time() - t_wall
-            rec = dict(step=st["step"], loss=round(loss.item(), 4), lr=lr, tok_s=round(n_tok / el, 1),
+            rec = dict(step=st["step"], objective=a.objective, loss=round(loss.item(), 4), lr=lr, tok_s=round(n_tok / el, 1),
                        cpu_h=round((st["cpu_s"] + time.process_time() - t_cpu) / 3600, 3))
             print(json.dumps(rec), flush=True)
             with open(logf, "a") as f:
@@ -394,7 +429,8 @@ def cmd_build(a):
 def generate_threshold(model, prompt, n_gen, block, thr):
     """Block decoding with threshold commit (every masked position of the current
     block whose top-1 probability >= thr commits; at least the most confident
-    one), full recompute each forward, shifted logits. Returns (tokens, per-forward commit counts)."""
+    one), each forward over the prompt and the blocks up to the current one
+    (tessera's --no-cache, the exact form of its prefix cache), shifted logits. Returns (tokens, per-forward commit counts)."""
     import torch
     x = torch.tensor(list(prompt) + [MASK_ID] * n_gen)[None]
     P = len(prompt)
@@ -402,7 +438,7 @@ def generate_threshold(model, prompt, n_gen, block, thr):
     for b0 in range(P, P + n_gen, block):
         b1 = min(b0 + block, P + n_gen)
         while (x[0, b0:b1] == MASK_ID).any():
-            hid = model.hidden(x)
+            hid = model.hidden(x[:, :b1])  # what a block decoder sees: nothing past the block
             pos = torch.arange(b0, b1)
             lg = model.logits_at(hid, pos - 1).float()
             lg[:, MASK_ID] = -float("inf")
@@ -470,6 +506,11 @@ def main():
     ap.add_argument("--work", default=WORK)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--objective", choices=["llada", "block"], default="llada",
+                    help="train: llada = LLaDA's (masks anywhere in the sequence; half keep a clean prefix); block "
+                         "= a clean prefix then one masked block of 32 at the end (what block decoding shows)")
+    ap.add_argument("--autocast", choices=["off", "bf16"], default="off",
+                    help="train: matmuls in bf16 (1.38x on a 2-core AMX Xeon; see docs/DIFFUSION.md)")
     ap.add_argument("--cpu-hours", type=float, default=3.0)
     ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--batch", type=int, default=8)

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""dllm_ladder.py - the seed's Table 6 (000, llada.cpp) as one command: each
+row adds one component to block-wise diffusion decoding, run through
+`tessera diffuse --stats json` on the same held-out prompts.
+
+Rows (flag sets; a row whose component tessera does not have yet is printed
+as "not built", never timed):
+  CPU vanilla        block decoder, --no-cache (every forward recomputes
+                     prompt + finished blocks + block): the quality reference
+  + prefix cache     the prompt's and finished blocks' K/V reused (CPU)
+  device             --no-cache with the window forwards on --device
+  + cache            the prefix cache on the device
+  + SOMR             swap-optimized memory runtime (not built)
+  + MBSD             --window BLOCK --lookahead auto (the device's width ->
+                     latency table, timed at start by tessera)
+  + STS              staged token stabilization (not built)
+  + SLS              --skip-logits
+  + SCR              sparse cache refresh on the CPU (not built)
+
+Prompts: --prompts windows of 64 tokens spread over the held-out last 10% of
+tinyshakespeare (as tools/train_tiny_dllm.py splits it). Every prompt runs
+every row once before the next prompt (alternating, for a noisy machine).
+Columns: latency per request (prefill + denoising, median over prompts) and
+its speed-up over CPU vanilla, denoising forwards and positions evaluated
+(mean per prompt), tokens committed per denoising forward, the share of
+window forwards that ran on the device, and agreement: the fraction of
+generated tokens equal to CPU vanilla's at the same position.
+
+usage: dllm_ladder.py TESSERA MODEL [--device amx,act=int8] [--prompts 50]
+                      [--gen 64] [--block 32] [--threshold 0.9] [-t 2] [--json OUT]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tools"))
+import train_tiny_dllm as T  # noqa: E402
+
+
+def rows_for(dev, block):
+    d = ["--prefill-device", dev, "--prefill-min-tokens", "2"]
+    mbsd = ["--window", str(block), "--lookahead", "auto"]
+    return [
+        ("CPU vanilla", ["--no-cache"]),
+        ("+ prefix cache", []),
+        ("device", ["--no-cache"] + d),
+        ("+ cache", d),
+        ("+ SOMR", None),
+        ("+ MBSD", d + mbsd),
+        ("+ STS", None),
+        ("+ SLS", d + mbsd + ["--skip-logits"]),
+        ("+ SCR", None),
+    ]
+
+
+def run_one(a, prompt, flags):
+    cmd = [a.tessera, "diffuse", "-m", a.model, "-p", prompt, "-n", str(a.gen), "--block", str(a.block),
+           "--threshold", str(a.threshold), "--no-early-stop", "--no-display-prompt", "--stats", "json",
+           "-t", str(a.threads)] + flags
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"dllm_ladder: {' '.join(cmd[:3])} ... {' '.join(flags)} failed: {r.stderr.strip()[-600:]}")
+    return json.loads([ln for ln in r.stderr.splitlines() if ln.startswith("{")][-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("tessera")
+    ap.add_argument("model")
+    ap.add_argument("--device", default="amx,act=int8")
+    ap.add_argument("--prompts", type=int, default=50)
+    ap.add_argument("--gen", type=int, default=64)
+    ap.add_argument("--block", type=int, default=32)
+    ap.add_argument("--threshold", type=float, default=0.9)
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+
+    prompts = T.held_out_prompts(a.prompts)
+    rows = rows_for(a.device, a.block)
+    res = {name: [] for name, flags in rows if flags is not None}
+    for i, p in enumerate(prompts):
+        for name, flags in rows:
+            if flags is not None:
+                res[name].append(run_one(a, p, flags))
+        print(f"dllm_ladder: prompt {i + 1}/{len(prompts)} done", file=sys.stderr, flush=True)
+
+    ref = res["CPU vanilla"]
+    base_ms = statistics.median(s["prefill_ms"] + s["denoise_ms"] for s in ref)
+    print(f"\n{a.model}, {len(prompts)} prompts, gen {a.gen}, block {a.block}, threshold {a.threshold}, "
+          f"-t {a.threads}, device {a.device}")
+    print(f"| row | ms / request | speed-up | denoise fwd | positions | tok / fwd | on device | agreement |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    out = []
+    for name, flags in rows:
+        if flags is None:
+            print(f"| {name} | not built | | | | | | |")
+            out.append(dict(row=name, built=False))
+            continue
+        ss = res[name]
+        ms = statistics.median(s["prefill_ms"] + s["denoise_ms"] for s in ss)
+        fw = sum(s["denoise_forwards"] for s in ss) / len(ss)
+        ev = sum(s["tokens_evaluated"] for s in ss) / len(ss)
+        tpf = sum(s["tokens_committed"] for s in ss) / sum(s["denoise_forwards"] for s in ss)
+        dev = sum(s["dev_forwards"] for s in ss) / max(1, sum(s["forwards"] for s in ss))
+        same = sum(x == y for s, r in zip(ss, ref) for x, y in zip(s["tokens"], r["tokens"]))
+        tot = sum(len(r["tokens"]) for r in ref)
+        agree = same / tot if tot else float("nan")
+        print(f"| {name} | {ms:.0f} | {base_ms / ms:.2f}x | {fw:.1f} | {ev:.0f} | {tpf:.3f} | {100 * dev:.0f}% | "
+              f"{100 * agree:.1f}% |")
+        out.append(dict(row=name, built=True, flags=flags, ms_median=ms, speedup=base_ms / ms, denoise_forwards=fw,
+                        positions=ev, tokens_per_forward=tpf, device_share=dev, agreement=agree,
+                        draft_accepted=sum(s.get("draft_accepted", 0) for s in ss),
+                        logits_skipped=sum(s.get("logits_skipped", 0) for s in ss)))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(dict(model=a.model, device=a.device, prompts=len(prompts), gen=a.gen, block=a.block,
+                           threshold=a.threshold, rows=out), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -467,22 +467,40 @@ def cmd_eval(a):
     else:
         model, c = load_trained(a, dev)
         step = c["st"]["step"]
-    res = dict(step=step)
+    res = dict(step=step, objective=a.objective)
     rng = np.random.default_rng(99)
     with torch.no_grad():
         for rate in (0.15, 0.5, 0.9):
             ok, n, elbo = 0, 0, 0.0
             for _ in range(a.batches):
-                s = rng.integers(0, len(held) - a.seq, size=8)
-                x = torch.from_numpy(np.stack([held[i:i + a.seq] for i in s]).astype(np.int64))
-                m = torch.from_numpy(rng.random(x.shape) < rate)
-                m[:, 0] = False
-                loss, lg, bi, li = loss_fn(model, x, m, torch.full((8,), rate))
+                kl, norm = None, None
+                if a.objective == "block":
+                    # the block objective's windows, the block masked at this rate
+                    xn, _, _, kln = block_batch(rng, held, 8, a.seq)
+                    mn = np.zeros(xn.shape, dtype=bool)
+                    for b in range(8):
+                        mn[b, kln[b] - 32:kln[b]] = rng.random(32) < rate
+                    x, m, kl, norm = torch.from_numpy(xn), torch.from_numpy(mn), torch.from_numpy(kln), 32
+                else:
+                    s = rng.integers(0, len(held) - a.seq, size=8)
+                    x = torch.from_numpy(np.stack([held[i:i + a.seq] for i in s]).astype(np.int64))
+                    m = torch.from_numpy(rng.random(x.shape) < rate)
+                    m[:, 0] = False
+                loss, lg, bi, li = loss_fn(model, x, m, torch.full((8,), rate), kl, norm)
                 ok += int((lg.argmax(-1) == x[bi, li]).sum())
                 n += int(m.sum())
                 elbo += loss.item()
             res[f"acc@{rate}"] = round(ok / n, 4)
             res[f"nll_per_tok@{rate}(weighted)"] = round(elbo / a.batches, 4)
+        # what the first step of block decoding sees on the first prompt: a
+        # 64-token prompt, then 32 masked positions and nothing after them
+        tok = tokenizer()
+        s0 = prompt_starts(held, a.prompts)[0]
+        xs = torch.tensor(held[s0:s0 + 64].tolist() + [MASK_ID] * 32)[None]
+        lg = model.logits_at(model.hidden(xs), torch.arange(63, 95)).float()
+        lg[:, MASK_ID] = -float("inf")
+        pv, pt = lg.softmax(-1).max(-1)
+        res["first_step_top1"] = {str(i): [tok.decode([int(pt[i])]), round(float(pv[i]), 4)] for i in (0, 1, 2, 8, 16, 24, 31)}
         hist = {}
         for thr in a.thresholds:
             tot_c, tot_f, h = 0, 0, {}

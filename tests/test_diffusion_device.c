@@ -9,7 +9,9 @@
  *                                bit for bit and the same counters (device
  *                                counters aside) for the block decoder
  *                                (prefix, dual, no cache) and the vanilla
- *                                decoder, with device tokens > 0; windows
+ *                                decoder, the decoding window (with and
+ *                                without lookahead) and selective logits
+ *                                skipping, with device tokens > 0; windows
  *                                narrower than prefill_min_tokens stay on
  *                                the CPU (0 device tokens); a mix (prompt
  *                                window on the device, block windows on the
@@ -72,14 +74,20 @@ typedef struct mode {
     ts_diffusion_cache cache;
     int32_t steps;
     float temp;
+    int32_t window, lookahead; /* multi-block speculative decoding */
+    bool skip_logits;
 } mode;
 
 static const mode MODES[] = {
-    {"block prefix", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f},
-    {"block dual", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_DUAL, 0, 0.0f},
-    {"block none", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_NONE, 0, 0.0f},
-    {"vanilla", TS_DIFFUSION_VANILLA, TS_DIFFUSION_CACHE_PREFIX, 12, 0.0f},
-    {"block prefix temp", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.7f},
+    {"block prefix", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 0, 0, false},
+    {"block dual", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_DUAL, 0, 0.0f, 0, 0, false},
+    {"block none", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_NONE, 0, 0.0f, 0, 0, false},
+    {"vanilla", TS_DIFFUSION_VANILLA, TS_DIFFUSION_CACHE_PREFIX, 12, 0.0f, 0, 0, false},
+    {"block prefix temp", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.7f, 0, 0, false},
+    {"window", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 12, 0, false},
+    {"window lookahead", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 8, 4, false},
+    {"window skip-logits", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 12, 4, true},
+    {"vanilla skip-logits", TS_DIFFUSION_VANILLA, TS_DIFFUSION_CACHE_PREFIX, 12, 0.0f, 0, 0, true},
 };
 #define N_MODES ((int)(sizeof MODES / sizeof MODES[0]))
 
@@ -98,6 +106,10 @@ static outcome run(const ts_model *m, const mode *md, const char *dev, int32_t m
     dp.block = 8;
     dp.steps = md->steps;
     dp.temp = md->temp;
+    dp.window = md->window;
+    dp.lookahead = md->lookahead;
+    dp.lookahead_trigger = 6;
+    dp.skip_logits = md->skip_logits;
     dp.threshold = 0.2f; /* the tiny random models are unsure: commit several per step */
     dp.early_stop = false;
     ts_context_params cp = ts_context_default_params();
@@ -139,7 +151,10 @@ static bool same_counters(const outcome *a, const outcome *b) {
            x->tokens_evaluated == y->tokens_evaluated && x->tokens_committed == y->tokens_committed &&
            !memcmp(x->commit_per_forward_hist, y->commit_per_forward_hist, sizeof x->commit_per_forward_hist) &&
            x->early_stop_at == y->early_stop_at && x->n_prompt_tokens == y->n_prompt_tokens &&
-           x->n_gen_tokens == y->n_gen_tokens && x->n_blocks == y->n_blocks && x->stop_reason == y->stop_reason;
+           x->n_gen_tokens == y->n_gen_tokens && x->n_blocks == y->n_blocks && x->stop_reason == y->stop_reason &&
+           x->window_max == y->window_max && x->draft_evals == y->draft_evals &&
+           x->draft_accepted == y->draft_accepted && x->lookahead_tokens == y->lookahead_tokens &&
+           x->logits_skipped == y->logits_skipped;
 }
 
 static void gate(const ts_model *m, const char *devname) {

@@ -484,7 +484,10 @@ static int eval_span(ts_state *s, const int32_t *tokens, int nb, int64_t pos0, i
     stage_embed(s, tokens, nb);
     /* the layers: one block graph, on the device or on the state's cpu engine */
     const uint64_t t0 = s->pf_auto && !on_device && nb > 1 ? ts_now_ns() : 0;
-    if (ts_rt_layers_run_window(on_device ? s->pf : s->cpu_layers, pos0, nb, n_kv, err) < 0) return -1;
+    if (ts_rt_layers_run_window(on_device ? s->pf : s->cpu_layers, pos0, nb, n_kv, err) < 0) {
+        s->logit_need = NULL; /* the selection was for this forward */
+        return -1;
+    }
     if (t0) {
         /* what a token of the CPU's layers costs, for pf_takes */
         const double per = (double)(ts_now_ns() - t0) / nb;
@@ -526,6 +529,7 @@ static bool pf_takes(const ts_state *s, int w) {
 
 int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all, ts_err *err) {
     if (!s) return ts_err_set(err, "state is NULL");
+    s->logit_need = NULL; /* a logit-row selection is for window forwards only */
     if (n < 0) return ts_err_set(err, "token count %d is negative", n);
     if (n == 0) return 0;
     if (!tokens) return ts_err_set(err, "tokens is NULL");
@@ -605,19 +609,28 @@ static int window_checks(ts_state *s, int32_t set, const int32_t *tokens, int32_
 int ts_forward_window(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, float *logits_all,
                       ts_err *err) {
     bool on_device = false;
-    if (window_checks(s, 0, tokens, n, pos0, n_kv, &on_device, err) < 0) return -1;
-    if (n == 0) return 0;
+    const int rc = window_checks(s, 0, tokens, n, pos0, n_kv, &on_device, err);
+    if (rc < 0 || n == 0) {
+        if (s) s->logit_need = NULL; /* the selection was for this forward */
+        return rc < 0 ? -1 : 0;
+    }
     return eval_span(s, tokens, n, pos0, n_kv, on_device, logits_all, true, err);
 }
 
 int ts_forward_window_submit(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv,
                              float *logits_all, ts_err *err) {
     bool on_device = false;
-    if (window_checks(s, 0, tokens, n, pos0, n_kv, &on_device, err) < 0) return -1;
-    if (n == 0) return 0;
+    const int rc = window_checks(s, 0, tokens, n, pos0, n_kv, &on_device, err);
+    if (rc < 0 || n == 0) {
+        if (s) s->logit_need = NULL; /* the selection was for this forward */
+        return rc < 0 ? -1 : 0;
+    }
     if (!on_device) return eval_span(s, tokens, n, pos0, n_kv, false, logits_all, true, err);
     stage_embed(s, tokens, n);
-    if (ts_rt_layers_submit_window(s->pf, pos0, n, n_kv, err) < 0) return -1;
+    if (ts_rt_layers_submit_window(s->pf, pos0, n, n_kv, err) < 0) {
+        s->logit_need = NULL;
+        return -1;
+    }
     s->win_pending = true;
     s->win_n = n;
     s->win_logits = logits_all;

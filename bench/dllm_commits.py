@@ -14,41 +14,24 @@ usage: dllm_commits.py TESSERA MODEL [--prompts N] [--thresholds 0.5 0.9 ...]
 """
 import argparse
 import json
-import os
-import subprocess
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tools"))
-import train_tiny_dllm as T  # noqa: E402
+import dllm_common as C
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("tessera")
-    ap.add_argument("model")
-    ap.add_argument("--prompts", type=int, default=20)
+    C.add_args(ap, 20)
     ap.add_argument("--thresholds", type=float, nargs="+", default=[0.9])
-    ap.add_argument("--gen", type=int, default=64)
-    ap.add_argument("--block", type=int, default=32)
     ap.add_argument("--decoder-args", default="--no-cache")
-    ap.add_argument("-t", "--threads", type=int, default=2)
-    ap.add_argument("--json")
     a = ap.parse_args()
 
-    prompts = T.held_out_prompts(a.prompts)
+    prompts = C.T.held_out_prompts(a.prompts)
     rows = []
     print(f"{'threshold':>9s} {'prompts':>7s} {'forwards':>8s} {'tokens/forward':>14s}  histogram (k: forwards committing k)")
     for thr in a.thresholds:
         hist, fw, tk = {}, 0, 0
         for p in prompts:
-            cmd = [a.tessera, "diffuse", "-m", a.model, "-p", p, "-n", str(a.gen), "--block", str(a.block),
-                   "--threshold", str(thr), "--no-early-stop", "--no-display-prompt", "--stats", "json",
-                   "-t", str(a.threads)] + a.decoder_args.split()
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode != 0:
-                sys.exit(f"dllm_commits: tessera failed: {r.stderr.strip()[-500:]}")
-            st = json.loads([ln for ln in r.stderr.splitlines() if ln.startswith("{")][-1])
+            st = C.diffuse(a, p, thr, a.decoder_args.split(), "dllm_commits")
             h = st["commit_per_forward_hist"]
             for k, c in enumerate(h):
                 if c:

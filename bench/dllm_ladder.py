@@ -31,14 +31,10 @@ usage: dllm_ladder.py TESSERA MODEL [--device amx,act=int8] [--prompts 50]
 """
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tools"))
-import train_tiny_dllm as T  # noqa: E402
+import dllm_common as C
 
 
 def rows_for(dev, block):
@@ -57,36 +53,20 @@ def rows_for(dev, block):
     ]
 
 
-def run_one(a, prompt, flags):
-    cmd = [a.tessera, "diffuse", "-m", a.model, "-p", prompt, "-n", str(a.gen), "--block", str(a.block),
-           "--threshold", str(a.threshold), "--no-early-stop", "--no-display-prompt", "--stats", "json",
-           "-t", str(a.threads)] + flags
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"dllm_ladder: {' '.join(cmd[:3])} ... {' '.join(flags)} failed: {r.stderr.strip()[-600:]}")
-    return json.loads([ln for ln in r.stderr.splitlines() if ln.startswith("{")][-1])
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("tessera")
-    ap.add_argument("model")
+    C.add_args(ap, 50)
     ap.add_argument("--device", default="amx,act=int8")
-    ap.add_argument("--prompts", type=int, default=50)
-    ap.add_argument("--gen", type=int, default=64)
-    ap.add_argument("--block", type=int, default=32)
     ap.add_argument("--threshold", type=float, default=0.9)
-    ap.add_argument("-t", "--threads", type=int, default=2)
-    ap.add_argument("--json")
     a = ap.parse_args()
 
-    prompts = T.held_out_prompts(a.prompts)
+    prompts = C.T.held_out_prompts(a.prompts)
     rows = rows_for(a.device, a.block)
     res = {name: [] for name, flags in rows if flags is not None}
     for i, p in enumerate(prompts):
         for name, flags in rows:
             if flags is not None:
-                res[name].append(run_one(a, p, flags))
+                res[name].append(C.diffuse(a, p, a.threshold, flags, "dllm_ladder"))
         print(f"dllm_ladder: prompt {i + 1}/{len(prompts)} done", file=sys.stderr, flush=True)
 
     ref = res["CPU vanilla"]

@@ -19,44 +19,28 @@ usage: dllm_sweeps.py TESSERA MODEL [--device amx,act=int8] [--prompts 5]
 """
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tools"))
-import train_tiny_dllm as T  # noqa: E402
+import dllm_common as C
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("tessera")
-    ap.add_argument("model")
+    C.add_args(ap, 5)
     ap.add_argument("--device", default="amx,act=int8", help="the window device ('' for the CPU)")
-    ap.add_argument("--prompts", type=int, default=5)
     ap.add_argument("--triggers", default="0,2,4,8,16,32")
     ap.add_argument("--window", type=int, default=32)
-    ap.add_argument("--gen", type=int, default=64)
-    ap.add_argument("--block", type=int, default=32)
     ap.add_argument("--threshold", type=float, default=0.9)
-    ap.add_argument("-t", "--threads", type=int, default=2)
-    ap.add_argument("--json")
     a = ap.parse_args()
     triggers = [int(x) for x in a.triggers.split(",")]
-    prompts = T.held_out_prompts(a.prompts)
+    prompts = C.T.held_out_prompts(a.prompts)
     dev = ["--prefill-device", a.device, "--prefill-min-tokens", "2"] if a.device else []
     res = {k: [] for k in triggers}
     for i, p in enumerate(prompts):
         for k in triggers:
-            cmd = [a.tessera, "diffuse", "-m", a.model, "-p", p, "-n", str(a.gen), "--block", str(a.block),
-                   "--threshold", str(a.threshold), "--no-early-stop", "--no-display-prompt", "--stats", "json",
-                   "-t", str(a.threads), "--window", str(a.window), "--lookahead", "auto",
-                   "--lookahead-trigger", str(k)] + dev
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode != 0:
-                sys.exit(f"dllm_sweeps: trigger {k} failed: {r.stderr.strip()[-600:]}")
-            res[k].append(json.loads([ln for ln in r.stderr.splitlines() if ln.startswith("{")][-1]))
+            res[k].append(C.diffuse(a, p, a.threshold, ["--window", str(a.window), "--lookahead", "auto",
+                                                        "--lookahead-trigger", str(k)] + dev, "dllm_sweeps"))
         print(f"dllm_sweeps: prompt {i + 1}/{len(prompts)} done", file=sys.stderr, flush=True)
 
     print(f"\nFig. 13a: {a.model}, {len(prompts)} prompts, gen {a.gen}, block {a.block}, window {a.window}, "

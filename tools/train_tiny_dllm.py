@@ -216,15 +216,15 @@ def masked_batch(rng, data, B, L, clean_frac=0.5):
     return x, m, p
 
 
-def block_batch(rng, data, B, L, blk=32):
+def block_batch(rng, data, B, L, blk=32, rate=None):
     """The objective matched to block decoding: a clean prefix of P in
     [L/4, L - blk] tokens, then one block of blk positions masked at the
-    sequence's rate, and nothing after it (keys past the block are not
-    attended): what a block decoder with a prefix cache shows the model."""
+    sequence's rate (LLaDA's, or `rate` for all), and nothing after it (keys
+    past the block are not attended): what a block decoder with a prefix
+    cache shows the model."""
     starts = rng.integers(0, len(data) - L, size=B)
     x = np.stack([data[s:s + L] for s in starts]).astype(np.int64)
-    t = rng.random(B)
-    p = (1 - EPS) * t + EPS
+    p = (1 - EPS) * rng.random(B) + EPS if rate is None else np.full(B, rate)
     m = np.zeros((B, L), dtype=bool)
     key_len = np.zeros(B, dtype=np.int64)
     for b in range(B):
@@ -476,10 +476,7 @@ def cmd_eval(a):
                 kl, norm = None, None
                 if a.objective == "block":
                     # the block objective's windows, the block masked at this rate
-                    xn, _, _, kln = block_batch(rng, held, 8, a.seq)
-                    mn = np.zeros(xn.shape, dtype=bool)
-                    for b in range(8):
-                        mn[b, kln[b] - 32:kln[b]] = rng.random(32) < rate
+                    xn, mn, _, kln = block_batch(rng, held, 8, a.seq, rate=rate)
                     x, m, kl, norm = torch.from_numpy(xn), torch.from_numpy(mn), torch.from_numpy(kln), 32
                 else:
                     s = rng.integers(0, len(held) - a.seq, size=8)

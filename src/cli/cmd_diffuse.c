@@ -371,8 +371,8 @@ int cli_diffuse(int argc, char **argv) {
     ts_diffusion_stats ds = TS_STRUCT_INIT(ts_diffusion_stats);
     gen_ids = malloc((size_t)o.dp.n_gen * sizeof *gen_ids);
     int32_t n_gen_ids = 0;
-    ts_status st = gen_ids ? ts_context_diffuse(ctx, ids, (int32_t)n_prompt, &o.dp, gen_ids, o.dp.n_gen, &n_gen_ids, &ds)
-                           : TS_ERR_NO_MEMORY;
+    ts_status st = TS_ERR_NO_MEMORY;
+    if (gen_ids) st = ts_context_diffuse(ctx, ids, (int32_t)n_prompt, &o.dp, gen_ids, o.dp.n_gen, &n_gen_ids, &ds);
     fputc('\n', stdout);
     fflush(stdout);
     if (st != TS_OK) {

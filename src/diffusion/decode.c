@@ -112,21 +112,20 @@ typedef struct run {
     int32_t *order, *pick; /* [block] selection scratch */
     int32_t *draft_tok;    /* window: [L] each future position's latest draft */
     double *draft_conf;    /* [L] its confidence */
-    int64_t *draft_at;     /* [L] denoise_forwards after the forward that computed it (0: none) */
+    int64_t *draft_at;     /* [L] denoise_forwards after the forward that computed it (0: none yet) */
     uint8_t *need;         /* skip_logits: [rows] the rows a forward computes */
     int32_t rows;          /* rows of logits (and need): the widest window */
     uint64_t rng;
     bool eog_seen;         /* an end-of-generation token was handed out: emit nothing more */
 } run;
 
-static int forward(run *r, int32_t pos0, int32_t n, int32_t n_kv, bool want_logits, ts_err *err);
-
-/* A forward of n positions from pos0 attending to [0, n_kv); logits for
- * the positions [lo, hi) still to decide (skip_logits: only theirs). */
-static int forward_for(run *r, int32_t pos0, int32_t n, int32_t n_kv, int32_t lo, int32_t hi, ts_err *err) {
+/* A forward of n positions from pos0 attending to [0, n_kv), with logits
+ * for the positions [lo, hi) still to decide (lo == hi: K/V only; with
+ * skip_logits the rows of the others are not computed). */
+static int forward(run *r, int32_t pos0, int32_t n, int32_t n_kv, int32_t lo, int32_t hi, ts_err *err) {
     if (n > r->d->max_window)
         return ts_err_set(err, "a window of %d tokens exceeds the denoiser's %d (raise n_batch)", n, r->d->max_window);
-    if (r->c->skip_logits && r->d->set_rows) {
+    if (lo < hi && r->c->skip_logits && r->d->set_rows) {
         int32_t skipped = 0;
         for (int32_t i = 0; i < n; i++) {
             const int32_t p = pos0 + i + r->sh;
@@ -136,13 +135,7 @@ static int forward_for(run *r, int32_t pos0, int32_t n, int32_t n_kv, int32_t lo
         if (r->d->set_rows(r->d->ctx, r->need, n, err) < 0) return ts_err_prefix(err, "selecting logit rows");
         r->st->logits_skipped += skipped;
     }
-    return forward(r, pos0, n, n_kv, true, err);
-}
-
-static int forward(run *r, int32_t pos0, int32_t n, int32_t n_kv, bool want_logits, ts_err *err) {
-    if (n > r->d->max_window)
-        return ts_err_set(err, "a window of %d tokens exceeds the denoiser's %d (raise n_batch)", n, r->d->max_window);
-    if (r->d->forward(r->d->ctx, r->canvas + pos0, n, pos0, n_kv, want_logits ? r->logits : NULL, err) < 0)
+    if (r->d->forward(r->d->ctx, r->canvas + pos0, n, pos0, n_kv, lo < hi ? r->logits : NULL, err) < 0)
         return ts_err_prefix(err, "forward at positions [%d, %d)", pos0, pos0 + n);
     r->st->forwards++;
     r->st->tokens_evaluated += n;
@@ -215,7 +208,7 @@ static int run_vanilla(run *r, ts_err *err) {
                 r->st->end = TS_DIFF_END_CANCELLED;
                 return 0;
             }
-            if (forward_for(r, 0, r->L, r->L, s, e, err) < 0) return -1;
+            if (forward(r, 0, r->L, r->L, s, e, err) < 0) return -1;
             int32_t n = candidates(r, s, e, 0);
             int32_t k = ts_diff_schedule(e - s, n, steps, i, c->eps);
             commit(r, ts_diff_select(r->cand_conf, n, k, NAN, r->order, r->pick));
@@ -228,7 +221,7 @@ static int run_vanilla(run *r, ts_err *err) {
 /* The finished block [s, e)'s K/V from its final tokens join the prefix
  * (attending to the prefix and the block only: no draft enters it). */
 static int refresh_block(run *r, int32_t pos0, int32_t e, ts_err *err) {
-    if (forward(r, pos0, e - pos0, e, false, err) < 0) return -1;
+    if (forward(r, pos0, e - pos0, e, 0, 0, err) < 0) return -1;
     if (r->d->set_prefix && r->d->set_prefix(r->d->ctx, e, err) < 0) return -1;
     return 0;
 }
@@ -291,7 +284,8 @@ static bool accept_drafts(run *r, int32_t s, int32_t e) {
     int32_t n = 0, left = 0;
     for (int32_t p = s; p < e; p++) {
         if (r->canvas[p] != r->d->mask_id) continue;
-        if (r->draft_at[p] == r->st->denoise_forwards && r->draft_at[p] > 0 && r->draft_conf[p] >= r->c->threshold) {
+        /* computed by the last denoising forward (there was one: block 0's) */
+        if (r->draft_at[p] == r->st->denoise_forwards && r->draft_conf[p] >= r->c->threshold) {
             r->canvas[p] = r->draft_tok[p];
             n++;
         } else {
@@ -313,7 +307,7 @@ static int run_block(run *r, ts_err *err) {
     const double thr = c->threshold;
     if (cached) { /* the prompt's K/V, once */
         double t0 = ts_now_ms();
-        if (forward(r, 0, r->np, r->np, false, err) < 0) return -1;
+        if (forward(r, 0, r->np, r->np, 0, 0, err) < 0) return -1;
         if (d->set_prefix && d->set_prefix(d->ctx, r->np, err) < 0) return -1;
         r->st->prefill_ms = ts_now_ms() - t0;
     }
@@ -341,7 +335,7 @@ static int run_block(run *r, ts_err *err) {
                 start = from - r->sh;
                 end = n_kv = window_end(r, s, e, start);
             }
-            if (forward_for(r, start, end - start, n_kv, s, c->window > 0 ? end : e, err) < 0) return -1;
+            if (forward(r, start, end - start, n_kv, s, c->window > 0 ? end : e, err) < 0) return -1;
             if (end - start > r->st->window_max) r->st->window_max = end - start;
             int32_t n = candidates(r, s, e, start);
             if (n == 0) break; /* cannot happen: the loop ends when the block is full */
@@ -403,8 +397,8 @@ int ts_diffuse(const ts_denoiser *d, const int32_t *prompt, int32_t n_prompt, co
     }
     if (c->skip_logits) r.need = malloc((size_t)r.rows);
     int rc = -1;
-    if ((c->skip_logits && !r.need) || !r.canvas || !r.logits || !r.cand_pos || !r.cand_tok || !r.cand_conf || !r.order || !r.pick ||
-        (c->window > 0 && (!r.draft_tok || !r.draft_conf || !r.draft_at))) {
+    if (!r.canvas || !r.logits || !r.cand_pos || !r.cand_tok || !r.cand_conf || !r.order || !r.pick ||
+        (c->window > 0 && (!r.draft_tok || !r.draft_conf || !r.draft_at)) || (c->skip_logits && !r.need)) {
         ts_err_set(err, "out of memory for diffusion buffers (%d windows rows of %d logits)", maxw, d->n_vocab);
         goto done;
     }

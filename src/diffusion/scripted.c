@@ -40,6 +40,9 @@ static int scripted_forward(void *ctx, const int32_t *tokens, int32_t n, int32_t
     if (s->n_calls < s->cap_calls) s->calls[s->n_calls] = (ts_scripted_call){pos0, n, n_kv};
     const int64_t call = s->n_calls++;
     memcpy(s->canvas + pos0, tokens, (size_t)n * sizeof *tokens);
+    const uint8_t *need = s->need; /* set_rows' selection is this forward's */
+    const int32_t need_n = s->need_n;
+    s->need = NULL;
     if (!logits) return 0;
     const int32_t V = s->n_vocab;
     /* the rest mass 1 - conf goes to up to 8 "filler" ids: the highest ones
@@ -49,9 +52,6 @@ static int scripted_forward(void *ctx, const int32_t *tokens, int32_t n, int32_t
      * give bit-equal computed ones (ties stay ties) as long as the scripted
      * tokens are below the fillers. */
     int32_t fill[8], n_fill = 0;
-    const uint8_t *need = s->need;
-    const int32_t need_n = s->need_n;
-    s->need = NULL;
     for (int32_t r = 0; r < n; r++) {
         float *row = logits + (size_t)r * (size_t)V;
         if (need && (r >= need_n || !need[r])) { /* not asked for */

@@ -434,16 +434,30 @@ static void stage_logits(ts_state *s, const float *x, float *xn, int t0, int nb,
     if (m->hp.final_logit_softcap > 0.0f) ts_softcap_f32(out, (int64_t)n * V, m->hp.final_logit_softcap);
 }
 
-/* The logits of the span's nb rows into logits_out (or NULL); when last,
- * the last row also goes to s->logits. */
-/* The logits of the rows ts_state_set_logit_rows selected: those rows of x
- * gathered to the front (x is spent once the layers are done), projected
- * into the front of out, then moved to their rows (last row first, so no
- * row is overwritten before it moves). */
-static void selected_logits(ts_state *s, float *x, float *xn, int nb, float *out, bool last) {
+/* A window forward's logit-row selection (ts_state_set_logit_rows), taken
+ * by the forward it was made for: need NULL means every row. */
+typedef struct logit_sel {
+    const uint8_t *need;
+    int32_t n;
+} logit_sel;
+
+static logit_sel take_sel(ts_state *s) {
+    logit_sel sel = {NULL, 0};
+    if (s) {
+        sel = (logit_sel){s->logit_need, s->logit_need_n};
+        s->logit_need = NULL;
+    }
+    return sel;
+}
+
+/* The logits of the selected rows: those rows of x gathered to the front
+ * (x is spent once the layers are done), projected into the front of out,
+ * then moved to their rows (last row first, so no row is overwritten
+ * before it moves). */
+static void selected_logits(ts_state *s, float *x, float *xn, int nb, float *out, bool last, logit_sel sel) {
     const int64_t E = s->m->hp.n_embd, V = s->m->hp.n_vocab;
-    const uint8_t *need = s->logit_need;
-    const int nn = s->logit_need_n < nb ? s->logit_need_n : nb;
+    const uint8_t *need = sel.need;
+    const int nn = sel.n < nb ? sel.n : nb;
     int k = 0;
     for (int i = 0; i < nn; i++)
         if (need[i]) {
@@ -456,11 +470,13 @@ static void selected_logits(ts_state *s, float *x, float *xn, int nb, float *out
     if (last && nn == nb && need[nb - 1]) memcpy(s->logits, out + (int64_t)(nb - 1) * V, (size_t)V * sizeof(float));
 }
 
-static void finish_logits_from(ts_state *s, const float *x, float *xn, int nb, float *logits_out, bool last) {
+/* The logits of the span's nb rows into logits_out (or NULL; sel: only
+ * those rows); when last, the last row also goes to s->logits. */
+static void finish_logits_from(ts_state *s, float *x, float *xn, int nb, float *logits_out, bool last,
+                               logit_sel sel) {
     const int64_t V = s->m->hp.n_vocab;
-    if (logits_out && s->logit_need && x == s->x) {
-        selected_logits(s, s->x, xn, nb, logits_out, last);
-        s->logit_need = NULL;
+    if (logits_out && sel.need) {
+        selected_logits(s, x, xn, nb, logits_out, last, sel);
     } else if (logits_out) {
         stage_logits(s, x, xn, 0, nb, logits_out);
         if (last) memcpy(s->logits, logits_out + (int64_t)(nb - 1) * V, (size_t)V * sizeof(float));
@@ -469,25 +485,22 @@ static void finish_logits_from(ts_state *s, const float *x, float *xn, int nb, f
     }
 }
 
-static void finish_logits(ts_state *s, int nb, float *logits_out, bool last) {
-    finish_logits_from(s, s->x, s->xn, nb, logits_out, last);
+static void finish_logits(ts_state *s, int nb, float *logits_out, bool last, logit_sel sel) {
+    finish_logits_from(s, s->x, s->xn, nb, logits_out, last, sel);
 }
 
 /* nb tokens at positions pos0 ...: the embedding and the logits on the CPU,
  * the layers on the CPU stages or, on_device, through runtime/layers.c
  * over the same buffers and KV cache (placement is the only difference).
  * Attention is causal (n_kv 0) or sees cache rows [0, n_kv) (a diffusion
- * window). logits_out: nb rows, or NULL; when last, the last row also goes
- * to s->logits. */
+ * window). logits_out: nb rows (sel: only those), or NULL; when last, the
+ * last row also goes to s->logits. */
 static int eval_span(ts_state *s, const int32_t *tokens, int nb, int64_t pos0, int64_t n_kv, bool on_device,
-                     float *logits_out, bool last, ts_err *err) {
+                     float *logits_out, bool last, logit_sel sel, ts_err *err) {
     stage_embed(s, tokens, nb);
     /* the layers: one block graph, on the device or on the state's cpu engine */
     const uint64_t t0 = s->pf_auto && !on_device && nb > 1 ? ts_now_ns() : 0;
-    if (ts_rt_layers_run_window(on_device ? s->pf : s->cpu_layers, pos0, nb, n_kv, err) < 0) {
-        s->logit_need = NULL; /* the selection was for this forward */
-        return -1;
-    }
+    if (ts_rt_layers_run_window(on_device ? s->pf : s->cpu_layers, pos0, nb, n_kv, err) < 0) return -1;
     if (t0) {
         /* what a token of the CPU's layers costs, for pf_takes */
         const double per = (double)(ts_now_ns() - t0) / nb;
@@ -495,7 +508,7 @@ static int eval_span(ts_state *s, const int32_t *tokens, int nb, int64_t pos0, i
     }
     /* the CPU wrote those cache rows: a device's copy of them is stale */
     if (!on_device && s->pf) ts_rt_layers_kv_host_wrote(s->pf, pos0, pos0 + nb);
-    finish_logits(s, nb, logits_out, last);
+    finish_logits(s, nb, logits_out, last, sel);
     return 0;
 }
 
@@ -529,7 +542,6 @@ static bool pf_takes(const ts_state *s, int w) {
 
 int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all, ts_err *err) {
     if (!s) return ts_err_set(err, "state is NULL");
-    s->logit_need = NULL; /* a logit-row selection is for window forwards only */
     if (n < 0) return ts_err_set(err, "token count %d is negative", n);
     if (n == 0) return 0;
     if (!tokens) return ts_err_set(err, "tokens is NULL");
@@ -549,14 +561,16 @@ int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all,
              * the rest on the CPU in micro-batches */
             const int w = n - done < s->pf_width ? n - done : s->pf_width;
             if (pf_takes(s, w)) {
-                if (eval_span(s, tokens + done, w, s->n_past, 0, true, out, done + w == n, err) < 0) return -1;
+                if (eval_span(s, tokens + done, w, s->n_past, 0, true, out, done + w == n, (logit_sel){NULL, 0}, err) < 0)
+                    return -1;
                 s->n_past += w;
                 done += w;
                 continue;
             }
             if (nb > w) nb = w;
         }
-        if (eval_span(s, tokens + done, nb, s->n_past, 0, false, out, done + nb == n, err) < 0) return -1;
+        if (eval_span(s, tokens + done, nb, s->n_past, 0, false, out, done + nb == n, (logit_sel){NULL, 0}, err) < 0)
+            return -1;
         s->n_past += nb;
         done += nb;
     }
@@ -608,32 +622,27 @@ static int window_checks(ts_state *s, int32_t set, const int32_t *tokens, int32_
 
 int ts_forward_window(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, float *logits_all,
                       ts_err *err) {
+    const logit_sel sel = take_sel(s); /* this call's, whether it runs or not */
     bool on_device = false;
-    const int rc = window_checks(s, 0, tokens, n, pos0, n_kv, &on_device, err);
-    if (rc < 0 || n == 0) {
-        if (s) s->logit_need = NULL; /* the selection was for this forward */
-        return rc < 0 ? -1 : 0;
-    }
-    return eval_span(s, tokens, n, pos0, n_kv, on_device, logits_all, true, err);
+    if (window_checks(s, 0, tokens, n, pos0, n_kv, &on_device, err) < 0) return -1;
+    if (n == 0) return 0;
+    return eval_span(s, tokens, n, pos0, n_kv, on_device, logits_all, true, sel, err);
 }
 
 int ts_forward_window_submit(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv,
                              float *logits_all, ts_err *err) {
+    const logit_sel sel = take_sel(s); /* this call's, whether it runs or not */
     bool on_device = false;
-    const int rc = window_checks(s, 0, tokens, n, pos0, n_kv, &on_device, err);
-    if (rc < 0 || n == 0) {
-        if (s) s->logit_need = NULL; /* the selection was for this forward */
-        return rc < 0 ? -1 : 0;
-    }
-    if (!on_device) return eval_span(s, tokens, n, pos0, n_kv, false, logits_all, true, err);
+    if (window_checks(s, 0, tokens, n, pos0, n_kv, &on_device, err) < 0) return -1;
+    if (n == 0) return 0;
+    if (!on_device) return eval_span(s, tokens, n, pos0, n_kv, false, logits_all, true, sel, err);
     stage_embed(s, tokens, n);
-    if (ts_rt_layers_submit_window(s->pf, pos0, n, n_kv, err) < 0) {
-        s->logit_need = NULL;
-        return -1;
-    }
+    if (ts_rt_layers_submit_window(s->pf, pos0, n, n_kv, err) < 0) return -1;
     s->win_pending = true;
     s->win_n = n;
     s->win_logits = logits_all;
+    s->win_need = sel.need;
+    s->win_need_n = sel.n;
     return 0;
 }
 
@@ -642,7 +651,7 @@ int ts_forward_window_wait(ts_state *s, ts_err *err) {
     if (!s->win_pending) return 0;
     s->win_pending = false;
     if (ts_rt_layers_wait(s->pf, err) < 0) return -1;
-    finish_logits(s, s->win_n, s->win_logits, true);
+    finish_logits(s, s->win_n, s->win_logits, true, (logit_sel){s->win_need, s->win_need_n});
     return 0;
 }
 
@@ -685,7 +694,7 @@ int ts_forward_window_wait_set(ts_state *s, int32_t set, ts_err *err) {
     if (!A->pending) return 0;
     A->pending = false;
     if (ts_rt_layers_wait(A->pf, err) < 0) return -1;
-    finish_logits_from(s, A->act[TS_LS_X], A->act[TS_LS_XN], A->n, A->logits, true);
+    finish_logits_from(s, A->act[TS_LS_X], A->act[TS_LS_XN], A->n, A->logits, true, (logit_sel){NULL, 0});
     return 0;
 }
 

@@ -207,7 +207,9 @@ int ts_state_set_n_past(ts_state *s, int32_t n, ts_err *err);
  * i < n with need[i] != 0; the other rows of logits_all are left as they
  * were (and ts_state_logits is not updated unless the last row is needed).
  * need must stay valid until that forward's logits are written; the
- * selection is used once. NULL (or n 0) selects every row. */
+ * selection is taken by that call, whether it runs or is refused. Other
+ * forwards (ts_forward, other sets) ignore it. NULL (or n 0) selects every
+ * row. */
 int ts_state_set_logit_rows(ts_state *s, const uint8_t *need, int32_t n, ts_err *err);
 
 #endif

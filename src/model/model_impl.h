@@ -188,8 +188,10 @@ struct ts_state {
     bool win_pending;
     int32_t win_n;
     float *win_logits;
-    /* ts_state_set_logit_rows: the rows the next window forward's logits
-     * are computed for (NULL: all) */
+    const uint8_t *win_need; /* its logit-row selection (NULL: every row) */
+    int32_t win_need_n;
+    /* ts_state_set_logit_rows: the rows the next window forward (set 0)
+     * computes logits for, taken by that call (NULL: all) */
     const uint8_t *logit_need;
     int32_t logit_need_n;
     /* activation sets beyond the first (ts_state_params.n_act_sets): each

@@ -696,7 +696,14 @@ typedef struct ts_diffusion_params {
     const int32_t *latency_widths; /* auto: the window device's width -> ms table (ts_device_profile) */
     const double *latency_ms;
     int32_t n_latency;
-    bool skip_logits;              /* selective logits skipping: logits only for rows predicting a masked position */
+    bool skip_logits;              /* selective logits skipping: logits only for rows predicting a masked position
+                                      (with sts: or a visible one) */
+    /* Staged token stabilization (block decoder, prefix cache;
+     * docs/DIFFUSION.md): positions are masked, visible (context, still
+     * revisable) or stable; `threshold` is not used. */
+    bool sts;                      /* default false */
+    float visible;                 /* masked -> visible at a confidence >= this; default 0.7 */
+    float stable;                  /* -> stable at >= this (>= visible); default 0.9 */
 } ts_diffusion_params;
 
 /* Defaults; thread-safe. */
@@ -728,6 +735,12 @@ typedef struct ts_diffusion_stats {
     int64_t draft_accepted;        /* drafts committed when their block became current */
     int64_t lookahead_tokens;      /* positions lookahead added to windows */
     int64_t logits_skipped;        /* rows whose output projection skip_logits skipped */
+    /* staged token stabilization */
+    int64_t sts_visible;           /* masked positions made visible (forced ones included) */
+    int64_t sts_forced;            /* of those, by the at-least-one rule */
+    int64_t sts_stable;            /* positions that became stable */
+    int64_t revisions;             /* visible positions whose token a later prediction changed */
+    int64_t unstable_at_block_end; /* positions still visible when their block finished */
 } ts_diffusion_stats;
 
 /* n_batch a context needs for these parameters and an n_prompt-token prompt

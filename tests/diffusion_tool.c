@@ -24,7 +24,8 @@
  *       median and minimum over R runs (bench/diffusion_bench.py).
  *   diffusion_tool predict [--gen N] [--block N] [--prompt N] [--threshold X]
  *                 [--steps N] [--seed S]
- *       Forward counts of vanilla / block / block+dual over the scripted
+ *       Forward counts of vanilla / block / block+dual / block no-cache /
+ *       block+window / block+window+lookahead / block+sts over the scripted
  *       denoiser with a synthetic commit profile (see profile_script), as
  *       JSON lines: what the decoders would do on a model whose confidences
  *       behave like that, not a measurement of any model.
@@ -75,6 +76,10 @@ static int parse_opts(int argc, char **argv, int i0, opts *o) {
             o->c.skip_logits = true;
             continue;
         }
+        if (!strcmp(a, "--sts")) {
+            o->c.sts = true;
+            continue;
+        }
         if (i + 1 >= argc) return -1;
         const char *v = argv[++i];
         if (!strcmp(a, "-t")) o->n_threads = atoi(v);
@@ -88,6 +93,8 @@ static int parse_opts(int argc, char **argv, int i0, opts *o) {
         else if (!strcmp(a, "--eps")) o->c.eps = strtof(v, NULL);
         else if (!strcmp(a, "--temp")) o->c.temp = strtof(v, NULL);
         else if (!strcmp(a, "--seed")) o->c.seed = strtoull(v, NULL, 0);
+        else if (!strcmp(a, "--visible")) o->c.visible = strtof(v, NULL), o->c.sts = true;
+        else if (!strcmp(a, "--stable")) o->c.stable = strtof(v, NULL), o->c.sts = true;
         else if (!strcmp(a, "--window")) o->c.window = atoi(v);
         else if (!strcmp(a, "--lookahead")) o->c.lookahead = atoi(v);
         else if (!strcmp(a, "--lookahead-trigger")) o->c.lookahead_trigger = atoi(v);
@@ -125,6 +132,10 @@ static void print_stats(const ts_diff_stats *s) {
            "\"logits_skipped\":%lld",
            (long long)s->window_max, (long long)s->draft_evals, (long long)s->draft_accepted,
            (long long)s->lookahead_tokens, (long long)s->logits_skipped);
+    printf(",\"sts_visible\":%lld,\"sts_forced\":%lld,\"sts_stable\":%lld,\"revisions\":%lld,"
+           "\"unstable_at_block_end\":%lld",
+           (long long)s->sts_visible, (long long)s->sts_forced, (long long)s->sts_stable, (long long)s->revisions,
+           (long long)s->unstable_at_block_end);
 }
 
 /* ---- serve ---- */
@@ -363,9 +374,9 @@ static int predict(opts *o) {
     if (!prompt || !gen) return 1;
     for (int32_t i = 0; i < np; i++) prompt[i] = 1 + i % 40;
     static const char *names[] = {"vanilla", "block", "block+dual", "block no-cache", "block+window",
-                                  "block+window+lookahead"};
+                                  "block+window+lookahead", "block+sts"};
     int rc = 0;
-    for (int k = 0; k < 6; k++) {
+    for (int k = 0; k < 7; k++) {
         ts_scripted sc;
         memset(&sc, 0, sizeof sc);
         sc.n_vocab = 256;
@@ -382,6 +393,7 @@ static int predict(opts *o) {
          * half a block more once 4 positions are left */
         c.window = k >= 4 ? c.block : 0;
         c.lookahead = k == 5 ? c.block / 2 : 0;
+        c.sts = k == 6; /* staged token stabilization at visible / stable (0.7 / 0.9 unless given) */
         ts_diff_stats st;
         if (ts_diffuse(&d, prompt, np, &c, gen, &st, &e) < 0) {
             fprintf(stderr, "diffusion_tool: %s\n", e.msg);

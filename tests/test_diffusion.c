@@ -3,7 +3,9 @@
  * vanilla schedules, the confidence variants, top-k and threshold selection
  * with the at-least-one rule, block completion and the windows of each cache
  * mode, early stop at an end-of-generation token, shift handling, cancel,
- * bad configurations, and that the step loop allocates nothing. */
+ * staged token stabilization (state transitions, revisions, the
+ * at-least-one rule, its window start and drafts), bad configurations, and
+ * that the step loop allocates nothing. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -623,6 +625,112 @@ static void test_window(void) {
     ts_scripted_free(&f.s);
 }
 
+/* Staged token stabilization (visible .7, stable .9), prompt 3, n_gen 8, block 4:
+ *   call 1: 3 .95 -> stable; 4 .75 -> visible; 5 .5, 6 .3 stay masked
+ *   call 2: 4 predicted as 40 at .8 -> revised (still visible); 5 .6, 6 .65:
+ *           none passes .7 -> 6 made visible (at least one)
+ *   call 3: 4 predicted as its own 40 at .92 -> stable; 6 (.2) stays
+ *           visible; 5 .72 -> visible: nothing masked, block 0 ends with
+ *           5 and 6 visible
+ *   call 4: block 0's K/V; call 5: block 1 at .99 -> all stable. */
+static const entry sts_script[] = {
+    {1, 3, 0.95f, 0}, {1, 4, 0.75f, 0}, {1, 5, 0.5f, 0},   {1, 6, 0.3f, 0},  {2, 4, 0.8f, 40},
+    {2, 5, 0.6f, 0},  {2, 6, 0.65f, 0}, {3, 4, 0.92f, 40}, {3, 5, 0.72f, 0}, {3, 7, 0.8f, 0},
+    {5, 7, 0.99f, 0}, {5, 8, 0.99f, 0}, {5, 9, 0.99f, 0},  {5, 10, 0.99f, 0},
+};
+
+static void sts_fixture(fixture *f, table *t) {
+    fx_init(f, t, false, 16);
+    f->c.n_gen = 8;
+    f->c.block = 4;
+    f->c.sts = true;
+}
+
+static void test_sts(void) {
+    table t = {sts_script, (int)(sizeof sts_script / sizeof sts_script[0]), 0.2f};
+    const int32_t prompt[3] = {5, 6, 7};
+    fixture f;
+    sts_fixture(&f, &t);
+    CHECK(fx_run(&f, prompt, 3) == 0, "sts: %s", f.err.msg);
+    bool ok = f.s.n_calls == 6 && call_is(&f, 1, 3, 4, 7) && call_is(&f, 3, 3, 4, 7) && call_is(&f, 4, 3, 4, 7) &&
+              call_is(&f, 5, 7, 4, 11);
+    CHECK(ok, "sts: windows wrong (%lld calls)", (long long)f.s.n_calls);
+    if (!ok) print_calls(&f);
+    CHECK(f.st.sts_visible == 3 && f.st.sts_forced == 1 && f.st.sts_stable == 6 && f.st.revisions == 1 &&
+              f.st.unstable_at_block_end == 2,
+          "sts: visible %lld forced %lld stable %lld revisions %lld unstable at block end %lld",
+          (long long)f.st.sts_visible, (long long)f.st.sts_forced, (long long)f.st.sts_stable,
+          (long long)f.st.revisions, (long long)f.st.unstable_at_block_end);
+    CHECK(f.st.denoise_forwards == 4 && f.st.tokens_committed == 8 && f.st.commit_hist[2] == 1 &&
+              f.st.commit_hist[1] == 2 && f.st.commit_hist[4] == 1,
+          "sts: %lld denoising forwards, %lld unmasked", (long long)f.st.denoise_forwards,
+          (long long)f.st.tokens_committed);
+    for (int i = 0; i < 8; i++)
+        CHECK(f.gen[i] == (i == 1 ? 40 : tok_of(3 + i)), "sts: gen[%d] = %d (position 4 revised to 40)", i, f.gen[i]);
+    ts_scripted_free(&f.s);
+
+    /* the same with selective logits skipping: the stable positions' rows
+     * (3 in calls 2 and 3) are not computed; the visible ones are (NaN rows
+     * would change the revision and the tokens) */
+    sts_fixture(&f, &t);
+    f.c.skip_logits = true;
+    f.s.rows_nan = true;
+    CHECK(fx_run(&f, prompt, 3) == 0, "sts + skip logits: %s", f.err.msg);
+    CHECK(f.st.logits_skipped == 2 && f.st.revisions == 1 && f.gen[1] == 40 && f.st.sts_stable == 6,
+          "sts + skip logits: %lld rows skipped (want 2), %lld revisions", (long long)f.st.logits_skipped,
+          (long long)f.st.revisions);
+    ts_scripted_free(&f.s);
+
+    /* with a window: the next window starts at the first position that was
+     * not stable (4 before call 3, where the window alone would start at the
+     * frontier 5), and an accepted draft (7 at .8 from call 3) is visible,
+     * re-predicted in block 1's step (.99: stable) */
+    sts_fixture(&f, &t);
+    f.c.window = 4;
+    CHECK(fx_run(&f, prompt, 3) == 0, "sts + window: %s", f.err.msg);
+    ok = f.s.n_calls == 6 && call_is(&f, 1, 3, 4, 7) && call_is(&f, 2, 3, 6, 9) && call_is(&f, 3, 4, 5, 9) &&
+         call_is(&f, 4, 3, 4, 7) && call_is(&f, 5, 7, 4, 11);
+    CHECK(ok, "sts + window: windows wrong");
+    if (!ok) print_calls(&f);
+    CHECK(f.st.draft_accepted == 1 && f.st.sts_visible == 4 && f.st.sts_stable == 6 && f.st.unstable_at_block_end == 2,
+          "sts + window: accepted %lld, visible %lld, stable %lld, unstable %lld", (long long)f.st.draft_accepted,
+          (long long)f.st.sts_visible, (long long)f.st.sts_stable, (long long)f.st.unstable_at_block_end);
+    ts_scripted_free(&f.s);
+
+    /* visible == stable == the threshold: the threshold decoder's tokens and forwards */
+    table tb = {block_script, (int)(sizeof block_script / sizeof block_script[0]), 0.2f};
+    int32_t gen[2][8];
+    int64_t calls[2];
+    for (int k = 0; k < 2; k++) {
+        fx_init(&f, &tb, false, 16);
+        f.c.n_gen = 8;
+        f.c.block = 4;
+        f.c.sts = k == 1;
+        f.c.visible = f.c.stable = f.c.threshold;
+        CHECK(fx_run(&f, prompt, 3) == 0, "sts at one threshold: %s", f.err.msg);
+        memcpy(gen[k], f.gen, sizeof gen[k]);
+        calls[k] = f.s.n_calls;
+        if (k) CHECK(f.st.sts_forced == 2 && f.st.unstable_at_block_end == 2, "sts at one threshold: forced %lld",
+                     (long long)f.st.sts_forced);
+        ts_scripted_free(&f.s);
+    }
+    CHECK(!memcmp(gen[0], gen[1], sizeof gen[0]) && calls[0] == calls[1],
+          "sts at visible = stable = threshold differs from the threshold decoder (%lld / %lld calls)",
+          (long long)calls[0], (long long)calls[1]);
+
+    /* refused */
+    sts_fixture(&f, &t);
+    f.c.stable = 0.5f;
+    CHECK(fx_run(&f, prompt, 3) < 0 && strstr(f.err.msg, "below the visibility"), "stable < visible: %s", f.err.msg);
+    f.c.stable = 0.9f;
+    f.c.cache = TS_DIFF_CACHE_DUAL;
+    CHECK(fx_run(&f, prompt, 3) < 0 && strstr(f.err.msg, "prefix cache"), "sts + dual: %s", f.err.msg);
+    f.c.cache = TS_DIFF_CACHE_PREFIX;
+    f.c.decoder = TS_DIFF_VANILLA;
+    CHECK(fx_run(&f, prompt, 3) < 0 && strstr(f.err.msg, "stabilization"), "sts + vanilla: %s", f.err.msg);
+    ts_scripted_free(&f.s);
+}
+
 /* Selective logits skipping: the rows of positions already decided are not
  * computed (the scripted denoiser writes them as NaN, so reading one would
  * change a commit), and every decoder decodes the same tokens in the same
@@ -670,9 +778,9 @@ static void test_skip_logits(void) {
 static void test_no_alloc_in_loop(void) {
     table t = {NULL, 0, 0.2f};
     const int32_t prompt[3] = {5, 6, 7};
-    long counts[2][4];
+    long counts[2][5];
     for (int k = 0; k < 2; k++)
-        for (int mode = 0; mode < 4; mode++) {
+        for (int mode = 0; mode < 5; mode++) {
             fixture f;
             fx_init(&f, &t, mode == 1, 80);
             f.c.n_gen = k ? 64 : 8;
@@ -680,9 +788,10 @@ static void test_no_alloc_in_loop(void) {
             if (mode == 2) {
                 f.c.decoder = TS_DIFF_VANILLA;
                 f.c.steps = f.c.n_gen;
-            } else if (mode == 3) {
+            } else if (mode >= 3) {
                 f.c.window = 8;
                 f.c.lookahead = 4;
+                f.c.sts = mode == 4;
             } else {
                 f.c.cache = mode ? TS_DIFF_CACHE_DUAL : TS_DIFF_CACHE_PREFIX;
             }
@@ -691,7 +800,7 @@ static void test_no_alloc_in_loop(void) {
             counts[k][mode] = n_mallocs - before;
             ts_scripted_free(&f.s);
         }
-    for (int mode = 0; mode < 4; mode++)
+    for (int mode = 0; mode < 5; mode++)
         CHECK(counts[0][mode] == counts[1][mode] && counts[0][mode] > 0,
               "mode %d: %ld mallocs for 8 tokens, %ld for 64 (nothing may be allocated per step)", mode,
               counts[0][mode], counts[1][mode]);
@@ -710,6 +819,7 @@ int main(void) {
     test_cancel_and_errors();
     test_window();
     test_skip_logits();
+    test_sts();
     test_no_alloc_in_loop();
     if (failures) {
         fprintf(stderr, "test_diffusion: %d failure(s)\n", failures);

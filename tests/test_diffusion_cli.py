@@ -2,7 +2,8 @@
 """test_diffusion_cli.py - `tessera diffuse` and ts_context_diffuse end to end
 on the tiny random llada / dream models: --help, the --stats json keys, the
 counters and tokens equal to those of the library's decoder run directly
-(diffusion_tool decode) for every decoder / cache mode, --chat, and the
+(diffusion_tool decode) for every decoder / cache mode and switch (window,
+lookahead, skip-logits, sts), --chat, and the
 errors (a non-diffusion model, conflicting flags, bad values).
 
 usage: test_diffusion_cli.py TESSERA TESSERA_SHARED DIFFUSION_TOOL GEN_DLLM_MODELS.py MODELS_DIR WORK_DIR
@@ -14,7 +15,9 @@ import sys
 
 KEYS = ["forwards", "tokens_evaluated", "tokens_committed", "commit_per_forward_hist", "prefill_ms", "denoise_ms",
         "early_stop_at", "denoise_forwards", "n_prompt_tokens", "n_gen_tokens", "stop_reason", "tokens",
-        "window_max", "draft_evals", "draft_accepted", "lookahead_tokens", "logits_skipped"]
+        "window_max", "draft_evals", "draft_accepted", "lookahead_tokens", "logits_skipped", "sts", "visible",
+        "stable", "sts_visible", "sts_forced", "sts_stable", "revisions", "unstable_at_block_end"]
+STS_KEYS = ["sts_visible", "sts_forced", "sts_stable", "revisions", "unstable_at_block_end"]
 failures = 0
 
 
@@ -67,6 +70,10 @@ def main():
             ("block window lookahead", ["--window", "8", "--lookahead", "4", "--lookahead-trigger", "6"],
              ["--window", "8", "--lookahead", "4", "--lookahead-trigger", "6"]),
             ("block skip-logits", ["--skip-logits"], ["--skip-logits"]),
+            ("block sts", ["--sts"], ["--sts"]),
+            ("block sts low", ["--visible", "0.01", "--stable", "0.5"], ["--visible", "0.01", "--stable", "0.5"]),
+            ("block sts window skip-logits", ["--sts", "--window", "12", "--skip-logits"],
+             ["--sts", "--window", "12", "--skip-logits"]),
         ]:
             cmd = [tessera, "diffuse", "-m", model, "-p", prompt, "--gen", "24", "--block", "8", "-t", "1",
                    "--stats", "json", "--no-display-prompt"] + flags
@@ -79,8 +86,8 @@ def main():
             t = run([tool, "decode", model, ",".join(map(str, ids)), "--gen", "24", "--block", "8", "-t", "1"] +
                     tflags)
             ref = json.loads(t.stdout)
-            same = all(st[k] == ref[k] for k in ("forwards", "tokens_evaluated", "tokens_committed",
-                                                 "commit_per_forward_hist", "early_stop_at"))
+            same = all(st[k] == ref[k] for k in ["forwards", "tokens_evaluated", "tokens_committed",
+                                                 "commit_per_forward_hist", "early_stop_at"] + STS_KEYS)
             # tokens handed out: the decoded canvas up to the first EOS/EoT
             n_out = st["n_gen_tokens"]
             stop = ref["early_stop_at"]
@@ -121,6 +128,10 @@ def main():
           r.stderr.strip())
     r = run([tessera, "diffuse", "-m", llada, "-p", "Hi", "--lookahead", "4", "-t", "1"])
     check(r.returncode == 1 and "needs a window" in r.stderr, "--lookahead without --window: " + r.stderr.strip())
+    r = run([tessera, "diffuse", "-m", llada, "-p", "Hi", "--visible", "0.9", "--stable", "0.5", "-t", "1"])
+    check(r.returncode == 1 and "below the visibility" in r.stderr, "--stable below --visible: " + r.stderr.strip())
+    r = run([tessera, "diffuse", "-m", llada, "-p", "Hi", "--sts", "--dual-cache", "-t", "1"])
+    check(r.returncode == 1 and "stabilization needs" in r.stderr, "--sts with --dual-cache: " + r.stderr.strip())
     r = run([tessera, "diffuse", "-m", llada, "-p", "Hi", "--alg", "nope"])
     check(r.returncode == 2 and "--alg" in r.stderr, "bad --alg")
     if failures:

@@ -10,8 +10,9 @@
  *                                counters aside) for the block decoder
  *                                (prefix, dual, no cache) and the vanilla
  *                                decoder, the decoding window (with and
- *                                without lookahead) and selective logits
- *                                skipping, with device tokens > 0; windows
+ *                                without lookahead), selective logits
+ *                                skipping and staged token stabilization,
+ *                                with device tokens > 0; windows
  *                                narrower than prefill_min_tokens stay on
  *                                the CPU (0 device tokens); a mix (prompt
  *                                window on the device, block windows on the
@@ -76,18 +77,21 @@ typedef struct mode {
     float temp;
     int32_t window, lookahead; /* multi-block speculative decoding */
     bool skip_logits;
+    bool sts; /* staged token stabilization, visible 0.2 / stable 0.5 */
 } mode;
 
 static const mode MODES[] = {
-    {"block prefix", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 0, 0, false},
-    {"block dual", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_DUAL, 0, 0.0f, 0, 0, false},
-    {"block none", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_NONE, 0, 0.0f, 0, 0, false},
-    {"vanilla", TS_DIFFUSION_VANILLA, TS_DIFFUSION_CACHE_PREFIX, 12, 0.0f, 0, 0, false},
-    {"block prefix temp", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.7f, 0, 0, false},
-    {"window", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 12, 0, false},
-    {"window lookahead", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 8, 4, false},
-    {"window skip-logits", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 12, 4, true},
-    {"vanilla skip-logits", TS_DIFFUSION_VANILLA, TS_DIFFUSION_CACHE_PREFIX, 12, 0.0f, 0, 0, true},
+    {"block prefix", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 0, 0, false, false},
+    {"block dual", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_DUAL, 0, 0.0f, 0, 0, false, false},
+    {"block none", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_NONE, 0, 0.0f, 0, 0, false, false},
+    {"vanilla", TS_DIFFUSION_VANILLA, TS_DIFFUSION_CACHE_PREFIX, 12, 0.0f, 0, 0, false, false},
+    {"block prefix temp", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.7f, 0, 0, false, false},
+    {"window", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 12, 0, false, false},
+    {"window lookahead", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 8, 4, false, false},
+    {"window skip-logits", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 12, 4, true, false},
+    {"vanilla skip-logits", TS_DIFFUSION_VANILLA, TS_DIFFUSION_CACHE_PREFIX, 12, 0.0f, 0, 0, true, false},
+    {"sts", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 0, 0, false, true},
+    {"sts window skip", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 12, 4, true, true},
 };
 #define N_MODES ((int)(sizeof MODES / sizeof MODES[0]))
 
@@ -110,6 +114,9 @@ static outcome run(const ts_model *m, const mode *md, const char *dev, int32_t m
     dp.lookahead = md->lookahead;
     dp.lookahead_trigger = 6;
     dp.skip_logits = md->skip_logits;
+    dp.sts = md->sts;
+    dp.visible = 0.2f;
+    dp.stable = 0.5f;
     dp.threshold = 0.2f; /* the tiny random models are unsure: commit several per step */
     dp.early_stop = false;
     ts_context_params cp = ts_context_default_params();
@@ -154,7 +161,9 @@ static bool same_counters(const outcome *a, const outcome *b) {
            x->n_gen_tokens == y->n_gen_tokens && x->n_blocks == y->n_blocks && x->stop_reason == y->stop_reason &&
            x->window_max == y->window_max && x->draft_evals == y->draft_evals &&
            x->draft_accepted == y->draft_accepted && x->lookahead_tokens == y->lookahead_tokens &&
-           x->logits_skipped == y->logits_skipped;
+           x->logits_skipped == y->logits_skipped && x->sts_visible == y->sts_visible &&
+           x->sts_forced == y->sts_forced && x->sts_stable == y->sts_stable && x->revisions == y->revisions &&
+           x->unstable_at_block_end == y->unstable_at_block_end;
 }
 
 static void gate(const ts_model *m, const char *devname) {

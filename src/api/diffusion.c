@@ -29,6 +29,8 @@ ts_diffusion_params ts_diffusion_default_params(void) {
     p.early_stop = true;
     p.lookahead_trigger = d.lookahead_trigger;
     p.lookahead_slack = d.lookahead_slack;
+    p.visible = d.visible;
+    p.stable = d.stable;
     return p;
 }
 
@@ -59,6 +61,9 @@ static ts_diff_cfg to_cfg(const ts_diffusion_params *p) {
     c.lat_ms = p->latency_ms;
     c.n_lat = p->n_latency;
     c.skip_logits = p->skip_logits;
+    c.sts = p->sts;
+    c.visible = p->visible;
+    c.stable = p->stable;
     return c;
 }
 
@@ -225,6 +230,11 @@ ts_status ts_context_diffuse(ts_context *c, const int32_t *prompt, int32_t n_pro
         s.draft_accepted = ds.draft_accepted;
         s.lookahead_tokens = ds.lookahead_tokens;
         s.logits_skipped = ds.logits_skipped;
+        s.sts_visible = ds.sts_visible;
+        s.sts_forced = ds.sts_forced;
+        s.sts_stable = ds.sts_stable;
+        s.revisions = ds.revisions;
+        s.unstable_at_block_end = ds.unstable_at_block_end;
         ts_struct_out(stats, &s, sizeof s);
     }
     if (rc < 0)

@@ -54,6 +54,12 @@ static void help(FILE *f) {
             "      --lookahead-slack X  auto: extra latency a wider window may cost (default 0.05)\n"
             "      --skip-logits        selective logits skipping: the output projection only for rows that\n"
             "                           predict a position still masked (the block's, the drafts')\n"
+            "      --sts                block decoder: staged token stabilization: a masked position becomes\n"
+            "                           visible (context for later steps, still revisable) at --visible and\n"
+            "                           stable at --stable; a block ends when none of it is masked\n"
+            "                           (--threshold is not used)\n"
+            "      --visible X          with --sts: the visibility threshold (default %.2f; implies --sts)\n"
+            "      --stable X           with --sts: the stability threshold (default %.2f; implies --sts)\n"
             "      --chat               wrap the prompt in the model's chat template as one user turn\n"
             "      --system TEXT        system message for --chat\n"
             "      --chat-template NAME chatml|gemma|llama3: override the template family\n"
@@ -75,7 +81,8 @@ static void help(FILE *f) {
             "  -h, --help               this help\n\n"
             "The context's batch is sized to the largest window the decoder evaluates (one window is\n"
             "one batch). Window forwards run on the CPU unless --prefill-device takes them.\n",
-            (int)d.n_gen, (int)d.block, (double)d.threshold, (unsigned long long)d.seed);
+            (int)d.n_gen, (int)d.block, (double)d.threshold, (unsigned long long)d.seed, (double)d.visible,
+            (double)d.stable);
 }
 
 typedef struct diff_opts {
@@ -104,6 +111,7 @@ static int parse(int argc, char **argv, diff_opts *o) {
         if (!strcmp(a, "--chat")) { o->chat = true; continue; }
         if (!strcmp(a, "--no-early-stop")) { o->dp.early_stop = false; continue; }
         if (!strcmp(a, "--skip-logits")) { o->dp.skip_logits = true; continue; }
+        if (!strcmp(a, "--sts")) { o->dp.sts = true; continue; }
         if (!strcmp(a, "--no-display-prompt")) { o->display_prompt = false; continue; }
         if (i + 1 >= argc) {
             fprintf(stderr, "error: unknown option or missing value: '%s' (see tessera diffuse --help)\n", a);
@@ -128,6 +136,8 @@ static int parse(int argc, char **argv, diff_opts *o) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = cli_parse_i32(a, v, 1, &o->n_threads);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) rc = cli_parse_i32(a, v, 1, &o->n_ctx);
         else if (!strcmp(a, "--seed")) rc = cli_parse_u64(a, v, &o->dp.seed);
+        else if (!strcmp(a, "--visible")) rc = cli_parse_f32(a, v, -1e30f, 1.0f, &o->dp.visible), o->dp.sts = true;
+        else if (!strcmp(a, "--stable")) rc = cli_parse_f32(a, v, -1e30f, 1.0f, &o->dp.stable), o->dp.sts = true;
         else if (!strcmp(a, "--window")) rc = cli_parse_i32(a, v, 0, &o->dp.window);
         else if (!strcmp(a, "--lookahead-trigger")) rc = cli_parse_i32(a, v, 0, &o->dp.lookahead_trigger);
         else if (!strcmp(a, "--lookahead-slack")) rc = cli_parse_f32(a, v, 0.0f, 100.0f, &o->dp.lookahead_slack);
@@ -253,6 +263,10 @@ static void print_stats(const diff_opts *o, const ts_diffusion_stats *s, const t
                 (long long)s->tokens_evaluated,
                 s->denoise_forwards ? (double)s->tokens_committed / (double)s->denoise_forwards : 0.0, s->prefill_ms,
                 s->denoise_ms, ts_stop_reason_name(s->stop_reason), s->early_stop_at >= 0 ? " (early stop)" : "");
+        if (p->sts)
+            fprintf(stderr, "sts: %lld made visible (%lld by the at-least-one rule), %lld stable, %lld revisions, "
+                    "%lld still visible at their block's end\n", (long long)s->sts_visible, (long long)s->sts_forced,
+                    (long long)s->sts_stable, (long long)s->revisions, (long long)s->unstable_at_block_end);
         if (cs->device)
             fprintf(stderr, "device %s: %lld window forwards (%lld positions) ran their layers there\n", cs->device,
                     (long long)s->dev_forwards, (long long)s->dev_tokens);
@@ -275,8 +289,9 @@ static void print_stats(const diff_opts *o, const ts_diffusion_stats *s, const t
             "\"temp\":%g,\"seed\":%llu,\"n_threads\":%d,\"n_ctx\":%d,\"n_batch\":%d,\"peak_rss_mib\":%.1f,"
             "\"dev_forwards\":%lld,\"dev_tokens\":%lld,\"window\":%d,\"lookahead\":%d,\"lookahead_trigger\":%d,"
             "\"window_max\":%lld,\"draft_evals\":%lld,\"draft_accepted\":%lld,\"lookahead_tokens\":%lld,"
-            "\"skip_logits\":%s,\"logits_skipped\":%lld,"
-            "\"latency_table\":[",
+            "\"skip_logits\":%s,\"logits_skipped\":%lld,\"sts\":%s,\"visible\":%g,\"stable\":%g,"
+            "\"sts_visible\":%lld,\"sts_forced\":%lld,\"sts_stable\":%lld,\"revisions\":%lld,"
+            "\"unstable_at_block_end\":%lld,\"latency_table\":[",
             (int)s->n_prompt_tokens, (int)s->n_gen_tokens, (int)s->n_blocks, ts_stop_reason_name(s->stop_reason),
             dec[p->decoder == TS_DIFFUSION_VANILLA], cache[p->cache % 3], alg[p->alg % 4], (int)p->n_gen,
             (int)p->block, (int)(p->steps > 0 ? p->steps : p->n_gen), (double)p->threshold, (double)p->eps,
@@ -284,7 +299,9 @@ static void print_stats(const diff_opts *o, const ts_diffusion_stats *s, const t
             cs->peak_rss_mib, (long long)s->dev_forwards, (long long)s->dev_tokens, (int)p->window, (int)p->lookahead,
             (int)p->lookahead_trigger, (long long)s->window_max, (long long)s->draft_evals,
             (long long)s->draft_accepted, (long long)s->lookahead_tokens, p->skip_logits ? "true" : "false",
-            (long long)s->logits_skipped);
+            (long long)s->logits_skipped, p->sts ? "true" : "false", (double)p->visible, (double)p->stable,
+            (long long)s->sts_visible, (long long)s->sts_forced, (long long)s->sts_stable, (long long)s->revisions,
+            (long long)s->unstable_at_block_end);
     for (int32_t i = 0; i < p->n_latency; i++)
         fprintf(stderr, "%s[%d,%.4f]", i ? "," : "", (int)p->latency_widths[i], p->latency_ms[i]);
     fputs("],\"tokens\":[", stderr);

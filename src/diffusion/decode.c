@@ -23,6 +23,8 @@ ts_diff_cfg ts_diff_default_cfg(void) {
     c.early_stop = true;
     c.lookahead_trigger = 4;
     c.lookahead_slack = 0.05f;
+    c.visible = 0.7f;
+    c.stable = 0.9f;
     return c;
 }
 
@@ -79,6 +81,18 @@ static int check_cfg(const ts_diff_cfg *c, int32_t n_prompt, ts_err *err) {
                 return ts_err_set(err, "latency table entry %d (width %d, %g ms): widths must increase from 1 and "
                                   "latencies be finite and >= 0", i, c->lat_width[i], c->lat_ms[i]);
     }
+    if (c->sts) {
+        if (c->decoder != TS_DIFF_BLOCK || c->cache != TS_DIFF_CACHE_PREFIX)
+            return ts_err_set(err, "staged token stabilization needs the block decoder with the prefix cache");
+        const bool ent = c->alg == TS_DIFF_ENTROPY; /* its confidence is <= 0 */
+        if (ent ? !(isfinite(c->visible) && isfinite(c->stable))
+                : !(c->visible >= 0.0f && c->visible <= 1.0f && c->stable >= 0.0f && c->stable <= 1.0f))
+            return ts_err_set(err, "visible %g / stable %g must be %s", (double)c->visible, (double)c->stable,
+                              ent ? "finite" : "in [0, 1]");
+        if (c->stable < c->visible)
+            return ts_err_set(err, "the stability threshold %g is below the visibility threshold %g",
+                              (double)c->stable, (double)c->visible);
+    }
     return 0;
 }
 
@@ -114,10 +128,18 @@ typedef struct run {
     double *draft_conf;    /* [L] its confidence */
     int64_t *draft_at;     /* [L] denoise_forwards after the forward that computed it (0: none yet) */
     uint8_t *need;         /* skip_logits: [rows] the rows a forward computes */
+    uint8_t *state;        /* sts: [L] ST_* of each position (the prompt's unused) */
     int32_t rows;          /* rows of logits (and need): the widest window */
     uint64_t rng;
     bool eog_seen;         /* an end-of-generation token was handed out: emit nothing more */
 } run;
+
+enum { ST_INVISIBLE = 0, ST_VISIBLE = 1, ST_STABLE = 2 }; /* sts: a position's state */
+
+/* A position whose identity can still change: masked, or visible under sts. */
+static bool open_pos(const run *r, int32_t p) {
+    return r->canvas[p] == r->d->mask_id || (r->state && r->state[p] == ST_VISIBLE);
+}
 
 /* A forward of n positions from pos0 attending to [0, n_kv), with logits
  * for the positions [lo, hi) still to decide (lo == hi: K/V only; with
@@ -129,7 +151,7 @@ static int forward(run *r, int32_t pos0, int32_t n, int32_t n_kv, int32_t lo, in
         int32_t skipped = 0;
         for (int32_t i = 0; i < n; i++) {
             const int32_t p = pos0 + i + r->sh;
-            r->need[i] = p >= lo && p < hi && r->canvas[p] == r->d->mask_id;
+            r->need[i] = p >= lo && p < hi && open_pos(r, p);
             skipped += !r->need[i];
         }
         if (r->d->set_rows(r->d->ctx, r->need, n, err) < 0) return ts_err_prefix(err, "selecting logit rows");
@@ -167,12 +189,57 @@ static void commit(run *r, int32_t n_pick) {
     r->st->commit_hist[n_pick < TS_DIFF_HIST_LEN - 1 ? n_pick : TS_DIFF_HIST_LEN - 1]++;
 }
 
+/* STS: one step of the block [s, e) from the logits of a window starting
+ * at pos0: revisions and stabilizations of its visible positions, then the
+ * masked ones made visible (or stable) by ts_diff_select at the visibility
+ * threshold (so at least one). Returns the masked positions left. */
+static int32_t sts_step(run *r, int32_t s, int32_t e, int32_t pos0) {
+    const ts_diff_cfg *c = r->c;
+    const int32_t V = r->d->n_vocab, mask = r->d->mask_id;
+    const double tv = c->visible, ts = c->stable;
+    int32_t n = 0;
+    for (int32_t p = s; p < e; p++) {
+        if (r->state[p] == ST_STABLE) continue;
+        const float *row = r->logits + (size_t)(p - pos0 - r->sh) * (size_t)V;
+        int32_t tok;
+        const double conf = ts_diff_confidence(row, V, mask, c->alg, c->temp, &r->rng, &tok);
+        if (r->canvas[p] == mask) {
+            r->cand_pos[n] = p;
+            r->cand_tok[n] = tok;
+            r->cand_conf[n] = conf;
+            n++;
+            continue;
+        }
+        /* visible: the prediction read with its own token as input */
+        if (conf >= tv && tok != r->canvas[p]) {
+            r->canvas[p] = tok;
+            r->st->revisions++;
+        }
+        if (conf >= ts && tok == r->canvas[p]) {
+            r->state[p] = ST_STABLE;
+            r->st->sts_stable++;
+        }
+    }
+    const int32_t m = ts_diff_select(r->cand_conf, n, 0, tv, r->order, r->pick);
+    for (int32_t i = 0; i < m; i++) {
+        const int32_t j = r->pick[i];
+        const bool st = r->cand_conf[j] >= ts;
+        r->state[r->cand_pos[j]] = st ? ST_STABLE : ST_VISIBLE;
+        r->st->sts_stable += st;
+        r->st->sts_visible += !st;
+    }
+    if (m == 1 && !(r->cand_conf[r->pick[0]] >= tv)) r->st->sts_forced++;
+    commit(r, m);
+    return n - m;
+}
+
 static bool cancelled(run *r) { return r->c->cancelled && r->c->cancelled(r->c->ud); }
 
 /* A block [s, e) is final: hand its text-bearing tokens out (up to the first
  * end-of-generation token) and say whether decoding goes on. */
 static bool block_done(run *r, int32_t s, int32_t e) {
     r->st->n_blocks_done++;
+    for (int32_t p = s; r->state && p < e; p++) r->st->unstable_at_block_end += r->state[p] == ST_VISIBLE;
     if (r->eog_seen) return !r->c->early_stop;
     int32_t n = e - s, eog = -1;
     for (int32_t p = s; p < e && r->c->is_eog; p++)
@@ -285,9 +352,16 @@ static bool accept_drafts(run *r, int32_t s, int32_t e) {
     for (int32_t p = s; p < e; p++) {
         if (r->canvas[p] != r->d->mask_id) continue;
         /* computed by the last denoising forward (there was one: block 0's) */
-        if (r->draft_at[p] == r->st->denoise_forwards && r->draft_conf[p] >= r->c->threshold) {
+        const double thr = r->c->sts ? r->c->visible : r->c->threshold;
+        if (r->draft_at[p] == r->st->denoise_forwards && r->draft_conf[p] >= thr) {
             r->canvas[p] = r->draft_tok[p];
             n++;
+            if (r->state) {
+                const bool st = r->draft_conf[p] >= r->c->stable;
+                r->state[p] = st ? ST_STABLE : ST_VISIBLE;
+                r->st->sts_stable += st;
+                r->st->sts_visible += !st;
+            }
         } else {
             left++;
         }
@@ -337,6 +411,16 @@ static int run_block(run *r, ts_err *err) {
             }
             if (forward(r, start, end - start, n_kv, s, c->window > 0 ? end : e, err) < 0) return -1;
             if (end - start > r->st->window_max) r->st->window_max = end - start;
+            if (c->sts) {
+                /* the next window starts at the first position not stable
+                 * before this step: everything after it may change */
+                from = s;
+                while (from < e && r->state[from] == ST_STABLE) from++;
+                const int32_t left = sts_step(r, s, e, start);
+                if (c->window > 0) drafts(r, e, end, start);
+                if (left == 0) break;
+                continue;
+            }
             int32_t n = candidates(r, s, e, start);
             if (n == 0) break; /* cannot happen: the loop ends when the block is full */
             int32_t m = ts_diff_select(r->cand_conf, n, 0, thr, r->order, r->pick);
@@ -396,9 +480,10 @@ int ts_diffuse(const ts_denoiser *d, const int32_t *prompt, int32_t n_prompt, co
         r.draft_at = calloc((size_t)r.L, sizeof(int64_t));
     }
     if (c->skip_logits) r.need = malloc((size_t)r.rows);
+    if (c->sts) r.state = calloc((size_t)r.L, 1);
     int rc = -1;
     if (!r.canvas || !r.logits || !r.cand_pos || !r.cand_tok || !r.cand_conf || !r.order || !r.pick ||
-        (c->window > 0 && (!r.draft_tok || !r.draft_conf || !r.draft_at)) || (c->skip_logits && !r.need)) {
+        (c->window > 0 && (!r.draft_tok || !r.draft_conf || !r.draft_at)) || (c->skip_logits && !r.need) || (c->sts && !r.state)) {
         ts_err_set(err, "out of memory for diffusion buffers (%d windows rows of %d logits)", maxw, d->n_vocab);
         goto done;
     }
@@ -421,5 +506,6 @@ done:
     free(r.draft_conf);
     free(r.draft_at);
     free(r.need);
+    free(r.state);
     return rc;
 }

@@ -39,6 +39,20 @@
  *            fixed count, or (auto) to the widest width of the engine's
  *            latency table that costs at most (1 + lookahead_slack) x the
  *            latency bucket the window already falls in.
+ *   sts     (staged token stabilization, on the prefix cache; seed 000
+ *            section 3.3): each generated position is invisible (masked),
+ *            visible or stable. A step's forward predicts every position of
+ *            the current block that is not stable: a masked one whose
+ *            confidence passes `visible` becomes visible (its token goes on
+ *            the canvas: context for later steps), or stable if it passes
+ *            `stable`; if none passes `visible`, the most confident becomes
+ *            visible (at least one per step). A visible position is revised
+ *            when a prediction of another token passes `visible`, and
+ *            becomes stable when a prediction of its own token passes
+ *            `stable`. The block ends when nothing in it is masked; its
+ *            visible positions then stay as they are (counted:
+ *            unstable_at_block_end) and are the refresh candidates of a
+ *            sparse cache refresh (not built). `threshold` is not used.
  *
  * shift: with shift_logits (Dream) position p reads the logits of row p-1,
  * so a window whose first position p0 must be predicted starts at p0 - 1.
@@ -116,8 +130,12 @@ typedef struct ts_diff_cfg {
     int32_t n_lat;
     /* selective logits skipping: a forward's output projection only for the
      * rows that predict a position still to decide (masked, in the current
-     * block or a draft); needs the denoiser's set_rows */
+     * block or a draft; with sts also the block's visible ones); needs the denoiser's set_rows */
     bool skip_logits;
+    /* staged token stabilization (block decoder, prefix cache): */
+    bool sts;
+    float visible;               /* masked -> visible at a confidence >= this (default 0.7) */
+    float stable;                /* -> stable at >= this (>= visible; default 0.9) */
     /* end-of-generation test (EOS, EoT); NULL: none */
     bool (*is_eog)(void *ud, int32_t token);
     /* a block is final: its tokens (gen positions first .. first+n-1); return false to stop */
@@ -153,6 +171,12 @@ typedef struct ts_diff_stats {
     int64_t draft_accepted;      /* drafts committed when their block became current */
     int64_t lookahead_tokens;    /* positions the lookahead added to windows */
     int64_t logits_skipped;      /* rows of denoising forwards whose logits were not computed */
+    /* staged token stabilization */
+    int64_t sts_visible;         /* masked positions made visible (forced ones included) */
+    int64_t sts_forced;          /* of those, made visible by the at-least-one rule */
+    int64_t sts_stable;          /* positions that became stable (from masked or visible) */
+    int64_t revisions;           /* visible positions whose token a later prediction changed */
+    int64_t unstable_at_block_end; /* positions still visible when their block finished */
     ts_diff_end end;
 } ts_diff_stats;
 

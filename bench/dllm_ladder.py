@@ -13,7 +13,7 @@ as "not built", never timed):
   + SOMR             swap-optimized memory runtime (not built)
   + MBSD             --window BLOCK --lookahead auto (the device's width ->
                      latency table, timed at start by tessera)
-  + STS              staged token stabilization (not built)
+  + STS              --sts (visible 0.7, stable 0.9: the seed's defaults)
   + SLS              --skip-logits
   + SCR              sparse cache refresh on the CPU (not built)
 
@@ -24,13 +24,20 @@ Columns: latency per request (prefill + denoising, median over prompts) and
 its speed-up over CPU vanilla, denoising forwards and positions evaluated
 (mean per prompt), tokens committed per denoising forward, the share of
 window forwards that ran on the device, and agreement: the fraction of
-generated tokens equal to CPU vanilla's at the same position.
+generated tokens equal to CPU vanilla's at the same position, and quality:
+the trained model's own pseudo-log-likelihood per token of what the row
+generated (dllm_common.Scorer: log p(x_i | everything else, x_i masked),
+over --score positions per prompt, the same positions for every row;
+higher is better; 0 turns it off; it needs the committed delta of
+tools/train_tiny_dllm.py, so only the trained model is scored).
 
 usage: dllm_ladder.py TESSERA MODEL [--device amx,act=int8] [--prompts 50]
-                      [--gen 64] [--block 32] [--threshold 0.9] [-t 2] [--json OUT]
+                      [--gen 64] [--block 32] [--threshold 0.9] [-t 2]
+                      [--score 16] [--json OUT]
 """
 import argparse
 import json
+import random
 import statistics
 import sys
 
@@ -47,8 +54,8 @@ def rows_for(dev, block):
         ("+ cache", d),
         ("+ SOMR", None),
         ("+ MBSD", d + mbsd),
-        ("+ STS", None),
-        ("+ SLS", d + mbsd + ["--skip-logits"]),
+        ("+ STS", d + mbsd + ["--sts"]),
+        ("+ SLS", d + mbsd + ["--sts", "--skip-logits"]),
         ("+ SCR", None),
     ]
 
@@ -58,6 +65,7 @@ def main():
     C.add_args(ap, 50)
     ap.add_argument("--device", default="amx,act=int8")
     ap.add_argument("--threshold", type=float, default=0.9)
+    ap.add_argument("--score", type=int, default=16, help="positions scored per prompt (0: no quality column)")
     a = ap.parse_args()
 
     prompts = C.T.held_out_prompts(a.prompts)
@@ -69,16 +77,33 @@ def main():
                 res[name].append(C.diffuse(a, p, a.threshold, flags, "dllm_ladder"))
         print(f"dllm_ladder: prompt {i + 1}/{len(prompts)} done", file=sys.stderr, flush=True)
 
+    # quality: after every timed run (the scorer's threads would disturb them)
+    qual = {name: [] for name in res}
+    if a.score > 0:
+        sc = C.Scorer(a.threads)
+        for i, p in enumerate(prompts):
+            ids = C.prompt_ids(a, p)
+            n = min(len(res[name][i]["tokens"]) for name in res)
+            pos = sorted(random.Random(i).sample(range(n), min(a.score, n)))
+            for name in res:
+                st = res[name][i]
+                if st["n_prompt_tokens"] != len(ids):
+                    sys.exit(f"dllm_ladder: prompt {i}: tessera diffuse saw {st['n_prompt_tokens']} prompt tokens, "
+                             f"tokenize {len(ids)}")
+                qual[name].append(sc.pll(ids, st["tokens"], pos))
+            print(f"dllm_ladder: scored prompt {i + 1}/{len(prompts)}", file=sys.stderr, flush=True)
+
     ref = res["CPU vanilla"]
     base_ms = statistics.median(s["prefill_ms"] + s["denoise_ms"] for s in ref)
     print(f"\n{a.model}, {len(prompts)} prompts, gen {a.gen}, block {a.block}, threshold {a.threshold}, "
           f"-t {a.threads}, device {a.device}")
-    print(f"| row | ms / request | speed-up | denoise fwd | positions | tok / fwd | on device | agreement |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"| row | ms / request | speed-up | denoise fwd | positions | tok / fwd | on device | agreement | "
+          f"log-lik / tok |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     out = []
     for name, flags in rows:
         if flags is None:
-            print(f"| {name} | not built | | | | | | |")
+            print(f"| {name} | not built | | | | | | | |")
             out.append(dict(row=name, built=False))
             continue
         ss = res[name]
@@ -90,12 +115,16 @@ def main():
         same = sum(x == y for s, r in zip(ss, ref) for x, y in zip(s["tokens"], r["tokens"]))
         tot = sum(len(r["tokens"]) for r in ref)
         agree = same / tot if tot else float("nan")
+        q = statistics.mean(qual[name]) if qual[name] else None
         print(f"| {name} | {ms:.0f} | {base_ms / ms:.2f}x | {fw:.1f} | {ev:.0f} | {tpf:.3f} | {100 * dev:.0f}% | "
-              f"{100 * agree:.1f}% |")
+              f"{100 * agree:.1f}% | {'%.3f' % q if q is not None else ''} |")
         out.append(dict(row=name, built=True, flags=flags, ms_median=ms, speedup=base_ms / ms, denoise_forwards=fw,
                         positions=ev, tokens_per_forward=tpf, device_share=dev, agreement=agree,
                         draft_accepted=sum(s.get("draft_accepted", 0) for s in ss),
-                        logits_skipped=sum(s.get("logits_skipped", 0) for s in ss)))
+                        logits_skipped=sum(s.get("logits_skipped", 0) for s in ss),
+                        revisions=sum(s.get("revisions", 0) for s in ss),
+                        unstable_at_block_end=sum(s.get("unstable_at_block_end", 0) for s in ss),
+                        loglik_per_token=q))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(model=a.model, device=a.device, prompts=len(prompts), gen=a.gen, block=a.block,

@@ -704,6 +704,13 @@ typedef struct ts_diffusion_params {
     bool sts;                      /* default false */
     float visible;                 /* masked -> visible at a confidence >= this; default 0.7 */
     float stable;                  /* -> stable at >= this (>= visible); default 0.9 */
+    /* Sparse cache refresh (needs sts; docs/DIFFUSION.md): while each
+     * step's forward runs, up to scr_max visible positions of finished
+     * blocks are recomputed on the CPU (a second KV cache), revised or made
+     * stable, and their K/V rows merged at the next step boundary. The
+     * text is handed out (on_token) when decoding ends. */
+    bool scr;                      /* default false */
+    int32_t scr_max;               /* positions refreshed per step; default 8 */
 } ts_diffusion_params;
 
 /* Defaults; thread-safe. */
@@ -741,6 +748,14 @@ typedef struct ts_diffusion_stats {
     int64_t sts_stable;            /* positions that became stable */
     int64_t revisions;             /* visible positions whose token a later prediction changed */
     int64_t unstable_at_block_end; /* positions still visible when their block finished */
+    int64_t visible_at_end;        /* positions still visible when decoding ended */
+    /* sparse cache refresh */
+    int64_t scr_refreshed;         /* positions recomputed on the CPU */
+    int64_t scr_revisions;         /* of revisions, those a refresh made */
+    int64_t scr_stabilized;        /* positions a refresh made stable */
+    int64_t scr_merged;            /* K/V rows merged at step boundaries */
+    double scr_ms;                 /* time in the CPU refreshes */
+    double scr_overlap_ms;         /* of it, while the step's forward was still running on the device */
 } ts_diffusion_stats;
 
 /* n_batch a context needs for these parameters and an n_prompt-token prompt

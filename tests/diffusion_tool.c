@@ -80,6 +80,10 @@ static int parse_opts(int argc, char **argv, int i0, opts *o) {
             o->c.sts = true;
             continue;
         }
+        if (!strcmp(a, "--scr")) {
+            o->c.scr = true;
+            continue;
+        }
         if (i + 1 >= argc) return -1;
         const char *v = argv[++i];
         if (!strcmp(a, "-t")) o->n_threads = atoi(v);
@@ -136,6 +140,10 @@ static void print_stats(const ts_diff_stats *s) {
            "\"unstable_at_block_end\":%lld",
            (long long)s->sts_visible, (long long)s->sts_forced, (long long)s->sts_stable, (long long)s->revisions,
            (long long)s->unstable_at_block_end);
+    printf(",\"visible_at_end\":%lld,\"scr_refreshed\":%lld,\"scr_revisions\":%lld,\"scr_stabilized\":%lld,"
+           "\"scr_merged\":%lld",
+           (long long)s->visible_at_end, (long long)s->scr_refreshed, (long long)s->scr_revisions,
+           (long long)s->scr_stabilized, (long long)s->scr_merged);
 }
 
 /* ---- serve ---- */
@@ -252,13 +260,19 @@ static int decode(const char *path, const char *ids, opts *o) {
     sp.n_ctx = np + o->c.n_gen;
     sp.n_batch = o->n_batch > 0 ? o->n_batch : need;
     ts_state *s = ts_state_new(m, &sp, &e);
+    /* --scr: the CPU path's state, as ts_context_diffuse makes it */
+    ts_state_params shp = sp;
+    shp.n_batch = 2;
+    shp.n_threads = 1;
+    ts_state_scr scr = {s, o->c.scr ? ts_state_new(m, &shp, &e) : NULL};
     ts_denoiser d;
     int32_t *gen = malloc((size_t)o->c.n_gen * sizeof *gen);
     ts_diff_stats st;
     int rc = 1;
     o->c.is_eog = tool_is_eog;
     o->c.ud = (void *)ts_mdl_tokenizer(m);
-    if (s && gen && ts_state_denoiser(s, m, -1, &d, &e) == 0 && ts_diffuse(&d, prompt, np, &o->c, gen, &st, &e) == 0) {
+    if (s && gen && (!o->c.scr || scr.shadow) && ts_state_denoiser(s, m, -1, &d, &e) == 0 &&
+        (!o->c.scr || ts_state_denoiser_scr(&d, &scr, &e) == 0) && ts_diffuse(&d, prompt, np, &o->c, gen, &st, &e) == 0) {
         printf("{\"gen\":[");
         for (int32_t i = 0; i < o->c.n_gen; i++) printf("%s%d", i ? "," : "", gen[i]);
         printf("],");
@@ -269,6 +283,7 @@ static int decode(const char *path, const char *ids, opts *o) {
         fprintf(stderr, "diffusion_tool: %s\n", e.msg[0] ? e.msg : "out of memory");
     }
     free(gen);
+    ts_state_free(scr.shadow);
     ts_state_free(s);
     ts_mdl_free(m);
     return rc;

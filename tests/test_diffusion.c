@@ -4,7 +4,9 @@
  * with the at-least-one rule, block completion and the windows of each cache
  * mode, early stop at an end-of-generation token, shift handling, cancel,
  * staged token stabilization (state transitions, revisions, the
- * at-least-one rule, its window start and drafts), bad configurations, and
+ * at-least-one rule, its window start and drafts), the sparse cache
+ * refresh (its order against the forwards, delayed merge, revisions and
+ * deferred hand-out), bad configurations, and
  * that the step loop allocates nothing. */
 #include <math.h>
 #include <stdlib.h>
@@ -731,6 +733,95 @@ static void test_sts(void) {
     ts_scripted_free(&f.s);
 }
 
+/* Sparse cache refresh (sts .7 / .9, scr_max 8), prompt 3, n_gen 8, block 4:
+ *   call 1: block 0 all at .8 -> all visible; the block ends (4 unstable)
+ *   call 2: block 0's K/V
+ *   block 1, step 0: copy rows [0, 7); call 3 submitted over [7, 11); while
+ *     it runs, positions 3..6 are refreshed (refreshes 0..3): 3 .95 own
+ *     token -> stable; 4 as 41 at .8 -> revised; 5 .2 -> unchanged; 6 as 42
+ *     at .92 -> revised and stable. Call 3: 7 .95 -> stable, 8 .75 ->
+ *     visible (9, 10 at .5 stay masked).
+ *   step 1: the four rows merged; 4 and 5 chosen; rows [0, 11) copied; call
+ *     4 (9, 10 at .95 -> stable: the block ends) beside refreshes 4 and 5:
+ *     4 as its own 41 at .95 -> stable. */
+static const entry scr_script[] = {
+    {1, 3, 0.8f, 0},   {1, 4, 0.8f, 0},   {1, 5, 0.8f, 0},   {1, 6, 0.8f, 0},   {-1, 3, 0.95f, 0},
+    {-2, 4, 0.8f, 41}, {-4, 6, 0.92f, 42}, {3, 7, 0.95f, 0},  {3, 8, 0.75f, 0},  {3, 9, 0.5f, 0},
+    {3, 10, 0.5f, 0},  {4, 9, 0.95f, 0},   {4, 10, 0.95f, 0}, {-5, 4, 0.95f, 41},
+};
+
+static void scr_fixture(fixture *f, table *t, bool shift) {
+    fx_init(f, t, shift, 16);
+    ts_scripted_free(&f->s);
+    f->s.scr = true;
+    if (ts_scripted_init(&f->s, 16, 256, &f->err) < 0) exit(1);
+    f->d = ts_scripted_denoiser(&f->s);
+    f->c.n_gen = 8;
+    f->c.block = 4;
+    f->c.sts = true;
+    f->c.scr = true;
+}
+
+static bool event_is(const fixture *f, int64_t i, char kind, int32_t pos0, int32_t n, int32_t n_kv) {
+    if (i >= f->s.n_events) return false;
+    const ts_scripted_event *e = &f->s.events[i];
+    return e->kind == kind && e->pos0 == pos0 && e->n == n && (kind == 'M' || kind == 'W' || e->n_kv == n_kv);
+}
+
+static void print_events(const fixture *f) {
+    for (int64_t i = 0; i < f->s.n_events && i < f->s.cap_calls; i++)
+        fprintf(stderr, "  event %lld: %c pos0 %d n %d n_kv %d\n", (long long)i, f->s.events[i].kind,
+                f->s.events[i].pos0, f->s.events[i].n, f->s.events[i].n_kv);
+}
+
+static void test_scr(void) {
+    table t = {scr_script, (int)(sizeof scr_script / sizeof scr_script[0]), 0.2f};
+    const int32_t prompt[3] = {5, 6, 7};
+    for (int shift = 0; shift < 2; shift++) {
+        fixture f;
+        scr_fixture(&f, &t, shift == 1);
+        CHECK(fx_run(&f, prompt, 3) == 0, "scr (shift %d): %s", shift, f.err.msg);
+        const int32_t sh = shift;
+        /* the refreshes run between a submit and its wait; merges and copies
+         * only at step boundaries, before the next forward */
+        bool ok = f.s.n_events == 19 && event_is(&f, 3, 'S', 0, 7, 7) && event_is(&f, 4, 'F', 7 - sh, 4 + sh, 11) &&
+                  event_is(&f, 5, 'R', 3 - sh, 1 + sh, 7) && event_is(&f, 8, 'R', 6 - sh, 1 + sh, 7) &&
+                  event_is(&f, 9, 'W', 0, 0, 0) && event_is(&f, 10, 'M', 3, 1, 0) && event_is(&f, 13, 'M', 6, 1, 0) &&
+                  event_is(&f, 14, 'S', 0, 11, 11) && event_is(&f, 15, 'F', 7 - sh, 4 + sh, 11) &&
+                  event_is(&f, 16, 'R', 4 - sh, 1 + sh, 11) && event_is(&f, 17, 'R', 5 - sh, 1 + sh, 11) &&
+                  event_is(&f, 18, 'W', 0, 0, 0);
+        CHECK(ok, "scr (shift %d): the order of forwards, refreshes, copies and merges is wrong (%lld events)", shift,
+              (long long)f.s.n_events);
+        if (!ok) print_events(&f);
+        CHECK(f.st.scr_refreshed == 6 && f.st.scr_revisions == 2 && f.st.revisions == 2 && f.st.scr_stabilized == 3 &&
+                  f.st.scr_merged == 4 && f.st.visible_at_end == 2 && f.st.unstable_at_block_end == 5,
+              "scr (shift %d): refreshed %lld revised %lld/%lld stabilized %lld merged %lld visible at end %lld "
+              "unstable at block end %lld", shift, (long long)f.st.scr_refreshed, (long long)f.st.scr_revisions,
+              (long long)f.st.revisions, (long long)f.st.scr_stabilized, (long long)f.st.scr_merged,
+              (long long)f.st.visible_at_end, (long long)f.st.unstable_at_block_end);
+        for (int i = 0; i < 8; i++)
+            CHECK(f.gen[i] == (i == 1 ? 41 : i == 3 ? 42 : tok_of(3 + i)), "scr (shift %d): gen[%d] = %d", shift, i,
+                  f.gen[i]);
+        /* the text is handed out at the end, revisions included */
+        CHECK(f.seen.n_blocks == 2 && f.seen.n_tokens == 8 && f.seen.tokens[1] == 41 && f.seen.tokens[3] == 42,
+              "scr (shift %d): %d blocks handed out, token 1 = %d", shift, f.seen.n_blocks, f.seen.tokens[1]);
+        ts_scripted_free(&f.s);
+    }
+
+    /* refused: without sts; on a denoiser without the CPU path */
+    fixture f;
+    scr_fixture(&f, &t, false);
+    f.c.sts = false;
+    CHECK(fx_run(&f, prompt, 3) < 0 && strstr(f.err.msg, "staged token"), "scr without sts: %s", f.err.msg);
+    ts_scripted_free(&f.s);
+    fx_init(&f, &t, false, 16);
+    f.c.n_gen = 8;
+    f.c.block = 4;
+    f.c.sts = f.c.scr = true;
+    CHECK(fx_run(&f, prompt, 3) < 0 && strstr(f.err.msg, "CPU refresh path"), "scr without the path: %s", f.err.msg);
+    ts_scripted_free(&f.s);
+}
+
 /* Selective logits skipping: the rows of positions already decided are not
  * computed (the scripted denoiser writes them as NaN, so reading one would
  * change a commit), and every decoder decodes the same tokens in the same
@@ -778,29 +869,38 @@ static void test_skip_logits(void) {
 static void test_no_alloc_in_loop(void) {
     table t = {NULL, 0, 0.2f};
     const int32_t prompt[3] = {5, 6, 7};
-    long counts[2][5];
+    long counts[2][6];
     for (int k = 0; k < 2; k++)
-        for (int mode = 0; mode < 5; mode++) {
+        for (int mode = 0; mode < 6; mode++) {
             fixture f;
             fx_init(&f, &t, mode == 1, 80);
+            if (mode == 5) { /* sts + scr */
+                ts_scripted_free(&f.s);
+                f.s.scr = true;
+                if (ts_scripted_init(&f.s, 80, 256, &f.err) < 0) exit(1);
+                f.d = ts_scripted_denoiser(&f.s);
+                f.c.sts = f.c.scr = true;
+                f.c.visible = 0.1f; /* every position visible at once, none stable: refreshes every step */
+                f.c.stable = 0.5f;
+            }
             f.c.n_gen = k ? 64 : 8;
             f.c.block = 4;
             if (mode == 2) {
                 f.c.decoder = TS_DIFF_VANILLA;
                 f.c.steps = f.c.n_gen;
-            } else if (mode >= 3) {
+            } else if (mode == 3 || mode == 4) {
                 f.c.window = 8;
                 f.c.lookahead = 4;
                 f.c.sts = mode == 4;
             } else {
-                f.c.cache = mode ? TS_DIFF_CACHE_DUAL : TS_DIFF_CACHE_PREFIX;
+                f.c.cache = mode == 1 ? TS_DIFF_CACHE_DUAL : TS_DIFF_CACHE_PREFIX;
             }
             long before = n_mallocs;
             CHECK(fx_run(&f, prompt, 3) == 0, "%s", f.err.msg);
             counts[k][mode] = n_mallocs - before;
             ts_scripted_free(&f.s);
         }
-    for (int mode = 0; mode < 5; mode++)
+    for (int mode = 0; mode < 6; mode++)
         CHECK(counts[0][mode] == counts[1][mode] && counts[0][mode] > 0,
               "mode %d: %ld mallocs for 8 tokens, %ld for 64 (nothing may be allocated per step)", mode,
               counts[0][mode], counts[1][mode]);
@@ -820,6 +920,7 @@ int main(void) {
     test_window();
     test_skip_logits();
     test_sts();
+    test_scr();
     test_no_alloc_in_loop();
     if (failures) {
         fprintf(stderr, "test_diffusion: %d failure(s)\n", failures);

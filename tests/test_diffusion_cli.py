@@ -3,7 +3,7 @@
 on the tiny random llada / dream models: --help, the --stats json keys, the
 counters and tokens equal to those of the library's decoder run directly
 (diffusion_tool decode) for every decoder / cache mode and switch (window,
-lookahead, skip-logits, sts), --chat, and the
+lookahead, skip-logits, sts, scr), --chat, and the
 errors (a non-diffusion model, conflicting flags, bad values).
 
 usage: test_diffusion_cli.py TESSERA TESSERA_SHARED DIFFUSION_TOOL GEN_DLLM_MODELS.py MODELS_DIR WORK_DIR
@@ -16,8 +16,10 @@ import sys
 KEYS = ["forwards", "tokens_evaluated", "tokens_committed", "commit_per_forward_hist", "prefill_ms", "denoise_ms",
         "early_stop_at", "denoise_forwards", "n_prompt_tokens", "n_gen_tokens", "stop_reason", "tokens",
         "window_max", "draft_evals", "draft_accepted", "lookahead_tokens", "logits_skipped", "sts", "visible",
-        "stable", "sts_visible", "sts_forced", "sts_stable", "revisions", "unstable_at_block_end"]
-STS_KEYS = ["sts_visible", "sts_forced", "sts_stable", "revisions", "unstable_at_block_end"]
+        "stable", "sts_visible", "sts_forced", "sts_stable", "revisions", "unstable_at_block_end", "visible_at_end",
+        "scr", "scr_max", "scr_refreshed", "scr_revisions", "scr_stabilized", "scr_merged", "scr_ms", "scr_overlap_ms"]
+STS_KEYS = ["sts_visible", "sts_forced", "sts_stable", "revisions", "unstable_at_block_end", "visible_at_end",
+            "scr_refreshed", "scr_revisions", "scr_stabilized", "scr_merged"]
 failures = 0
 
 
@@ -74,6 +76,8 @@ def main():
             ("block sts low", ["--visible", "0.01", "--stable", "0.5"], ["--visible", "0.01", "--stable", "0.5"]),
             ("block sts window skip-logits", ["--sts", "--window", "12", "--skip-logits"],
              ["--sts", "--window", "12", "--skip-logits"]),
+            ("block sts scr", ["--visible", "0.01", "--stable", "0.5", "--scr"],
+             ["--visible", "0.01", "--stable", "0.5", "--scr"]),
         ]:
             cmd = [tessera, "diffuse", "-m", model, "-p", prompt, "--gen", "24", "--block", "8", "-t", "1",
                    "--stats", "json", "--no-display-prompt"] + flags
@@ -132,6 +136,9 @@ def main():
     check(r.returncode == 1 and "below the visibility" in r.stderr, "--stable below --visible: " + r.stderr.strip())
     r = run([tessera, "diffuse", "-m", llada, "-p", "Hi", "--sts", "--dual-cache", "-t", "1"])
     check(r.returncode == 1 and "stabilization needs" in r.stderr, "--sts with --dual-cache: " + r.stderr.strip())
+    r = run([tessera, "diffuse", "-m", llada, "-p", "Hi", "--scr", "-t", "1"])
+    check(r.returncode == 1 and "needs staged token stabilization" in r.stderr, "--scr without --sts: " +
+          r.stderr.strip())
     r = run([tessera, "diffuse", "-m", llada, "-p", "Hi", "--alg", "nope"])
     check(r.returncode == 2 and "--alg" in r.stderr, "bad --alg")
     if failures:

@@ -11,7 +11,8 @@
  *                                (prefix, dual, no cache) and the vanilla
  *                                decoder, the decoding window (with and
  *                                without lookahead), selective logits
- *                                skipping and staged token stabilization,
+ *                                skipping, staged token stabilization and
+ *                                the sparse cache refresh,
  *                                with device tokens > 0; windows
  *                                narrower than prefill_min_tokens stay on
  *                                the CPU (0 device tokens); a mix (prompt
@@ -78,20 +79,23 @@ typedef struct mode {
     int32_t window, lookahead; /* multi-block speculative decoding */
     bool skip_logits;
     bool sts; /* staged token stabilization, visible 0.2 / stable 0.5 */
+    bool scr; /* sparse cache refresh (with sts) */
 } mode;
 
 static const mode MODES[] = {
-    {"block prefix", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 0, 0, false, false},
-    {"block dual", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_DUAL, 0, 0.0f, 0, 0, false, false},
-    {"block none", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_NONE, 0, 0.0f, 0, 0, false, false},
-    {"vanilla", TS_DIFFUSION_VANILLA, TS_DIFFUSION_CACHE_PREFIX, 12, 0.0f, 0, 0, false, false},
-    {"block prefix temp", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.7f, 0, 0, false, false},
-    {"window", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 12, 0, false, false},
-    {"window lookahead", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 8, 4, false, false},
-    {"window skip-logits", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 12, 4, true, false},
-    {"vanilla skip-logits", TS_DIFFUSION_VANILLA, TS_DIFFUSION_CACHE_PREFIX, 12, 0.0f, 0, 0, true, false},
-    {"sts", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 0, 0, false, true},
-    {"sts window skip", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 12, 4, true, true},
+    {"block prefix", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 0, 0, false, false, false},
+    {"block dual", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_DUAL, 0, 0.0f, 0, 0, false, false, false},
+    {"block none", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_NONE, 0, 0.0f, 0, 0, false, false, false},
+    {"vanilla", TS_DIFFUSION_VANILLA, TS_DIFFUSION_CACHE_PREFIX, 12, 0.0f, 0, 0, false, false, false},
+    {"block prefix temp", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.7f, 0, 0, false, false, false},
+    {"window", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 12, 0, false, false, false},
+    {"window lookahead", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 8, 4, false, false, false},
+    {"window skip-logits", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 12, 4, true, false, false},
+    {"vanilla skip-logits", TS_DIFFUSION_VANILLA, TS_DIFFUSION_CACHE_PREFIX, 12, 0.0f, 0, 0, true, false, false},
+    {"sts", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 0, 0, false, true, false},
+    {"sts window skip", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 12, 4, true, true, false},
+    {"sts scr", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.0f, 0, 0, false, true, true},
+    {"sts scr window temp", TS_DIFFUSION_BLOCK, TS_DIFFUSION_CACHE_PREFIX, 0, 0.7f, 12, 4, true, true, true},
 };
 #define N_MODES ((int)(sizeof MODES / sizeof MODES[0]))
 
@@ -115,6 +119,7 @@ static outcome run(const ts_model *m, const mode *md, const char *dev, int32_t m
     dp.lookahead_trigger = 6;
     dp.skip_logits = md->skip_logits;
     dp.sts = md->sts;
+    dp.scr = md->scr;
     dp.visible = 0.2f;
     dp.stable = 0.5f;
     dp.threshold = 0.2f; /* the tiny random models are unsure: commit several per step */
@@ -163,7 +168,9 @@ static bool same_counters(const outcome *a, const outcome *b) {
            x->draft_accepted == y->draft_accepted && x->lookahead_tokens == y->lookahead_tokens &&
            x->logits_skipped == y->logits_skipped && x->sts_visible == y->sts_visible &&
            x->sts_forced == y->sts_forced && x->sts_stable == y->sts_stable && x->revisions == y->revisions &&
-           x->unstable_at_block_end == y->unstable_at_block_end;
+           x->unstable_at_block_end == y->unstable_at_block_end && x->visible_at_end == y->visible_at_end &&
+           x->scr_refreshed == y->scr_refreshed && x->scr_revisions == y->scr_revisions &&
+           x->scr_stabilized == y->scr_stabilized && x->scr_merged == y->scr_merged;
 }
 
 static void gate(const ts_model *m, const char *devname) {
@@ -177,6 +184,8 @@ static void gate(const ts_model *m, const char *devname) {
         CHECK(dev.st.dev_tokens > 0 && dev.st.dev_forwards > 0, "%s: no window ran on the device", md->label);
         CHECK(dev.st.dev_tokens <= dev.st.tokens_evaluated, "%s: %lld device tokens of %lld evaluated", md->label,
               (long long)dev.st.dev_tokens, (long long)dev.st.tokens_evaluated);
+        CHECK(!md->scr || (ref.st.scr_refreshed > 0 && ref.st.scr_merged > 0), "%s: nothing was refreshed (%lld)",
+              md->label, (long long)ref.st.scr_refreshed);
         CHECK(same_tokens(&ref, &dev), "%s: tokens differ from the CPU's", md->label);
         CHECK(same_counters(&ref, &dev), "%s: counters differ from the CPU's", md->label);
         printf("%-18s %s: %d tokens, %lld forwards (%lld on the device, %lld of %lld positions): %s\n", md->label,

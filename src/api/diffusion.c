@@ -31,6 +31,7 @@ ts_diffusion_params ts_diffusion_default_params(void) {
     p.lookahead_slack = d.lookahead_slack;
     p.visible = d.visible;
     p.stable = d.stable;
+    p.scr_max = d.scr_max;
     return p;
 }
 
@@ -64,6 +65,8 @@ static ts_diff_cfg to_cfg(const ts_diffusion_params *p) {
     c.sts = p->sts;
     c.visible = p->visible;
     c.stable = p->stable;
+    c.scr = p->scr;
+    c.scr_max = p->scr_max;
     return c;
 }
 
@@ -182,6 +185,22 @@ ts_status ts_context_diffuse(ts_context *c, const int32_t *prompt, int32_t n_pro
 
     int32_t *gen = malloc((size_t)p.n_gen * sizeof *gen);
     if (!gen) return ts_ctx_fail(c, TS_ERR_NO_MEMORY, "diffuse: out of memory");
+    /* sparse cache refresh: the CPU path's state (the same weights, its own
+     * KV cache), made for this call; one thread, beside the device's */
+    ts_state_scr scr = {c->st, NULL};
+    if (p.scr) {
+        ts_state_params sp = ts_state_default_params();
+        sp.n_ctx = ts_state_n_ctx(c->st);
+        sp.n_batch = 2;
+        sp.n_threads = 1;
+        sp.kv_f32 = ts_state_kv_f32(c->st);
+        scr.shadow = ts_state_new(c->model->mdl, &sp, &e);
+        if (!scr.shadow || ts_state_denoiser_scr(&d, &scr, &e) < 0) {
+            ts_state_free(scr.shadow);
+            free(gen);
+            return ts_ctx_fail(c, TS_ERR_NO_MEMORY, "diffuse: the sparse cache refresh's CPU state: %s", e.msg);
+        }
+    }
     ts_state_kv_truncate(c->st, 0); /* the canvas starts at position 0 */
     c->has_logits = false;
     memset(&c->run, 0, sizeof c->run);
@@ -191,6 +210,7 @@ ts_status ts_context_diffuse(ts_context *c, const int32_t *prompt, int32_t n_pro
     int rc = ts_diffuse(&d, prompt, n_prompt, &cfg, gen, &ds, &e);
     ts_state_dev_stats_get(c->st, &dv1);
     free(gen);
+    ts_state_free(scr.shadow);
     int64_t nf = ts_detok_flush(&io.dt, c->piece, c->piece_cap);
     if (nf > 0 && p.on_token) p.on_token(c->piece, (size_t)nf, -1, p.user_data);
 
@@ -235,6 +255,13 @@ ts_status ts_context_diffuse(ts_context *c, const int32_t *prompt, int32_t n_pro
         s.sts_stable = ds.sts_stable;
         s.revisions = ds.revisions;
         s.unstable_at_block_end = ds.unstable_at_block_end;
+        s.visible_at_end = ds.visible_at_end;
+        s.scr_refreshed = ds.scr_refreshed;
+        s.scr_revisions = ds.scr_revisions;
+        s.scr_stabilized = ds.scr_stabilized;
+        s.scr_merged = ds.scr_merged;
+        s.scr_ms = ds.scr_ms;
+        s.scr_overlap_ms = ds.scr_overlap_ms;
         ts_struct_out(stats, &s, sizeof s);
     }
     if (rc < 0)

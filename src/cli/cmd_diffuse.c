@@ -60,6 +60,11 @@ static void help(FILE *f) {
             "                           (--threshold is not used)\n"
             "      --visible X          with --sts: the visibility threshold (default %.2f; implies --sts)\n"
             "      --stable X           with --sts: the stability threshold (default %.2f; implies --sts)\n"
+            "      --scr                with --sts: sparse cache refresh: while each step's forward runs, up to\n"
+            "                           --scr-max visible positions of finished blocks are recomputed on the\n"
+            "                           CPU (its own KV cache), revised or made stable, and their K/V merged\n"
+            "                           at the next step; the text is printed when decoding ends\n"
+            "      --scr-max N          positions refreshed per step (default %d)\n"
             "      --chat               wrap the prompt in the model's chat template as one user turn\n"
             "      --system TEXT        system message for --chat\n"
             "      --chat-template NAME chatml|gemma|llama3: override the template family\n"
@@ -82,7 +87,7 @@ static void help(FILE *f) {
             "The context's batch is sized to the largest window the decoder evaluates (one window is\n"
             "one batch). Window forwards run on the CPU unless --prefill-device takes them.\n",
             (int)d.n_gen, (int)d.block, (double)d.threshold, (unsigned long long)d.seed, (double)d.visible,
-            (double)d.stable);
+            (double)d.stable, (int)d.scr_max);
 }
 
 typedef struct diff_opts {
@@ -112,6 +117,7 @@ static int parse(int argc, char **argv, diff_opts *o) {
         if (!strcmp(a, "--no-early-stop")) { o->dp.early_stop = false; continue; }
         if (!strcmp(a, "--skip-logits")) { o->dp.skip_logits = true; continue; }
         if (!strcmp(a, "--sts")) { o->dp.sts = true; continue; }
+        if (!strcmp(a, "--scr")) { o->dp.scr = true; continue; }
         if (!strcmp(a, "--no-display-prompt")) { o->display_prompt = false; continue; }
         if (i + 1 >= argc) {
             fprintf(stderr, "error: unknown option or missing value: '%s' (see tessera diffuse --help)\n", a);
@@ -138,6 +144,7 @@ static int parse(int argc, char **argv, diff_opts *o) {
         else if (!strcmp(a, "--seed")) rc = cli_parse_u64(a, v, &o->dp.seed);
         else if (!strcmp(a, "--visible")) rc = cli_parse_f32(a, v, -1e30f, 1.0f, &o->dp.visible), o->dp.sts = true;
         else if (!strcmp(a, "--stable")) rc = cli_parse_f32(a, v, -1e30f, 1.0f, &o->dp.stable), o->dp.sts = true;
+        else if (!strcmp(a, "--scr-max")) rc = cli_parse_i32(a, v, 1, &o->dp.scr_max);
         else if (!strcmp(a, "--window")) rc = cli_parse_i32(a, v, 0, &o->dp.window);
         else if (!strcmp(a, "--lookahead-trigger")) rc = cli_parse_i32(a, v, 0, &o->dp.lookahead_trigger);
         else if (!strcmp(a, "--lookahead-slack")) rc = cli_parse_f32(a, v, 0.0f, 100.0f, &o->dp.lookahead_slack);
@@ -267,6 +274,11 @@ static void print_stats(const diff_opts *o, const ts_diffusion_stats *s, const t
             fprintf(stderr, "sts: %lld made visible (%lld by the at-least-one rule), %lld stable, %lld revisions, "
                     "%lld still visible at their block's end\n", (long long)s->sts_visible, (long long)s->sts_forced,
                     (long long)s->sts_stable, (long long)s->revisions, (long long)s->unstable_at_block_end);
+        if (p->scr)
+            fprintf(stderr, "scr: %lld positions refreshed on the CPU (%.1f ms, %.1f of it beside the forward), %lld "
+                    "revised, %lld made stable, %lld rows merged; %lld still visible at the end\n",
+                    (long long)s->scr_refreshed, s->scr_ms, s->scr_overlap_ms, (long long)s->scr_revisions,
+                    (long long)s->scr_stabilized, (long long)s->scr_merged, (long long)s->visible_at_end);
         if (cs->device)
             fprintf(stderr, "device %s: %lld window forwards (%lld positions) ran their layers there\n", cs->device,
                     (long long)s->dev_forwards, (long long)s->dev_tokens);
@@ -291,7 +303,9 @@ static void print_stats(const diff_opts *o, const ts_diffusion_stats *s, const t
             "\"window_max\":%lld,\"draft_evals\":%lld,\"draft_accepted\":%lld,\"lookahead_tokens\":%lld,"
             "\"skip_logits\":%s,\"logits_skipped\":%lld,\"sts\":%s,\"visible\":%g,\"stable\":%g,"
             "\"sts_visible\":%lld,\"sts_forced\":%lld,\"sts_stable\":%lld,\"revisions\":%lld,"
-            "\"unstable_at_block_end\":%lld,\"latency_table\":[",
+            "\"unstable_at_block_end\":%lld,\"visible_at_end\":%lld,\"scr\":%s,\"scr_max\":%d,"
+            "\"scr_refreshed\":%lld,\"scr_revisions\":%lld,\"scr_stabilized\":%lld,\"scr_merged\":%lld,"
+            "\"scr_ms\":%.3f,\"scr_overlap_ms\":%.3f,\"latency_table\":[",
             (int)s->n_prompt_tokens, (int)s->n_gen_tokens, (int)s->n_blocks, ts_stop_reason_name(s->stop_reason),
             dec[p->decoder == TS_DIFFUSION_VANILLA], cache[p->cache % 3], alg[p->alg % 4], (int)p->n_gen,
             (int)p->block, (int)(p->steps > 0 ? p->steps : p->n_gen), (double)p->threshold, (double)p->eps,
@@ -301,7 +315,9 @@ static void print_stats(const diff_opts *o, const ts_diffusion_stats *s, const t
             (long long)s->draft_accepted, (long long)s->lookahead_tokens, p->skip_logits ? "true" : "false",
             (long long)s->logits_skipped, p->sts ? "true" : "false", (double)p->visible, (double)p->stable,
             (long long)s->sts_visible, (long long)s->sts_forced, (long long)s->sts_stable, (long long)s->revisions,
-            (long long)s->unstable_at_block_end);
+            (long long)s->unstable_at_block_end, (long long)s->visible_at_end, p->scr ? "true" : "false",
+            (int)p->scr_max, (long long)s->scr_refreshed, (long long)s->scr_revisions, (long long)s->scr_stabilized,
+            (long long)s->scr_merged, s->scr_ms, s->scr_overlap_ms);
     for (int32_t i = 0; i < p->n_latency; i++)
         fprintf(stderr, "%s[%d,%.4f]", i ? "," : "", (int)p->latency_widths[i], p->latency_ms[i]);
     fputs("],\"tokens\":[", stderr);

@@ -25,6 +25,7 @@ ts_diff_cfg ts_diff_default_cfg(void) {
     c.lookahead_slack = 0.05f;
     c.visible = 0.7f;
     c.stable = 0.9f;
+    c.scr_max = 8;
     return c;
 }
 
@@ -93,6 +94,10 @@ static int check_cfg(const ts_diff_cfg *c, int32_t n_prompt, ts_err *err) {
             return ts_err_set(err, "the stability threshold %g is below the visibility threshold %g",
                               (double)c->stable, (double)c->visible);
     }
+    if (c->scr && !c->sts)
+        return ts_err_set(err, "sparse cache refresh revises visible tokens: it needs staged token stabilization");
+    if (c->scr && (c->scr_max < 1 || c->scr_max > 4096))
+        return ts_err_set(err, "scr_max %d must be in [1, 4096]", c->scr_max);
     return 0;
 }
 
@@ -129,7 +134,16 @@ typedef struct run {
     int64_t *draft_at;     /* [L] denoise_forwards after the forward that computed it (0: none yet) */
     uint8_t *need;         /* skip_logits: [rows] the rows a forward computes */
     uint8_t *state;        /* sts: [L] ST_* of each position (the prompt's unused) */
+    /* scr: this step's refreshes, and the rows waiting for the next merge */
+    int32_t *ref_pos, *ref_tok; /* [scr_max] */
+    double *ref_conf;           /* [scr_max] */
+    float *ref_logits;          /* [2][n_vocab] one refresh's rows */
+    int32_t n_ref;
+    int32_t *pend;              /* [scr_max] */
+    int32_t n_pend;
+    int32_t scr_cursor;         /* round robin: where the next choice starts */
     int32_t rows;          /* rows of logits (and need): the widest window */
+    int32_t ref_kv;        /* scr: the rows the refreshes attend to */
     uint64_t rng;
     bool eog_seen;         /* an end-of-generation token was handed out: emit nothing more */
 } run;
@@ -139,6 +153,34 @@ enum { ST_INVISIBLE = 0, ST_VISIBLE = 1, ST_STABLE = 2 }; /* sts: a position's s
 /* A position whose identity can still change: masked, or visible under sts. */
 static bool open_pos(const run *r, int32_t p) {
     return r->canvas[p] == r->d->mask_id || (r->state && r->state[p] == ST_VISIBLE);
+}
+
+/* SCR: the chosen positions recomputed on the CPU path, each its token
+ * at its position (with shift also the row before, which predicts it)
+ * attending to [0, ref_kv); their candidates and confidences kept for
+ * scr_apply. in_flight: a forward is submitted (its overlap is counted
+ * until done() says it finished). */
+static int refresh_all(run *r, bool in_flight, ts_err *err) {
+    const ts_denoiser *d = r->d;
+    const int32_t V = d->n_vocab;
+    for (int32_t i = 0; i < r->n_ref; i++) {
+        const int32_t p = r->ref_pos[i];
+        const double t0 = ts_now_ms();
+        if (d->refresh(d->scr_ctx, r->canvas + p - r->sh, 1 + r->sh, p - r->sh, r->ref_kv, r->ref_logits, err) < 0)
+            return ts_err_prefix(err, "refreshing position %d", p);
+        const double dt = ts_now_ms() - t0;
+        r->st->scr_ms += dt;
+        if (in_flight) {
+            r->st->scr_overlap_ms += dt;
+            /* once the forward is done the rest does not overlap (without
+             * done() every refresh is counted as overlapping) */
+            if (d->done && d->done(d->ctx)) in_flight = false;
+        }
+        const float *row = r->ref_logits; /* the window's first row predicts p (with shift, row p - 1) */
+        r->ref_conf[i] = ts_diff_confidence(row, V, d->mask_id, r->c->alg, r->c->temp, &r->rng, &r->ref_tok[i]);
+        r->st->scr_refreshed++;
+    }
+    return 0;
 }
 
 /* A forward of n positions from pos0 attending to [0, n_kv), with logits
@@ -157,8 +199,21 @@ static int forward(run *r, int32_t pos0, int32_t n, int32_t n_kv, int32_t lo, in
         if (r->d->set_rows(r->d->ctx, r->need, n, err) < 0) return ts_err_prefix(err, "selecting logit rows");
         r->st->logits_skipped += skipped;
     }
-    if (r->d->forward(r->d->ctx, r->canvas + pos0, n, pos0, n_kv, lo < hi ? r->logits : NULL, err) < 0)
-        return ts_err_prefix(err, "forward at positions [%d, %d)", pos0, pos0 + n);
+    const ts_denoiser *d = r->d;
+    float *lg = lo < hi ? r->logits : NULL;
+    if (r->n_ref > 0 && d->submit && d->wait) {
+        /* the refreshes run on the CPU path while the device computes */
+        if (d->submit(d->ctx, r->canvas + pos0, n, pos0, n_kv, lg, err) < 0)
+            return ts_err_prefix(err, "forward at positions [%d, %d)", pos0, pos0 + n);
+        const int rc = refresh_all(r, true, err);
+        if (d->wait(d->ctx, rc < 0 ? NULL : err) < 0 || rc < 0)
+            return ts_err_prefix(err, rc < 0 ? "sparse cache refresh" : "forward at positions [%d, %d)", pos0,
+                                 pos0 + n);
+    } else {
+        if (d->forward(d->ctx, r->canvas + pos0, n, pos0, n_kv, lg, err) < 0)
+            return ts_err_prefix(err, "forward at positions [%d, %d)", pos0, pos0 + n);
+        if (r->n_ref > 0 && refresh_all(r, false, err) < 0) return ts_err_prefix(err, "sparse cache refresh");
+    }
     r->st->forwards++;
     r->st->tokens_evaluated += n;
     return 0;
@@ -233,6 +288,58 @@ static int32_t sts_step(run *r, int32_t s, int32_t e, int32_t pos0) {
     return n - m;
 }
 
+/* SCR at a step boundary of the block [s, e) (nothing in flight): the
+ * rows the last step refreshed are merged; up to scr_max visible positions
+ * of the finished blocks are chosen (round robin from the cursor) and the
+ * CPU path's cache becomes a copy of rows [0, n_kv) (n_kv: e once the
+ * block's rows have been computed, else s). */
+static int scr_boundary(run *r, int32_t s, int32_t n_kv, ts_err *err) {
+    const ts_denoiser *d = r->d;
+    for (int32_t i = 0; i < r->n_pend; i++) {
+        if (d->merge(d->scr_ctx, r->pend[i], r->pend[i] + 1, err) < 0)
+            return ts_err_prefix(err, "merging the refreshed row %d", r->pend[i]);
+        r->st->scr_merged++;
+    }
+    r->n_pend = 0;
+    r->n_ref = 0;
+    const int32_t n = s - r->np; /* the finished blocks' positions */
+    if (n <= 0) return 0;
+    int32_t q = r->scr_cursor >= r->np && r->scr_cursor < s ? r->scr_cursor : r->np;
+    for (int32_t k = 0; k < n && r->n_ref < r->c->scr_max; k++) {
+        if (r->state[q] == ST_VISIBLE) {
+            r->ref_pos[r->n_ref++] = q;
+            r->scr_cursor = q + 1;
+        }
+        q = q + 1 < s ? q + 1 : r->np;
+    }
+    if (r->n_ref == 0) return 0;
+    r->ref_kv = n_kv;
+    if (d->snapshot(d->scr_ctx, n_kv, err) < 0) return ts_err_prefix(err, "copying the cache to the CPU path");
+    return 0;
+}
+
+/* SCR after the step's forward: each refreshed position revised or made
+ * stable by the sts rules; its row merged at the next boundary. */
+static void scr_apply(run *r) {
+    const double tv = r->c->visible, ts = r->c->stable;
+    for (int32_t i = 0; i < r->n_ref; i++) {
+        const int32_t p = r->ref_pos[i], tok = r->ref_tok[i];
+        const double conf = r->ref_conf[i];
+        if (conf >= tv && tok != r->canvas[p]) {
+            r->canvas[p] = tok;
+            r->st->revisions++;
+            r->st->scr_revisions++;
+        }
+        if (conf >= ts && tok == r->canvas[p]) {
+            r->state[p] = ST_STABLE;
+            r->st->sts_stable++;
+            r->st->scr_stabilized++;
+        }
+        r->pend[r->n_pend++] = p;
+    }
+    r->n_ref = 0;
+}
+
 static bool cancelled(run *r) { return r->c->cancelled && r->c->cancelled(r->c->ud); }
 
 /* A block [s, e) is final: hand its text-bearing tokens out (up to the first
@@ -255,11 +362,31 @@ static bool block_done(run *r, int32_t s, int32_t e) {
             r->st->end = TS_DIFF_END_EOG;
         }
     }
-    if (r->c->on_block && n > 0 && !r->c->on_block(r->c->ud, r->canvas + s, s - r->np, n)) {
+    if (r->c->on_block && !r->c->scr && n > 0 && !r->c->on_block(r->c->ud, r->canvas + s, s - r->np, n)) {
         r->st->end = TS_DIFF_END_CANCELLED;
         return false;
     }
     return !(r->eog_seen && r->c->early_stop);
+}
+
+/* SCR: the finished blocks handed out when decoding ends, from the final
+ * canvas, up to the first end-of-generation token. */
+static void emit_deferred(run *r) {
+    for (int32_t b = 0; b < r->st->n_blocks_done && r->c->on_block; b++) {
+        const int32_t s = r->np + b * r->c->block, e = block_end(s, r->c->block, r->L);
+        int32_t n = e - s;
+        bool eog = false;
+        for (int32_t p = s; p < e && r->c->is_eog && !eog; p++)
+            if (r->c->is_eog(r->c->ud, r->canvas[p])) {
+                n = p - s;
+                eog = true;
+            }
+        if (n > 0 && !r->c->on_block(r->c->ud, r->canvas + s, s - r->np, n)) {
+            r->st->end = TS_DIFF_END_CANCELLED;
+            return;
+        }
+        if (eog) return;
+    }
 }
 
 /* LLaDA generate(): every step a forward over the whole canvas, committing
@@ -409,6 +536,8 @@ static int run_block(run *r, ts_err *err) {
                 start = from - r->sh;
                 end = n_kv = window_end(r, s, e, start);
             }
+            /* SCR: merge, choose, copy, before the forward (which the refreshes overlap) */
+            if (c->scr && scr_boundary(r, s, step > 0 ? e : s, err) < 0) return -1;
             if (forward(r, start, end - start, n_kv, s, c->window > 0 ? end : e, err) < 0) return -1;
             if (end - start > r->st->window_max) r->st->window_max = end - start;
             if (c->sts) {
@@ -418,6 +547,7 @@ static int run_block(run *r, ts_err *err) {
                 while (from < e && r->state[from] == ST_STABLE) from++;
                 const int32_t left = sts_step(r, s, e, start);
                 if (c->window > 0) drafts(r, e, end, start);
+                if (c->scr) scr_apply(r);
                 if (left == 0) break;
                 continue;
             }
@@ -447,6 +577,8 @@ int ts_diffuse(const ts_denoiser *d, const int32_t *prompt, int32_t n_prompt, co
     if (d->n_vocab < 2 || d->mask_id < 0 || d->mask_id >= d->n_vocab)
         return ts_err_set(err, "mask token %d is outside the vocabulary [0, %d)", d->mask_id, d->n_vocab);
     if (!d->forward) return ts_err_set(err, "the denoiser has no forward function");
+    if (c->scr && (!d->snapshot || !d->refresh || !d->merge))
+        return ts_err_set(err, "sparse cache refresh needs the denoiser's CPU refresh path (none offered)");
     const int32_t sh = d->shift ? 1 : 0;
     const int32_t maxw = ts_diff_max_window(c, n_prompt, d->shift, err);
     if (maxw > d->max_window)
@@ -481,9 +613,17 @@ int ts_diffuse(const ts_denoiser *d, const int32_t *prompt, int32_t n_prompt, co
     }
     if (c->skip_logits) r.need = malloc((size_t)r.rows);
     if (c->sts) r.state = calloc((size_t)r.L, 1);
+    if (c->scr) {
+        r.ref_pos = malloc((size_t)c->scr_max * sizeof(int32_t));
+        r.ref_tok = malloc((size_t)c->scr_max * sizeof(int32_t));
+        r.ref_conf = malloc((size_t)c->scr_max * sizeof(double));
+        r.pend = malloc((size_t)c->scr_max * sizeof(int32_t));
+        r.ref_logits = malloc((size_t)2 * (size_t)d->n_vocab * sizeof(float));
+    }
     int rc = -1;
     if (!r.canvas || !r.logits || !r.cand_pos || !r.cand_tok || !r.cand_conf || !r.order || !r.pick ||
-        (c->window > 0 && (!r.draft_tok || !r.draft_conf || !r.draft_at)) || (c->skip_logits && !r.need) || (c->sts && !r.state)) {
+        (c->window > 0 && (!r.draft_tok || !r.draft_conf || !r.draft_at)) || (c->skip_logits && !r.need) || (c->sts && !r.state) ||
+        (c->scr && (!r.ref_pos || !r.ref_tok || !r.ref_conf || !r.pend || !r.ref_logits))) {
         ts_err_set(err, "out of memory for diffusion buffers (%d windows rows of %d logits)", maxw, d->n_vocab);
         goto done;
     }
@@ -492,6 +632,8 @@ int ts_diffuse(const ts_denoiser *d, const int32_t *prompt, int32_t n_prompt, co
 
     double t0 = ts_now_ms();
     rc = c->decoder == TS_DIFF_VANILLA ? run_vanilla(&r, err) : run_block(&r, err);
+    if (rc == 0 && c->scr) emit_deferred(&r);
+    for (int32_t p = n_prompt; r.state && p < r.L; p++) stats->visible_at_end += r.state[p] == ST_VISIBLE;
     stats->denoise_ms = ts_now_ms() - t0 - stats->prefill_ms;
     memcpy(gen, r.canvas + n_prompt, (size_t)c->n_gen * sizeof *gen);
 done:
@@ -507,5 +649,10 @@ done:
     free(r.draft_at);
     free(r.need);
     free(r.state);
+    free(r.ref_pos);
+    free(r.ref_tok);
+    free(r.ref_conf);
+    free(r.pend);
+    free(r.ref_logits);
     return rc;
 }

@@ -1,6 +1,9 @@
 /* denoiser_state.c - the real denoiser: bidirectional window forwards of a
  * diffusion model (llada, dream) over a ts_state's KV cache
- * (ts_forward_window), the prefix made permanent with ts_state_set_n_past. */
+ * (ts_forward_window), the prefix made permanent with ts_state_set_n_past;
+ * and the sparse cache refresh's CPU path: window forwards on a shadow
+ * state (the same weights, a KV cache of its own) whose cache is copied
+ * from and merged into the state's (ts_state_kv_copy). */
 #include <string.h>
 
 #include "diffusion/denoiser_state.h"
@@ -21,6 +24,37 @@ static int state_wait(void *ctx, ts_err *err) { return ts_forward_window_wait(ct
 
 static int state_set_rows(void *ctx, const uint8_t *need, int32_t n, ts_err *err) {
     return ts_state_set_logit_rows(ctx, need, n, err);
+}
+
+static bool state_done(void *ctx) { return ts_forward_window_done(ctx); }
+
+static int scr_snapshot(void *ctx, int32_t n, ts_err *err) {
+    ts_state_scr *p = ctx;
+    return ts_state_kv_copy(p->shadow, p->s, 0, n, err);
+}
+
+static int scr_refresh(void *ctx, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, float *logits,
+                       ts_err *err) {
+    ts_state_scr *p = ctx;
+    return ts_forward_window(p->shadow, tokens, n, pos0, n_kv, logits, err);
+}
+
+static int scr_merge(void *ctx, int32_t a, int32_t b, ts_err *err) {
+    ts_state_scr *p = ctx;
+    return ts_state_kv_copy(p->s, p->shadow, a, b, err);
+}
+
+int ts_state_denoiser_scr(ts_denoiser *d, ts_state_scr *pair, ts_err *err) {
+    if (!d || !pair || !pair->s || !pair->shadow || d->ctx != pair->s)
+        return ts_err_set(err, "sparse cache refresh: the CPU path needs the denoiser's state and a shadow state");
+    if (ts_state_kv_f32(pair->s) != ts_state_kv_f32(pair->shadow) || ts_state_n_ctx(pair->shadow) < ts_state_n_ctx(pair->s))
+        return ts_err_set(err, "sparse cache refresh: the shadow state's KV cache must match the state's");
+    d->scr_ctx = pair;
+    d->snapshot = scr_snapshot;
+    d->refresh = scr_refresh;
+    d->merge = scr_merge;
+    d->done = state_done;
+    return 0;
 }
 
 int ts_state_denoiser(ts_state *s, const ts_mdl *m, int32_t mask_id_override, ts_denoiser *out, ts_err *err) {

@@ -13,4 +13,16 @@
  * attention. out->max_window is the state's n_batch. */
 int ts_state_denoiser(ts_state *s, const ts_mdl *m, int32_t mask_id_override, ts_denoiser *out, ts_err *err);
 
+/* The sparse cache refresh's CPU path for a denoiser of state s: shadow is
+ * a CPU-only state of the same model and KV type (no prefill device, n_ctx
+ * >= s's, n_batch >= 2) whose cache the refreshes write; merges copy its
+ * rows back into s's (a device holding s's cache re-reads them). */
+typedef struct ts_state_scr {
+    ts_state *s, *shadow;
+} ts_state_scr;
+
+/* Adds that path to d (filled by ts_state_denoiser for pair->s); pair must
+ * outlive d. */
+int ts_state_denoiser_scr(ts_denoiser *d, ts_state_scr *pair, ts_err *err);
+
 #endif

@@ -51,8 +51,22 @@
  *            becomes stable when a prediction of its own token passes
  *            `stable`. The block ends when nothing in it is masked; its
  *            visible positions then stay as they are (counted:
- *            unstable_at_block_end) and are the refresh candidates of a
- *            sparse cache refresh (not built). `threshold` is not used.
+ *            unstable_at_block_end) and are the refresh candidates of the
+ *            sparse cache refresh. `threshold` is not used.
+ *   scr     (sparse cache refresh with delayed merge, seed 000 section 3.3):
+ *            at each step boundary the rows the last step refreshed are
+ *            merged into the cache, the CPU path's cache becomes a copy of
+ *            the cache, and up to scr_max visible positions of finished
+ *            blocks (round robin) are chosen. The step's forward is
+ *            submitted; while it runs, each chosen position is recomputed on
+ *            the CPU path (its token at its position, attending to the
+ *            prefix and the current block as they stood at the boundary),
+ *            giving its confidence and prediction and new K/V rows in the
+ *            CPU path's cache only. After the forward: a refreshed position
+ *            is revised or made stable by the sts rules, and its row waits
+ *            for the next boundary's merge. With scr the blocks' text is
+ *            handed out when decoding ends (a refresh may still change a
+ *            finished block).
  *
  * shift: with shift_logits (Dream) position p reads the logits of row p-1,
  * so a window whose first position p0 must be predicted starts at p0 - 1.
@@ -95,6 +109,19 @@ typedef struct ts_denoiser {
      * logits only for rows i < n with need[i] (selective logits skipping);
      * the others are left unspecified. need stays valid until it returns. */
     int (*set_rows)(void *ctx, const uint8_t *need, int32_t n, ts_err *err);
+    /* Optional (NULL: no sparse cache refresh): a CPU path beside the
+     * forward's, with a cache of its own (scr_ctx). snapshot: its cache
+     * rows [0, n) := the cache's (nothing in flight). refresh: forward's
+     * arguments, on the CPU path's cache only (the cache forward uses is
+     * untouched), and callable while a submitted forward is in flight.
+     * merge: the cache's rows [a, b) := the CPU path's (nothing in flight).
+     * done (may be NULL): the submitted forward has finished (non-blocking). */
+    void *scr_ctx;
+    int (*snapshot)(void *scr_ctx, int32_t n, ts_err *err);
+    int (*refresh)(void *scr_ctx, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, float *logits,
+                   ts_err *err);
+    int (*merge)(void *scr_ctx, int32_t a, int32_t b, ts_err *err);
+    bool (*done)(void *ctx);
 } ts_denoiser;
 
 /* ---- configuration ------------------------------------------------------ */
@@ -136,6 +163,9 @@ typedef struct ts_diff_cfg {
     bool sts;
     float visible;               /* masked -> visible at a confidence >= this (default 0.7) */
     float stable;                /* -> stable at >= this (>= visible; default 0.9) */
+    /* sparse cache refresh (needs sts and the denoiser's CPU path): */
+    bool scr;
+    int32_t scr_max;             /* visible prefix positions refreshed per step (default 8) */
     /* end-of-generation test (EOS, EoT); NULL: none */
     bool (*is_eog)(void *ud, int32_t token);
     /* a block is final: its tokens (gen positions first .. first+n-1); return false to stop */
@@ -177,6 +207,14 @@ typedef struct ts_diff_stats {
     int64_t sts_stable;          /* positions that became stable (from masked or visible) */
     int64_t revisions;           /* visible positions whose token a later prediction changed */
     int64_t unstable_at_block_end; /* positions still visible when their block finished */
+    int64_t visible_at_end;      /* positions still visible when decoding ended */
+    /* sparse cache refresh */
+    int64_t scr_refreshed;       /* prefix positions recomputed on the CPU path */
+    int64_t scr_revisions;       /* of revisions, those a refresh made */
+    int64_t scr_stabilized;      /* positions a refresh made stable */
+    int64_t scr_merged;          /* cache rows merged at step boundaries */
+    double scr_ms;               /* time in the CPU path's refresh forwards */
+    double scr_overlap_ms;       /* of it, while a submitted forward was still in flight */
     ts_diff_end end;
 } ts_diff_stats;
 
@@ -225,6 +263,13 @@ typedef struct ts_scripted_call {
     int32_t pos0, n, n_kv;
 } ts_scripted_call;
 
+/* scr: the log of every denoiser call in order: 'F' forward or submit,
+ * 'W' wait, 'S' snapshot (n_kv = n), 'R' refresh, 'M' merge [pos0, pos0 + n). */
+typedef struct ts_scripted_event {
+    char kind;
+    int32_t pos0, n, n_kv;
+} ts_scripted_event;
+
 typedef struct ts_scripted {
     int32_t n_vocab, mask_id;
     bool shift;
@@ -241,6 +286,15 @@ typedef struct ts_scripted {
     int32_t *canvas;             /* [n_ctx], starts as mask_id (ts_scripted_init) */
     ts_scripted_call *calls;     /* log of the first cap_calls forwards */
     int64_t n_calls, cap_calls;
+    /* scr (set before ts_scripted_init): offer submit / wait and the CPU
+     * refresh path. Its view of the canvas is `shadow`; script() is called
+     * for a refresh's rows with call = -1 - (the refresh's index) and the
+     * shadow as canvas. */
+    bool scr;
+    int32_t *shadow;             /* [n_ctx] */
+    ts_scripted_event *events;   /* [cap_calls] the first cap_calls calls of any kind */
+    int64_t n_events, n_refresh;
+    bool in_flight;              /* a submitted forward not yet waited for */
 } ts_scripted;
 
 /* Allocates canvas and the call log; -1 on out of memory. */

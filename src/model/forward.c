@@ -398,6 +398,32 @@ void ts_state_kv_truncate(ts_state *s, int32_t n) {
     if (s->pf) ts_rt_layers_kv_truncate(s->pf, n); /* rows >= n are no longer the device's */
 }
 
+bool ts_state_kv_f32(const ts_state *s) { return s->kv_f32; }
+
+int ts_state_kv_copy(ts_state *dst, const ts_state *src, int32_t a, int32_t b, ts_err *err) {
+    if (!dst || !src) return ts_err_set(err, "kv copy: state is NULL");
+    if (dst->m != src->m || dst->kv_f32 != src->kv_f32)
+        return ts_err_set(err, "kv copy: the states differ in model or KV type (%s / %s)", dst->kv_f32 ? "f32" : "f16",
+                          src->kv_f32 ? "f32" : "f16");
+    if (a < 0 || b < a || b > dst->n_ctx || b > src->n_ctx)
+        return ts_err_set(err, "kv copy: rows [%d, %d) outside the caches (%d, %d rows)", a, b, dst->n_ctx,
+                          src->n_ctx);
+    if (a == b) return 0;
+    if (src->win_pending || (src->pf && !ts_rt_layers_done(src->pf)) || dst->win_pending ||
+        (dst->pf && !ts_rt_layers_done(dst->pf)))
+        return ts_err_set(err, "kv copy: a window is in flight on one of the states (wait for it first)");
+    const size_t esz = dst->kv_f32 ? sizeof(float) : sizeof(uint16_t);
+    const size_t row = (size_t)dst->n_kv_dim * esz, n = (size_t)(b - a) * row;
+    for (int64_t l = 0; l < dst->m->hp.n_layer; l++) {
+        const size_t od = ((size_t)l * (size_t)dst->n_ctx + (size_t)a) * row;
+        const size_t os = ((size_t)l * (size_t)src->n_ctx + (size_t)a) * row;
+        memcpy((char *)dst->k_cache + od, (const char *)src->k_cache + os, n);
+        memcpy((char *)dst->v_cache + od, (const char *)src->v_cache + os, n);
+    }
+    if (dst->pf) ts_rt_layers_kv_host_wrote(dst->pf, a, b); /* the device re-reads those rows */
+    return 0;
+}
+
 /* ---- stages ------------------------------------------------------------ */
 
 /* x[t] = embedding row of tokens[t] * embd_scale */

@@ -116,6 +116,12 @@ int32_t ts_state_n_batch(const ts_state *s);   /* effective micro-batch (capped 
 int32_t ts_state_n_threads(const ts_state *s);
 /* Drops cached positions >= n (n <= n_past). ts_state_kv_truncate(s, 0) resets. */
 void ts_state_kv_truncate(ts_state *s, int32_t n);
+bool ts_state_kv_f32(const ts_state *s); /* the KV cache is f32 (ts_state_params.kv_f32) */
+/* Rows [a, b) of dst's KV cache, every layer, := src's (the same model and
+ * KV type; nothing in flight on either). A device holding a copy of dst's
+ * cache re-reads those rows before its next run. The sparse cache refresh's
+ * CPU path: a snapshot of the cache, and the merge of refreshed rows. */
+int ts_state_kv_copy(ts_state *dst, const ts_state *src, int32_t a, int32_t b, ts_err *err);
 
 /* ---- prefill on a device ------------------------------------------------ */
 

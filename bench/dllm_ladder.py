@@ -15,7 +15,8 @@ as "not built", never timed):
                      latency table, timed at start by tessera)
   + STS              --sts (visible 0.7, stable 0.9: the seed's defaults)
   + SLS              --skip-logits
-  + SCR              sparse cache refresh on the CPU (not built)
+  + SCR              --scr (up to 8 visible prefix positions recomputed on
+                     the CPU per step, beside the device's forward)
 
 Prompts: --prompts windows of 64 tokens spread over the held-out last 10% of
 tinyshakespeare (as tools/train_tiny_dllm.py splits it). Every prompt runs
@@ -56,7 +57,7 @@ def rows_for(dev, block):
         ("+ MBSD", d + mbsd),
         ("+ STS", d + mbsd + ["--sts"]),
         ("+ SLS", d + mbsd + ["--sts", "--skip-logits"]),
-        ("+ SCR", None),
+        ("+ SCR", d + mbsd + ["--sts", "--skip-logits", "--scr"]),
     ]
 
 
@@ -124,6 +125,13 @@ def main():
                         logits_skipped=sum(s.get("logits_skipped", 0) for s in ss),
                         revisions=sum(s.get("revisions", 0) for s in ss),
                         unstable_at_block_end=sum(s.get("unstable_at_block_end", 0) for s in ss),
+                        visible_at_end=sum(s.get("visible_at_end", 0) for s in ss),
+                        scr_refreshed=sum(s.get("scr_refreshed", 0) for s in ss),
+                        scr_revisions=sum(s.get("scr_revisions", 0) for s in ss),
+                        scr_stabilized=sum(s.get("scr_stabilized", 0) for s in ss),
+                        scr_ms=sum(s.get("scr_ms", 0) for s in ss),
+                        scr_overlap_ms=sum(s.get("scr_overlap_ms", 0) for s in ss),
+                        sts_forced=sum(s.get("sts_forced", 0) for s in ss),
                         loglik_per_token=q))
     if a.json:
         with open(a.json, "w") as f:

@@ -47,8 +47,10 @@ static int scr_merge(void *ctx, int32_t a, int32_t b, ts_err *err) {
 int ts_state_denoiser_scr(ts_denoiser *d, ts_state_scr *pair, ts_err *err) {
     if (!d || !pair || !pair->s || !pair->shadow || d->ctx != pair->s)
         return ts_err_set(err, "sparse cache refresh: the CPU path needs the denoiser's state and a shadow state");
-    if (ts_state_kv_f32(pair->s) != ts_state_kv_f32(pair->shadow) || ts_state_n_ctx(pair->shadow) < ts_state_n_ctx(pair->s))
-        return ts_err_set(err, "sparse cache refresh: the shadow state's KV cache must match the state's");
+    if (ts_state_kv_f32(pair->s) != ts_state_kv_f32(pair->shadow) || ts_state_n_ctx(pair->shadow) < ts_state_n_ctx(pair->s) ||
+        ts_state_n_batch(pair->shadow) < 2)
+        return ts_err_set(err, "sparse cache refresh: the shadow state's KV cache must match the state's (type, "
+                          "n_ctx) and it must take windows of 2");
     d->scr_ctx = pair;
     d->snapshot = scr_snapshot;
     d->refresh = scr_refresh;

@@ -44,6 +44,10 @@ import sys
 
 import dllm_common as C
 
+# counters summed over the prompts into --json
+SUMMED = ["draft_accepted", "logits_skipped", "revisions", "unstable_at_block_end", "visible_at_end", "sts_forced",
+          "scr_refreshed", "scr_revisions", "scr_stabilized", "scr_ms", "scr_overlap_ms"]
+
 
 def rows_for(dev, block):
     d = ["--prefill-device", dev, "--prefill-min-tokens", "2"]
@@ -119,20 +123,10 @@ def main():
         q = statistics.mean(qual[name]) if qual[name] else None
         print(f"| {name} | {ms:.0f} | {base_ms / ms:.2f}x | {fw:.1f} | {ev:.0f} | {tpf:.3f} | {100 * dev:.0f}% | "
               f"{100 * agree:.1f}% | {'%.3f' % q if q is not None else ''} |")
-        out.append(dict(row=name, built=True, flags=flags, ms_median=ms, speedup=base_ms / ms, denoise_forwards=fw,
-                        positions=ev, tokens_per_forward=tpf, device_share=dev, agreement=agree,
-                        draft_accepted=sum(s.get("draft_accepted", 0) for s in ss),
-                        logits_skipped=sum(s.get("logits_skipped", 0) for s in ss),
-                        revisions=sum(s.get("revisions", 0) for s in ss),
-                        unstable_at_block_end=sum(s.get("unstable_at_block_end", 0) for s in ss),
-                        visible_at_end=sum(s.get("visible_at_end", 0) for s in ss),
-                        scr_refreshed=sum(s.get("scr_refreshed", 0) for s in ss),
-                        scr_revisions=sum(s.get("scr_revisions", 0) for s in ss),
-                        scr_stabilized=sum(s.get("scr_stabilized", 0) for s in ss),
-                        scr_ms=sum(s.get("scr_ms", 0) for s in ss),
-                        scr_overlap_ms=sum(s.get("scr_overlap_ms", 0) for s in ss),
-                        sts_forced=sum(s.get("sts_forced", 0) for s in ss),
-                        loglik_per_token=q))
+        row = dict(row=name, built=True, flags=flags, ms_median=ms, speedup=base_ms / ms, denoise_forwards=fw,
+                   positions=ev, tokens_per_forward=tpf, device_share=dev, agreement=agree, loglik_per_token=q)
+        row.update({k: sum(s.get(k, 0) for s in ss) for k in SUMMED})
+        out.append(row)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(model=a.model, device=a.device, prompts=len(prompts), gen=a.gen, block=a.block,

@@ -260,19 +260,15 @@ static int decode(const char *path, const char *ids, opts *o) {
     sp.n_ctx = np + o->c.n_gen;
     sp.n_batch = o->n_batch > 0 ? o->n_batch : need;
     ts_state *s = ts_state_new(m, &sp, &e);
-    /* --scr: the CPU path's state, as ts_context_diffuse makes it */
-    ts_state_params shp = sp;
-    shp.n_batch = 2;
-    shp.n_threads = 1;
-    ts_state_scr scr = {s, o->c.scr ? ts_state_new(m, &shp, &e) : NULL};
+    ts_state_scr scr = {s, NULL}; /* --scr: the CPU path */
     ts_denoiser d;
     int32_t *gen = malloc((size_t)o->c.n_gen * sizeof *gen);
     ts_diff_stats st;
     int rc = 1;
     o->c.is_eog = tool_is_eog;
     o->c.ud = (void *)ts_mdl_tokenizer(m);
-    if (s && gen && (!o->c.scr || scr.shadow) && ts_state_denoiser(s, m, -1, &d, &e) == 0 &&
-        (!o->c.scr || ts_state_denoiser_scr(&d, &scr, &e) == 0) && ts_diffuse(&d, prompt, np, &o->c, gen, &st, &e) == 0) {
+    if (s && gen && ts_state_denoiser(s, m, -1, &d, &e) == 0 &&
+        (!o->c.scr || ts_state_denoiser_scr(&d, &scr, m, &e) == 0) && ts_diffuse(&d, prompt, np, &o->c, gen, &st, &e) == 0) {
         printf("{\"gen\":[");
         for (int32_t i = 0; i < o->c.n_gen; i++) printf("%s%d", i ? "," : "", gen[i]);
         printf("],");
@@ -283,7 +279,7 @@ static int decode(const char *path, const char *ids, opts *o) {
         fprintf(stderr, "diffusion_tool: %s\n", e.msg[0] ? e.msg : "out of memory");
     }
     free(gen);
-    ts_state_free(scr.shadow);
+    ts_state_scr_free(&scr);
     ts_state_free(s);
     ts_mdl_free(m);
     return rc;

@@ -750,12 +750,18 @@ static const entry scr_script[] = {
     {3, 10, 0.5f, 0},  {4, 9, 0.95f, 0},   {4, 10, 0.95f, 0}, {-5, 4, 0.95f, 41},
 };
 
-static void scr_fixture(fixture *f, table *t, bool shift) {
-    fx_init(f, t, shift, 16);
+/* The fixture's scripted denoiser remade with the CPU refresh path. */
+static void fx_with_scr(fixture *f) {
+    const int32_t n_ctx = f->s.n_ctx;
     ts_scripted_free(&f->s);
     f->s.scr = true;
-    if (ts_scripted_init(&f->s, 16, 256, &f->err) < 0) exit(1);
+    if (ts_scripted_init(&f->s, n_ctx, 256, &f->err) < 0) exit(1);
     f->d = ts_scripted_denoiser(&f->s);
+}
+
+static void scr_fixture(fixture *f, table *t, bool shift) {
+    fx_init(f, t, shift, 16);
+    fx_with_scr(f);
     f->c.n_gen = 8;
     f->c.block = 4;
     f->c.sts = true;
@@ -875,10 +881,7 @@ static void test_no_alloc_in_loop(void) {
             fixture f;
             fx_init(&f, &t, mode == 1, 80);
             if (mode == 5) { /* sts + scr */
-                ts_scripted_free(&f.s);
-                f.s.scr = true;
-                if (ts_scripted_init(&f.s, 80, 256, &f.err) < 0) exit(1);
-                f.d = ts_scripted_denoiser(&f.s);
+                fx_with_scr(&f);
                 f.c.sts = f.c.scr = true;
                 f.c.visible = 0.1f; /* every position visible at once, none stable: refreshes every step */
                 f.c.stable = 0.5f;

@@ -186,20 +186,12 @@ ts_status ts_context_diffuse(ts_context *c, const int32_t *prompt, int32_t n_pro
     int32_t *gen = malloc((size_t)p.n_gen * sizeof *gen);
     if (!gen) return ts_ctx_fail(c, TS_ERR_NO_MEMORY, "diffuse: out of memory");
     /* sparse cache refresh: the CPU path's state (the same weights, its own
-     * KV cache), made for this call; one thread, beside the device's */
+     * KV cache), made for this call */
     ts_state_scr scr = {c->st, NULL};
-    if (p.scr) {
-        ts_state_params sp = ts_state_default_params();
-        sp.n_ctx = ts_state_n_ctx(c->st);
-        sp.n_batch = 2;
-        sp.n_threads = 1;
-        sp.kv_f32 = ts_state_kv_f32(c->st);
-        scr.shadow = ts_state_new(c->model->mdl, &sp, &e);
-        if (!scr.shadow || ts_state_denoiser_scr(&d, &scr, &e) < 0) {
-            ts_state_free(scr.shadow);
-            free(gen);
-            return ts_ctx_fail(c, TS_ERR_NO_MEMORY, "diffuse: the sparse cache refresh's CPU state: %s", e.msg);
-        }
+    if (p.scr && ts_state_denoiser_scr(&d, &scr, c->model->mdl, &e) < 0) {
+        ts_state_scr_free(&scr);
+        free(gen);
+        return ts_ctx_fail(c, TS_ERR_NO_MEMORY, "diffuse: %s", e.msg);
     }
     ts_state_kv_truncate(c->st, 0); /* the canvas starts at position 0 */
     c->has_logits = false;
@@ -210,7 +202,7 @@ ts_status ts_context_diffuse(ts_context *c, const int32_t *prompt, int32_t n_pro
     int rc = ts_diffuse(&d, prompt, n_prompt, &cfg, gen, &ds, &e);
     ts_state_dev_stats_get(c->st, &dv1);
     free(gen);
-    ts_state_free(scr.shadow);
+    ts_state_scr_free(&scr);
     int64_t nf = ts_detok_flush(&io.dt, c->piece, c->piece_cap);
     if (nf > 0 && p.on_token) p.on_token(c->piece, (size_t)nf, -1, p.user_data);
 

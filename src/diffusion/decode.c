@@ -155,6 +155,34 @@ static bool open_pos(const run *r, int32_t p) {
     return r->canvas[p] == r->d->mask_id || (r->state && r->state[p] == ST_VISIBLE);
 }
 
+/* STS: a masked position p just unmasked with confidence conf becomes
+ * stable if that passes the stability threshold, else visible. */
+static void sts_unmask(run *r, int32_t p, double conf) {
+    const bool st = conf >= r->c->stable;
+    r->state[p] = st ? ST_STABLE : ST_VISIBLE;
+    r->st->sts_stable += st;
+    r->st->sts_visible += !st;
+}
+
+/* STS: a visible position p predicted as tok at conf (with its own token
+ * as input): revised by a prediction of another token that passes the
+ * visibility threshold; stable once a prediction of its own token passes
+ * the stability threshold. Returns 1 for a revision, 2 for stable (or'ed). */
+static int sts_revise(run *r, int32_t p, int32_t tok, double conf) {
+    int what = 0;
+    if (conf >= r->c->visible && tok != r->canvas[p]) {
+        r->canvas[p] = tok;
+        r->st->revisions++;
+        what |= 1;
+    }
+    if (conf >= r->c->stable && tok == r->canvas[p]) {
+        r->state[p] = ST_STABLE;
+        r->st->sts_stable++;
+        what |= 2;
+    }
+    return what;
+}
+
 /* SCR: the chosen positions recomputed on the CPU path, each its token
  * at its position (with shift also the row before, which predicts it)
  * attending to [0, ref_kv); their candidates and confidences kept for
@@ -206,9 +234,9 @@ static int forward(run *r, int32_t pos0, int32_t n, int32_t n_kv, int32_t lo, in
         if (d->submit(d->ctx, r->canvas + pos0, n, pos0, n_kv, lg, err) < 0)
             return ts_err_prefix(err, "forward at positions [%d, %d)", pos0, pos0 + n);
         const int rc = refresh_all(r, true, err);
-        if (d->wait(d->ctx, rc < 0 ? NULL : err) < 0 || rc < 0)
-            return ts_err_prefix(err, rc < 0 ? "sparse cache refresh" : "forward at positions [%d, %d)", pos0,
-                                 pos0 + n);
+        const int rw = d->wait(d->ctx, rc < 0 ? NULL : err); /* always: the forward must not stay in flight */
+        if (rc < 0) return ts_err_prefix(err, "sparse cache refresh");
+        if (rw < 0) return ts_err_prefix(err, "forward at positions [%d, %d)", pos0, pos0 + n);
     } else {
         if (d->forward(d->ctx, r->canvas + pos0, n, pos0, n_kv, lg, err) < 0)
             return ts_err_prefix(err, "forward at positions [%d, %d)", pos0, pos0 + n);
@@ -251,7 +279,7 @@ static void commit(run *r, int32_t n_pick) {
 static int32_t sts_step(run *r, int32_t s, int32_t e, int32_t pos0) {
     const ts_diff_cfg *c = r->c;
     const int32_t V = r->d->n_vocab, mask = r->d->mask_id;
-    const double tv = c->visible, ts = c->stable;
+    const double tv = c->visible;
     int32_t n = 0;
     for (int32_t p = s; p < e; p++) {
         if (r->state[p] == ST_STABLE) continue;
@@ -265,24 +293,10 @@ static int32_t sts_step(run *r, int32_t s, int32_t e, int32_t pos0) {
             n++;
             continue;
         }
-        /* visible: the prediction read with its own token as input */
-        if (conf >= tv && tok != r->canvas[p]) {
-            r->canvas[p] = tok;
-            r->st->revisions++;
-        }
-        if (conf >= ts && tok == r->canvas[p]) {
-            r->state[p] = ST_STABLE;
-            r->st->sts_stable++;
-        }
+        (void)sts_revise(r, p, tok, conf); /* visible */
     }
     const int32_t m = ts_diff_select(r->cand_conf, n, 0, tv, r->order, r->pick);
-    for (int32_t i = 0; i < m; i++) {
-        const int32_t j = r->pick[i];
-        const bool st = r->cand_conf[j] >= ts;
-        r->state[r->cand_pos[j]] = st ? ST_STABLE : ST_VISIBLE;
-        r->st->sts_stable += st;
-        r->st->sts_visible += !st;
-    }
+    for (int32_t i = 0; i < m; i++) sts_unmask(r, r->cand_pos[r->pick[i]], r->cand_conf[r->pick[i]]);
     if (m == 1 && !(r->cand_conf[r->pick[0]] >= tv)) r->st->sts_forced++;
     commit(r, m);
     return n - m;
@@ -321,26 +335,23 @@ static int scr_boundary(run *r, int32_t s, int32_t n_kv, ts_err *err) {
 /* SCR after the step's forward: each refreshed position revised or made
  * stable by the sts rules; its row merged at the next boundary. */
 static void scr_apply(run *r) {
-    const double tv = r->c->visible, ts = r->c->stable;
     for (int32_t i = 0; i < r->n_ref; i++) {
-        const int32_t p = r->ref_pos[i], tok = r->ref_tok[i];
-        const double conf = r->ref_conf[i];
-        if (conf >= tv && tok != r->canvas[p]) {
-            r->canvas[p] = tok;
-            r->st->revisions++;
-            r->st->scr_revisions++;
-        }
-        if (conf >= ts && tok == r->canvas[p]) {
-            r->state[p] = ST_STABLE;
-            r->st->sts_stable++;
-            r->st->scr_stabilized++;
-        }
-        r->pend[r->n_pend++] = p;
+        const int what = sts_revise(r, r->ref_pos[i], r->ref_tok[i], r->ref_conf[i]);
+        r->st->scr_revisions += what & 1;
+        r->st->scr_stabilized += what >> 1;
+        r->pend[r->n_pend++] = r->ref_pos[i];
     }
     r->n_ref = 0;
 }
 
 static bool cancelled(run *r) { return r->c->cancelled && r->c->cancelled(r->c->ud); }
+
+/* The first end-of-generation token in [s, e), or -1. */
+static int32_t first_eog(const run *r, int32_t s, int32_t e) {
+    for (int32_t p = s; p < e && r->c->is_eog; p++)
+        if (r->c->is_eog(r->c->ud, r->canvas[p])) return p;
+    return -1;
+}
 
 /* A block [s, e) is final: hand its text-bearing tokens out (up to the first
  * end-of-generation token) and say whether decoding goes on. */
@@ -348,12 +359,8 @@ static bool block_done(run *r, int32_t s, int32_t e) {
     r->st->n_blocks_done++;
     for (int32_t p = s; r->state && p < e; p++) r->st->unstable_at_block_end += r->state[p] == ST_VISIBLE;
     if (r->eog_seen) return !r->c->early_stop;
-    int32_t n = e - s, eog = -1;
-    for (int32_t p = s; p < e && r->c->is_eog; p++)
-        if (r->c->is_eog(r->c->ud, r->canvas[p])) {
-            eog = p;
-            break;
-        }
+    int32_t n = e - s;
+    const int32_t eog = first_eog(r, s, e);
     if (eog >= 0) {
         n = eog - s;
         r->eog_seen = true;
@@ -374,18 +381,12 @@ static bool block_done(run *r, int32_t s, int32_t e) {
 static void emit_deferred(run *r) {
     for (int32_t b = 0; b < r->st->n_blocks_done && r->c->on_block; b++) {
         const int32_t s = r->np + b * r->c->block, e = block_end(s, r->c->block, r->L);
-        int32_t n = e - s;
-        bool eog = false;
-        for (int32_t p = s; p < e && r->c->is_eog && !eog; p++)
-            if (r->c->is_eog(r->c->ud, r->canvas[p])) {
-                n = p - s;
-                eog = true;
-            }
+        const int32_t eog = first_eog(r, s, e), n = (eog >= 0 ? eog : e) - s;
         if (n > 0 && !r->c->on_block(r->c->ud, r->canvas + s, s - r->np, n)) {
             r->st->end = TS_DIFF_END_CANCELLED;
             return;
         }
-        if (eog) return;
+        if (eog >= 0) return;
     }
 }
 
@@ -476,19 +477,14 @@ static void drafts(run *r, int32_t e, int32_t end, int32_t pos0) {
  * their own; no at-least-one rule). True when that completes the block. */
 static bool accept_drafts(run *r, int32_t s, int32_t e) {
     int32_t n = 0, left = 0;
+    const double thr = r->c->sts ? r->c->visible : r->c->threshold;
     for (int32_t p = s; p < e; p++) {
         if (r->canvas[p] != r->d->mask_id) continue;
         /* computed by the last denoising forward (there was one: block 0's) */
-        const double thr = r->c->sts ? r->c->visible : r->c->threshold;
         if (r->draft_at[p] == r->st->denoise_forwards && r->draft_conf[p] >= thr) {
             r->canvas[p] = r->draft_tok[p];
             n++;
-            if (r->state) {
-                const bool st = r->draft_conf[p] >= r->c->stable;
-                r->state[p] = st ? ST_STABLE : ST_VISIBLE;
-                r->st->sts_stable += st;
-                r->st->sts_visible += !st;
-            }
+            if (r->state) sts_unmask(r, p, r->draft_conf[p]);
         } else {
             left++;
         }

@@ -44,19 +44,30 @@ static int scr_merge(void *ctx, int32_t a, int32_t b, ts_err *err) {
     return ts_state_kv_copy(p->s, p->shadow, a, b, err);
 }
 
-int ts_state_denoiser_scr(ts_denoiser *d, ts_state_scr *pair, ts_err *err) {
-    if (!d || !pair || !pair->s || !pair->shadow || d->ctx != pair->s)
-        return ts_err_set(err, "sparse cache refresh: the CPU path needs the denoiser's state and a shadow state");
-    if (ts_state_kv_f32(pair->s) != ts_state_kv_f32(pair->shadow) || ts_state_n_ctx(pair->shadow) < ts_state_n_ctx(pair->s) ||
-        ts_state_n_batch(pair->shadow) < 2)
-        return ts_err_set(err, "sparse cache refresh: the shadow state's KV cache must match the state's (type, "
-                          "n_ctx) and it must take windows of 2");
+int ts_state_denoiser_scr(ts_denoiser *d, ts_state_scr *pair, const ts_mdl *m, ts_err *err) {
+    if (!d || !pair || !pair->s || d->ctx != pair->s)
+        return ts_err_set(err, "sparse cache refresh: the CPU path needs the denoiser's state");
+    /* one thread beside the device's; windows of 2 (a shifted refresh);
+     * the state's context and KV type, so rows copy as they are */
+    ts_state_params sp = ts_state_default_params();
+    sp.n_ctx = ts_state_n_ctx(pair->s);
+    sp.n_batch = 2;
+    sp.n_threads = 1;
+    sp.kv_f32 = ts_state_kv_f32(pair->s);
+    pair->shadow = ts_state_new(m, &sp, err);
+    if (!pair->shadow) return ts_err_prefix(err, "sparse cache refresh: the CPU path's state");
     d->scr_ctx = pair;
     d->snapshot = scr_snapshot;
     d->refresh = scr_refresh;
     d->merge = scr_merge;
     d->done = state_done;
     return 0;
+}
+
+void ts_state_scr_free(ts_state_scr *pair) {
+    if (!pair) return;
+    ts_state_free(pair->shadow);
+    pair->shadow = NULL;
 }
 
 int ts_state_denoiser(ts_state *s, const ts_mdl *m, int32_t mask_id_override, ts_denoiser *out, ts_err *err) {

@@ -10,7 +10,14 @@ as "not built", never timed):
   + prefix cache     the prompt's and finished blocks' K/V reused (CPU)
   device             --no-cache with the window forwards on --device
   + cache            the prefix cache on the device
-  + SOMR             swap-optimized memory runtime (not built)
+  + SOMR             the swap-optimized memory runtime (place=somr: what
+                     fits the device window stays resident, packed; the rest
+                     streams through two slots ahead of use and across
+                     forwards). With --device-window SIZE the device rows
+                     before it run in that window with plain per-use staging
+                     (place=peruse: every layer uploaded just before its
+                     use), the rows from it on with place=somr; without it
+                     the device rows keep the device's default placement
   + MBSD             --window BLOCK --lookahead auto (the device's width ->
                      latency table, timed at start by tessera)
   + STS              --sts (visible 0.7, stable 0.9: the seed's defaults)
@@ -32,9 +39,12 @@ over --score positions per prompt, the same positions for every row;
 higher is better; 0 turns it off; it needs the committed delta of
 tools/train_tiny_dllm.py, so only the trained model is scored).
 
+Columns also: the MiB staged to the device per request (weights and K/V
+rows uploaded) and the device's stall on weight uploads (ms per request).
+
 usage: dllm_ladder.py TESSERA MODEL [--device amx,act=int8] [--prompts 50]
                       [--gen 64] [--block 32] [--threshold 0.9] [-t 2]
-                      [--score 16] [--json OUT]
+                      [--device-window 96M] [--score 16] [--json OUT]
 """
 import argparse
 import json
@@ -46,18 +56,21 @@ import dllm_common as C
 
 # counters summed over the prompts into --json
 SUMMED = ["draft_accepted", "logits_skipped", "revisions", "unstable_at_block_end", "visible_at_end", "sts_forced",
-          "scr_refreshed", "scr_revisions", "scr_stabilized", "scr_ms", "scr_overlap_ms"]
+          "scr_refreshed", "scr_revisions", "scr_stabilized", "scr_ms", "scr_overlap_ms", "dev_upload_mib", "dev_stall_ms"]
 
 
-def rows_for(dev, block):
-    d = ["--prefill-device", dev, "--prefill-min-tokens", "2"]
+def rows_for(dev, block, window=None):
+    plain = dev + (f",window={window},place=peruse" if window else "")
+    somr = dev + (f",window={window}" if window else "") + ",place=somr"
+    d0 = ["--prefill-device", plain, "--prefill-min-tokens", "2"]
+    d = ["--prefill-device", somr, "--prefill-min-tokens", "2"]
     mbsd = ["--window", str(block), "--lookahead", "auto"]
     return [
         ("CPU vanilla", ["--no-cache"]),
         ("+ prefix cache", []),
-        ("device", ["--no-cache"] + d),
-        ("+ cache", d),
-        ("+ SOMR", None),
+        ("device", ["--no-cache"] + d0),
+        ("+ cache", d0),
+        ("+ SOMR", d),
         ("+ MBSD", d + mbsd),
         ("+ STS", d + mbsd + ["--sts"]),
         ("+ SLS", d + mbsd + ["--sts", "--skip-logits"]),
@@ -70,11 +83,13 @@ def main():
     C.add_args(ap, 50)
     ap.add_argument("--device", default="amx,act=int8")
     ap.add_argument("--threshold", type=float, default=0.9)
+    ap.add_argument("--device-window", help="the device's memory window (e.g. 96M): the device rows before SOMR "
+                                            "stage per use within it, SOMR's rows place within it")
     ap.add_argument("--score", type=int, default=16, help="positions scored per prompt (0: no quality column)")
     a = ap.parse_args()
 
     prompts = C.T.held_out_prompts(a.prompts)
-    rows = rows_for(a.device, a.block)
+    rows = rows_for(a.device, a.block, a.device_window)
     res = {name: [] for name, flags in rows if flags is not None}
     for i, p in enumerate(prompts):
         for name, flags in rows:
@@ -101,14 +116,14 @@ def main():
     ref = res["CPU vanilla"]
     base_ms = statistics.median(s["prefill_ms"] + s["denoise_ms"] for s in ref)
     print(f"\n{a.model}, {len(prompts)} prompts, gen {a.gen}, block {a.block}, threshold {a.threshold}, "
-          f"-t {a.threads}, device {a.device}")
-    print(f"| row | ms / request | speed-up | denoise fwd | positions | tok / fwd | on device | agreement | "
-          f"log-lik / tok |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          f"-t {a.threads}, device {a.device}" + (f", window {a.device_window}" if a.device_window else ""))
+    print(f"| row | ms / request | speed-up | denoise fwd | positions | tok / fwd | on device | staged MiB | "
+          f"stall ms | agreement | log-lik / tok |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     out = []
     for name, flags in rows:
         if flags is None:
-            print(f"| {name} | not built | | | | | | | |")
+            print(f"| {name} | not built | | | | | | | | | |")
             out.append(dict(row=name, built=False))
             continue
         ss = res[name]
@@ -121,15 +136,17 @@ def main():
         tot = sum(len(r["tokens"]) for r in ref)
         agree = same / tot if tot else float("nan")
         q = statistics.mean(qual[name]) if qual[name] else None
+        up = sum(s.get("dev_upload_mib", 0) for s in ss) / len(ss)
+        stall = sum(s.get("dev_stall_ms", 0) for s in ss) / len(ss)
         print(f"| {name} | {ms:.0f} | {base_ms / ms:.2f}x | {fw:.1f} | {ev:.0f} | {tpf:.3f} | {100 * dev:.0f}% | "
-              f"{100 * agree:.1f}% | {'%.3f' % q if q is not None else ''} |")
+              f"{up:.0f} | {stall:.0f} | {100 * agree:.1f}% | {'%.3f' % q if q is not None else ''} |")
         row = dict(row=name, built=True, flags=flags, ms_median=ms, speedup=base_ms / ms, denoise_forwards=fw,
                    positions=ev, tokens_per_forward=tpf, device_share=dev, agreement=agree, loglik_per_token=q)
         row.update({k: sum(s.get(k, 0) for s in ss) for k in SUMMED})
         out.append(row)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(dict(model=a.model, device=a.device, prompts=len(prompts), gen=a.gen, block=a.block,
+            json.dump(dict(model=a.model, device=a.device, device_window=a.device_window, prompts=len(prompts), gen=a.gen, block=a.block,
                            threshold=a.threshold, rows=out), f, indent=1)
 
 

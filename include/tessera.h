@@ -756,6 +756,12 @@ typedef struct ts_diffusion_stats {
     int64_t scr_merged;            /* K/V rows merged at step boundaries */
     double scr_ms;                 /* time in the CPU refreshes */
     double scr_overlap_ms;         /* of it, while the step's forward was still running on the device */
+    /* weight staging on the prefill device during this run (streamed
+     * layers: the device option place=, docs/ENGINE.md) */
+    int64_t dev_upload_bytes;      /* host -> device bytes (weights staged, K/V rows synced) */
+    double dev_stall_ms;           /* time the device waited on weight uploads */
+    int32_t dev_resident_layers;   /* layers whose weights stay on the device */
+    int32_t dev_streamed_layers;   /* layers staged through the slots every forward */
 } ts_diffusion_stats;
 
 /* n_batch a context needs for these parameters and an n_prompt-token prompt

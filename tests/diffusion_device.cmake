@@ -41,9 +41,15 @@ endforeach()
 # the deep model: streamed weights (12 MiB window, ~21 MiB of weights) are
 # still bit-identical; with nowait=1 they must not be
 add_test(NAME diffusion_device_gate_stream COMMAND test_diffusion_device gate ${TS_DD_DEEP} loop,window=12M)
+# the same under the swap-optimized memory runtime (part resident, packed;
+# the rest streamed through slots kept across forwards) and per-use staging
+add_test(NAME diffusion_device_gate_somr COMMAND test_diffusion_device gate ${TS_DD_DEEP} loop,window=12M,place=somr)
+add_test(NAME diffusion_device_gate_peruse
+         COMMAND test_diffusion_device gate ${TS_DD_DEEP} loop,window=12M,place=peruse)
 add_test(NAME diffusion_device_break_nowait
          COMMAND test_diffusion_device break ${TS_DD_DEEP} loop,nowait=1,window=12M)
-set_tests_properties(diffusion_device_gate_stream diffusion_device_break_nowait PROPERTIES
+set_tests_properties(diffusion_device_gate_stream diffusion_device_gate_somr diffusion_device_gate_peruse
+                     diffusion_device_break_nowait PROPERTIES
                      FIXTURES_REQUIRED dd_models TIMEOUT 120)
 set_tests_properties(diffusion_device_break_nowait PROPERTIES SKIP_RETURN_CODE 77) # no TS_TEST_HOOKS
 

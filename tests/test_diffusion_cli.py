@@ -17,7 +17,8 @@ KEYS = ["forwards", "tokens_evaluated", "tokens_committed", "commit_per_forward_
         "early_stop_at", "denoise_forwards", "n_prompt_tokens", "n_gen_tokens", "stop_reason", "tokens",
         "window_max", "draft_evals", "draft_accepted", "lookahead_tokens", "logits_skipped", "sts", "visible",
         "stable", "sts_visible", "sts_forced", "sts_stable", "revisions", "unstable_at_block_end", "visible_at_end",
-        "scr", "scr_max", "scr_refreshed", "scr_revisions", "scr_stabilized", "scr_merged", "scr_ms", "scr_overlap_ms"]
+        "scr", "scr_max", "scr_refreshed", "scr_revisions", "scr_stabilized", "scr_merged", "scr_ms", "scr_overlap_ms",
+        "dev_upload_mib", "dev_stall_ms", "dev_resident_layers", "dev_streamed_layers"]
 STS_KEYS = ["sts_visible", "sts_forced", "sts_stable", "revisions", "unstable_at_block_end", "visible_at_end",
             "scr_refreshed", "scr_revisions", "scr_stabilized", "scr_merged"]
 failures = 0

@@ -192,6 +192,15 @@ static void gate(const ts_model *m, const char *devname) {
                devname, (int)dev.n, (long long)dev.st.forwards, (long long)dev.st.dev_forwards, (long long)dev.st.dev_tokens,
                (long long)dev.st.tokens_evaluated,
                same_tokens(&ref, &dev) && same_counters(&ref, &dev) ? "identical to the CPU" : "DIFFERS");
+        if (strstr(devname, "place=somr")) {
+            /* the 12 MiB window holds part of the deep model: some layers resident, some streamed */
+            CHECK(dev.st.dev_resident_layers > 0 && dev.st.dev_streamed_layers > 0,
+                  "%s: somr placed %d resident, %d streamed", md->label, (int)dev.st.dev_resident_layers,
+                  (int)dev.st.dev_streamed_layers);
+            printf("%-18s   somr: %d layers resident, %d streamed; %.2f MiB uploaded, stall %.2f ms\n", "",
+                   (int)dev.st.dev_resident_layers, (int)dev.st.dev_streamed_layers,
+                   (double)dev.st.dev_upload_bytes / 1048576.0, dev.st.dev_stall_ms);
+        }
         if (i == 0) {
             /* windows narrower than the minimum (and wider than the chunk) stay on the CPU */
             outcome narrow = run(m, md, devname, 64, 64);

@@ -3,7 +3,9 @@
 flags in --help, the same text and counters as the CPU run with `loop`
 (every block / vanilla mode), the device keys of --stats json
 (dev_forwards, dev_tokens > 0, device "loop"; 0, 0, null without a device),
-and the one fallback line for a device that does not open.
+the one fallback line for a device that does not open, and the staging keys
+of the deep model (deep/llada_deep.gguf) in a 12 MiB window: place=somr
+keeps some layers resident and stages less than place=peruse, same text.
 
 usage: test_diffusion_device_cli.py TESSERA MODELS_DIR (the tiny llada.gguf, dream.gguf)
 """
@@ -13,7 +15,8 @@ import subprocess
 import sys
 
 failures = 0
-DEV_KEYS = ("dev_forwards", "dev_tokens", "device", "prefill_ms", "denoise_ms", "peak_rss_mib", "n_batch")
+DEV_KEYS = ("dev_forwards", "dev_tokens", "device", "prefill_ms", "denoise_ms", "peak_rss_mib", "n_batch",
+            "dev_upload_mib", "dev_stall_ms", "dev_resident_layers", "dev_streamed_layers")
 
 
 def check(cond, msg):
@@ -64,6 +67,24 @@ def main():
     check(got is not None and got["device"] is None and got_out == ref_out and len(lines) == 1 and
           "unavailable" in lines[0] and "running on the CPU" in lines[0],
           "unknown device: one fallback line, the CPU's text: %r" % lines)
+    deep = os.path.join(models, "deep", "llada_deep.gguf")
+    ref, ref_out, _ = diffuse(tessera, deep, [])
+    runs = {}
+    for place in ("peruse", "somr"):
+        got, got_out, err = diffuse(tessera, deep, ["--prefill-device", "loop,window=12M,place=" + place,
+                                                    "--prefill-min-tokens", "4", "--chunk", "64"])
+        runs[place] = got
+        check(got is not None and got_out == ref_out and got["dev_forwards"] > 0 and got["dev_upload_mib"] > 0,
+              "deep, place=%s: the CPU's text, %s device forwards, %.2f MiB staged, stall %.2f ms, %s resident / %s "
+              "streamed" % (place, got and got["dev_forwards"], got and got["dev_upload_mib"],
+                            got and got["dev_stall_ms"], got and got["dev_resident_layers"],
+                            got and got["dev_streamed_layers"]))
+    if runs["peruse"] and runs["somr"]:
+        p, s = runs["peruse"], runs["somr"]
+        check(p["dev_resident_layers"] == 0 and s["dev_resident_layers"] > 0 and s["dev_streamed_layers"] > 0 and
+              s["dev_upload_mib"] < p["dev_upload_mib"],
+              "deep: somr keeps %d layers resident and stages %.2f MiB, per-use staging %.2f MiB" %
+              (s["dev_resident_layers"], s["dev_upload_mib"], p["dev_upload_mib"]))
     print("%d failure(s)" % failures)
     return 1 if failures else 0
 

@@ -397,6 +397,76 @@ static void test_stream_slots(void) {
     run_pair_free(&rp);
 }
 
+/* ---- placement: place=stream, peruse, somr ---- */
+
+/* The six layers of test_stream_slots under each place= option, every run
+ * bit-identical to the CPU:
+ * - a window that holds three layer slots but not every layer: somr keeps
+ *   what fits beside two slots resident (packed into one buffer) and
+ *   streams the rest, so it uploads less than streaming every layer; peruse
+ *   streams every layer through one slot;
+ * - a window that holds everything: stream streams anyway; somr packs all
+ *   six layers into one buffer where auto gives each its own. */
+static void test_placement(void) {
+    const uint32_t types[7] = {TS_TYPE_Q8_0, TS_TYPE_Q4_0, TS_TYPE_F16, TS_TYPE_Q4_0,
+                               TS_TYPE_Q8_0, TS_TYPE_Q4_0, TS_TYPE_F16};
+    ts_rt_block_shape ls[6];
+    for (int l = 0; l < 6; l++) ls[l] = shape_llama;
+    t_model m;
+    t_model_init(&m, ls, 6, types, 1);
+    run_pair rp;
+    run_pair_init(&rp, &m);
+    ts_err err = {{0}};
+    static const struct {
+        const char *spec;
+        int streaming, n_slots, min_res, max_res, buffers;
+    } cases[] = {
+        {"loop,window=260K,delay_us=200", 1, 2, 0, 0, 0},
+        {"loop,window=260K,place=somr,delay_us=200", 1, 2, 1, 5, 1},
+        {"loop,window=260K,place=peruse,delay_us=200", 1, 1, 0, 0, 0},
+        {"loop,place=stream", 1, 2, 0, 0, 0},
+        {"loop,place=somr", 0, 0, 6, 6, 1},
+        {"loop", 0, 0, 6, 6, 6},
+    };
+    uint64_t up_stream = 0, up_somr = 0;
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        const char *spec = cases[k].spec;
+        ts_engine *dev = open_or_die(spec), *cpu = open_or_die("cpu");
+        ts_rt_layers_stats ps = {0};
+        memset(rp.xd, 0, (size_t)rp.n_x * sizeof(float));
+        const int rc = t_run(&m, dev, cpu, 16, sched3, 3, rp.xd, rp.kd, rp.vd, &ps, NULL, 0, &err);
+        CHECK(!rc, "%s: %s", spec, err.msg);
+        if (!rc) {
+            ts_eng_stats es;
+            ts_eng_get_stats(dev, &es);
+            CHECK(ps.streaming == cases[k].streaming && ps.n_slots == cases[k].n_slots &&
+                      ps.n_resident >= cases[k].min_res && ps.n_resident <= cases[k].max_res &&
+                      ps.n_resident + ps.n_streamed == 6 && ps.weight_buffers == cases[k].buffers,
+                  "%s: streaming %d, %d slots, %d resident in %d buffers, %d streamed", spec, ps.streaming, ps.n_slots,
+                  ps.n_resident, ps.weight_buffers, ps.n_streamed);
+            const bool same = !memcmp(rp.xr, rp.xd, (size_t)rp.n_x * sizeof(float)) &&
+                              !memcmp(rp.kr, rp.kd, rp.kvb) && !memcmp(rp.vr, rp.vd, rp.kvb);
+            CHECK(same, "%s: differs from the CPU", spec);
+            CHECK(es.window_peak <= ts_eng_describe(dev)->window_bytes, "%s: window peak", spec);
+            if (k == 0)
+                up_stream = es.upload_bytes;
+            if (k == 1)
+                up_somr = es.upload_bytes;
+            printf("place %-44s %d resident in %d buffers, %d streamed through %d slots: %s; %llu bytes "
+                   "uploaded, stall %.2f ms\n",
+                   spec, ps.n_resident, ps.weight_buffers, ps.n_streamed, ps.n_slots, same ? "bit-identical" : "DIFFERS",
+                   (unsigned long long)es.upload_bytes, (double)es.stall_ns / 1e6);
+        }
+        ts_eng_close(dev);
+        ts_eng_close(cpu);
+    }
+    CHECK(up_somr && up_somr < up_stream, "somr uploaded %llu bytes, streaming every layer %llu",
+          (unsigned long long)up_somr, (unsigned long long)up_stream);
+    expect_open_error("loop,place=lru", "expected auto, stream, peruse or somr");
+    t_model_free(&m);
+    run_pair_free(&rp);
+}
+
 /* ---- a weight layout of the engine's own ---- */
 
 /* loop,own_layout=1 (test hook) takes weights in its own layout (rows at a
@@ -819,6 +889,7 @@ int main(int argc, char **argv) {
     test_prefill_loop();
     test_own_layout();
     test_stream_slots();
+    test_placement();
     test_ordering();
     test_cross_engine();
     test_window();

@@ -254,6 +254,10 @@ ts_status ts_context_diffuse(ts_context *c, const int32_t *prompt, int32_t n_pro
         s.scr_merged = ds.scr_merged;
         s.scr_ms = ds.scr_ms;
         s.scr_overlap_ms = ds.scr_overlap_ms;
+        s.dev_upload_bytes = (int64_t)(dv1.upload_bytes - dv0.upload_bytes);
+        s.dev_stall_ms = (double)(dv1.stall_ns - dv0.stall_ns) / 1e6;
+        s.dev_resident_layers = dv1.resident_layers;
+        s.dev_streamed_layers = dv1.streamed_layers;
         ts_struct_out(stats, &s, sizeof s);
     }
     if (rc < 0)

@@ -78,7 +78,9 @@ static void help(FILE *f) {
             "                           n_prompt_tokens, n_gen_tokens, stop_reason, decoder, cache, ...\n"
             "      --prefill-device D   run the layers of wide window forwards on device D (loop, opencl,\n"
             "                           cpu, with options as for tessera run); sampling and commits\n"
-            "                           stay on the CPU\n"
+            "                           stay on the CPU. In a window smaller than the weights,\n"
+            "                           ,place=somr keeps what fits resident and streams the rest\n"
+            "                           ahead of use (the swap-optimized memory runtime)\n"
             "      --chunk N            the device's graph width (default 256): windows of at most N tokens\n"
             "                           (exactly N where the device requires widths) go to the device\n"
             "      --prefill-min-tokens N  narrower windows stay on the CPU (default 32)\n"
@@ -306,7 +308,8 @@ static void print_stats(const diff_opts *o, const ts_diffusion_stats *s, const t
             "\"sts_visible\":%lld,\"sts_forced\":%lld,\"sts_stable\":%lld,\"revisions\":%lld,"
             "\"unstable_at_block_end\":%lld,\"visible_at_end\":%lld,\"scr\":%s,\"scr_max\":%d,"
             "\"scr_refreshed\":%lld,\"scr_revisions\":%lld,\"scr_stabilized\":%lld,\"scr_merged\":%lld,"
-            "\"scr_ms\":%.3f,\"scr_overlap_ms\":%.3f,\"latency_table\":[",
+            "\"scr_ms\":%.3f,\"scr_overlap_ms\":%.3f,\"dev_upload_mib\":%.3f,\"dev_stall_ms\":%.3f,"
+            "\"dev_resident_layers\":%d,\"dev_streamed_layers\":%d,\"latency_table\":[",
             (int)s->n_prompt_tokens, (int)s->n_gen_tokens, (int)s->n_blocks, ts_stop_reason_name(s->stop_reason),
             dec[p->decoder == TS_DIFFUSION_VANILLA], cache[p->cache % 3], alg[p->alg % 4], (int)p->n_gen,
             (int)p->block, (int)(p->steps > 0 ? p->steps : p->n_gen), (double)p->threshold, (double)p->eps,
@@ -318,7 +321,8 @@ static void print_stats(const diff_opts *o, const ts_diffusion_stats *s, const t
             (long long)s->sts_visible, (long long)s->sts_forced, (long long)s->sts_stable, (long long)s->revisions,
             (long long)s->unstable_at_block_end, (long long)s->visible_at_end, p->scr ? "true" : "false",
             (int)p->scr_max, (long long)s->scr_refreshed, (long long)s->scr_revisions, (long long)s->scr_stabilized,
-            (long long)s->scr_merged, s->scr_ms, s->scr_overlap_ms);
+            (long long)s->scr_merged, s->scr_ms, s->scr_overlap_ms, (double)s->dev_upload_bytes / 1048576.0,
+            s->dev_stall_ms, (int)s->dev_resident_layers, (int)s->dev_streamed_layers);
     for (int32_t i = 0; i < p->n_latency; i++)
         fprintf(stderr, "%s[%d,%.4f]", i ? "," : "", (int)p->latency_widths[i], p->latency_ms[i]);
     fputs("],\"tokens\":[", stderr);

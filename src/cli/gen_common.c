@@ -66,7 +66,8 @@ static void print_help(enum gen_cmd cmd, FILE *f) {
     }
     fprintf(f, "  -t, --threads N          worker threads (default: physical cores)\n"
                "      --prefill-device DEV prompt chunks on a device, decode on the CPU: loop, loop:npu,\n"
-               "                           opencl, opencl:N, with ,key=value options (window=64M, ...);\n"
+               "                           opencl, opencl:N, with ,key=value options (window=64M,\n"
+               "                           place=auto|stream|peruse|somr, ...: docs/ENGINE.md);\n"
                "                           a device that will not open: one line on stderr, CPU run\n"
                "      --chunk N            tokens per device chunk (default 256; a device requiring\n"
                "                           widths gets the largest of them <= N)\n"

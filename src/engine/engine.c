@@ -180,6 +180,7 @@ void ts_eng_close(ts_engine *e) {
 const ts_eng_desc *ts_eng_describe(const ts_engine *e) { return &e->desc; }
 bool ts_eng_test_nodrain(const ts_engine *e) { return e && e->opts.nodrain; }
 int ts_eng_staging_slots(const ts_engine *e) { return e && e->opts.slots >= 2 ? e->opts.slots : 2; }
+ts_eng_place ts_eng_placement(const ts_engine *e) { return e ? (ts_eng_place)e->opts.place : TS_PLACE_AUTO; }
 
 void ts_eng_get_stats(const ts_engine *e, ts_eng_stats *out) {
     pthread_mutex_lock((pthread_mutex_t *)&e->lock);

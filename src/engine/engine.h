@@ -38,6 +38,15 @@
  *                     for real devices, the emulated size for loop
  *   slots=N           weight staging slots (2..8) the runtime streams the
  *                     layers through when they do not all fit (default 2)
+ *   place=P           how the runtime places the weights (ts_eng_place):
+ *                     auto (default: all resident when they fit, else all
+ *                     streamed), stream (streamed even when they fit),
+ *                     peruse (plain per-use staging: one slot, each layer
+ *                     uploaded just before its use, nothing ahead), somr
+ *                     (the swap-optimized memory runtime: what fits stays
+ *                     resident, packed in consumption order into few
+ *                     buffers; the rest streams through the slots, ahead of
+ *                     use and across runs; docs/ENGINE.md)
  *   wtypes=A+B+...    restricts the matmul weight types the engine takes
  *                     (type names, e.g. f16+q8_0+q4_0): a `cpu` engine with
  *                     the NPU's types computes with the weights converted
@@ -46,6 +55,8 @@
  *   threads=N         cpu, loop: kernel threads (default: the caller's
  *                     ts_eng_open_params.threads, else 1)
  *   delay_us=N        loop: cost charged per crossing (sleep on the device)
+ *   copy_mbps=N       loop: host <-> device copies at most N MB/s (slept
+ *                     beyond the memcpy; 0, the default: the memcpy alone)
  * Test hooks, only in a build configured with -DTS_TEST_HOOKS=ON (the test
  * suite's; elsewhere they are refused as not in this build):
  *   nowait=1          loop: BROKEN ON PURPOSE - the queue ignores waits on
@@ -180,6 +191,9 @@ bool ts_eng_test_nodrain(const ts_engine *e);
 /* The option slots=N (any engine, read by the runtime): weight staging
  * slots when the weights stream; 2 when not set. */
 int ts_eng_staging_slots(const ts_engine *e);
+/* The option place=P (any engine, read by the runtime). */
+typedef enum ts_eng_place { TS_PLACE_AUTO = 0, TS_PLACE_STREAM, TS_PLACE_PERUSE, TS_PLACE_SOMR } ts_eng_place;
+ts_eng_place ts_eng_placement(const ts_engine *e);
 /* Copies the counters (window_* included). */
 void ts_eng_get_stats(const ts_engine *e, ts_eng_stats *out);
 /* Zeroes the counters except window_used; window_peak restarts at window_used. */

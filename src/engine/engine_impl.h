@@ -23,6 +23,7 @@ typedef struct ts_eng_opts {
     uint64_t wtypes;  /* 0 = the engine's own; else a mask applied at open */
     bool nodrain;     /* test hook (TS_TEST_HOOKS builds): the runtime skips the wait at the end of a run */
     int slots;        /* slots=N: weight staging slots for the runtime (0: its default) */
+    int place;        /* place=P: a ts_eng_place (engine.h), read by the runtime */
     int threads_hint; /* ts_eng_open_params.threads: the default of engines that take threads= */
     int n_own;
     struct {

@@ -136,6 +136,14 @@ static int parse_spec(const char *spec, const ts_eng_open_params *p, ts_eng_opts
             if (parse_int(key, val, 2, 8, &v, err))
                 return -1;
             o->slots = (int)v;
+        } else if (!strcmp(key, "place")) {
+            static const char *const places[] = {"auto", "stream", "peruse", "somr"};
+            int i = 0;
+            while (i < 4 && strcmp(val, places[i]))
+                i++;
+            if (i == 4)
+                return ts_err_set(err, "option place=%s: expected auto, stream, peruse or somr", val);
+            o->place = i;
 #ifdef TS_TEST_HOOKS
         } else if (!strcmp(key, "nodrain")) {
             long long v = 0;
@@ -184,7 +192,7 @@ static int parse_spec(const char *spec, const ts_eng_open_params *p, ts_eng_opts
             size_t len = 0;
             for (const char *const *k = b->options; k && *k && len < sizeof own; k++)
                 len += (size_t)snprintf(own + len, sizeof own - len, ", %s", *k);
-            return ts_err_set(err, "device '%s': unknown option '%s' (known: window, slots, wtypes%s)", o->base, key, own);
+            return ts_err_set(err, "device '%s': unknown option '%s' (known: window, slots, place, wtypes%s)", o->base, key, own);
         }
     }
     if (!threads_set && p && p->threads > 0 && takes_option(b, "threads"))

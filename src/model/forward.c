@@ -230,7 +230,15 @@ static void pf_attach(ts_state *s) {
     ts_rt_layers_stats ps;
     ts_rt_layers_get_stats(s->pf, &ps);
     const ts_eng_desc *d = ts_eng_describe(s->pf_dev);
-    if (ps.streaming)
+    if (ps.streaming && ps.n_resident)
+        snprintf(s->pf_info, sizeof s->pf_info,
+                 "prefill on %s: chunks of %d tokens (>= %d on the device), %d matrices converted, place=%s: %d "
+                 "layers resident (%.1f MiB in %d buffers), %d streamed through %d slots of %.1f MiB (window %.0f "
+                 "MiB)",
+                 d->name, s->pf_width, s->pf_min, ps.converted, ps.place, ps.n_resident,
+                 (double)ps.weight_bytes / 1048576.0, ps.weight_buffers, ps.n_streamed, ps.n_slots,
+                 (double)ps.slot_bytes / 1048576.0, (double)d->window_bytes / 1048576.0);
+    else if (ps.streaming)
         snprintf(s->pf_info, sizeof s->pf_info,
                  "prefill on %s: chunks of %d tokens (>= %d on the device), %d matrices converted, weights streamed "
                  "through %d slots of %.1f MiB (window %.0f MiB)",
@@ -239,9 +247,9 @@ static void pf_attach(ts_state *s) {
     else
         snprintf(s->pf_info, sizeof s->pf_info,
                  "prefill on %s: chunks of %d tokens (>= %d on the device), %d matrices converted, %.1f MiB of "
-                 "weights resident (window %.0f MiB)",
+                 "weights resident in %d buffers (window %.0f MiB)",
                  d->name, s->pf_width, s->pf_min, ps.converted, (double)ps.weight_bytes / 1048576.0,
-                 (double)d->window_bytes / 1048576.0);
+                 ps.weight_buffers, (double)d->window_bytes / 1048576.0);
     if (s->n_sets || s->sets_note[0]) {
         const size_t len = strlen(s->pf_info);
         snprintf(s->pf_info + len, sizeof s->pf_info - len, "; %d activation sets%s", 1 + (int)s->n_sets,
@@ -275,6 +283,8 @@ void ts_state_dev_stats_get(const ts_state *s, ts_state_dev_stats *out) {
     out->window_bytes = d->window_bytes;
     out->window_peak = es.window_peak;
     out->converted = ps.converted;
+    out->resident_layers = ps.n_resident;
+    out->streamed_layers = ps.n_streamed;
 }
 
 const char *ts_state_dev_fallback(const ts_state *s) { return s && s->pf_fallback[0] ? s->pf_fallback : NULL; }

@@ -147,6 +147,8 @@ typedef struct ts_state_dev_stats {
     /* of dev_tokens / dev_runs: the non-causal window forwards (diffusion) */
     uint64_t dev_window_tokens;
     uint64_t dev_window_runs;
+    int32_t resident_layers; /* layers whose weights stay on the device */
+    int32_t streamed_layers; /* layers staged through the slots every run */
 } ts_state_dev_stats;
 void ts_state_dev_stats_get(const ts_state *s, ts_state_dev_stats *out);
 /* The one line a front end prints when the device asked for did not open

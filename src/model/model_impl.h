@@ -201,7 +201,7 @@ struct ts_state {
     int32_t n_sets;    /* extra ones that opened */
     struct ts_act_set *sets;
     char sets_note[200]; /* why fewer opened, for the info line ("" when all did) */
-    char pf_info[256];
+    char pf_info[384];
 };
 
 #endif

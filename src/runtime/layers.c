@@ -103,8 +103,13 @@ struct ts_rt_weights {
     bool planned, placed;
     layer_plan *plans;      /* [n_layer] */
     ts_eng_bind *binds;     /* [n_layer * TS_LS_COUNT]: weight slots' type, layout, row size; buf/off when resident */
-    ts_eng_buf **dev_layer; /* [n_layer]: resident weights */
-    bool streaming;         /* each state streams the layers through two slots of its own */
+    ts_eng_buf **dev_layer; /* [n_layer]: resident weights, a buffer each (place=auto/stream) */
+    ts_eng_place place;     /* the engine's place= option */
+    bool *resident;         /* [n_layer]: the layer's block stays on the device (no streaming) */
+    ts_eng_buf *pack[TS_RT_MAX_PACKS]; /* place=somr: the resident layers, packed in consumption order */
+    int n_pack;
+    int n_resident;         /* layers with a device block that stay resident */
+    bool streaming;         /* each state streams the other layers through slots of its own */
     uint64_t slot_bytes, weight_bytes;
     uint64_t plan_total; /* bytes of every layer's device block, as planned */
     int converted;
@@ -140,10 +145,17 @@ struct ts_rt_layers {
     int n_tasks;
     uint8_t *issued; /* [n_tasks], per run */
     const rt_policy *policy;
-    /* streaming through two slots: layer l computes from slot l % 2 while
-     * layer l + 1 is uploaded into the other one */
+    /* streaming: the k-th streamed layer (order[k], consumption order)
+     * computes from slot k % n_slots while the next ones are uploaded into
+     * the others */
     bool streaming;
-    int n_slots;                           /* staging slots (the engine option slots=N; default 2) */
+    int n_slots;                           /* staging slots (the engine option slots=N; default 2; peruse: 1) */
+    int *order;                            /* [n_stream]: the streamed layers in consumption order */
+    int *stream_k;                         /* [n_layer]: a layer's index in order, -1 when resident */
+    int n_stream;
+    bool cyclic; /* place=somr: slots keep their layers across runs, and each slot's first layer of the next
+                  * run is uploaded as soon as its last one of this run is done */
+    int slot_layer[TS_RT_MAX_SLOTS];       /* the layer a slot holds or is receiving (-1: unknown) */
     ts_eng_buf *slot[TS_RT_MAX_SLOTS];
     ts_eng_event *slot_free[TS_RT_MAX_SLOTS]; /* dq marker after the last graph that read the slot */
     ts_eng_event *slot_up[TS_RT_MAX_SLOTS];   /* uq marker after the slot's upload, until dq waits on it */
@@ -188,9 +200,11 @@ ts_rt_weights *ts_rt_weights_new(ts_engine *dev, int n_layer, const ts_rt_host_s
         w->plans = calloc((size_t)n_layer, sizeof *w->plans);
         w->binds = calloc(n, sizeof *w->binds);
         w->dev_layer = calloc((size_t)n_layer, sizeof *w->dev_layer);
+        w->resident = calloc((size_t)n_layer, sizeof *w->resident);
     }
-    if (!w || !w->slots || !w->plans || !w->binds || !w->dev_layer) {
+    if (!w || !w->slots || !w->plans || !w->binds || !w->dev_layer || !w->resident) {
         if (w) {
+            free(w->resident);
             free(w->slots);
             free(w->plans);
             free(w->binds);
@@ -214,6 +228,9 @@ void ts_rt_weights_free(ts_rt_weights *w) {
         ts_eng_buf_free(w->dev_layer[l]);
         free_plan_copies(&w->plans[l]);
     }
+    for (int i = 0; i < w->n_pack; i++)
+        ts_eng_buf_free(w->pack[i]);
+    free(w->resident);
     free(w->plans);
     free(w->dev_layer);
     free(w->binds);
@@ -237,6 +254,8 @@ void ts_rt_layers_free(ts_rt_layers *pf) {
         ts_eng_event_free(pf->slot_up[j]);
         ts_eng_buf_free(pf->slot[j]);
     }
+    free(pf->order);
+    free(pf->stream_k);
     if (pf->bsets)
         for (int i = 0; i < pf->n_layer * TS_LS_MAX_NODES; i++)
             ts_eng_bindset_free(pf->bsets[i]);
@@ -439,23 +458,25 @@ static int plan_layer(ts_rt_weights *wt, int l, probe_cache *pc, int *n_pc, char
     return 0;
 }
 
-/* Points layer l's weight binds in b (n_layer * TS_LS_COUNT) at buf (its
- * block starts at offset 0). */
-static void bind_layer(const ts_rt_weights *wt, ts_eng_bind *binds, int l, ts_eng_buf *buf) {
+/* Points layer l's weight binds in b (n_layer * TS_LS_COUNT) at buf, its
+ * block starting at offset base (0 but in a pack). */
+static void bind_layer(const ts_rt_weights *wt, ts_eng_bind *binds, int l, ts_eng_buf *buf, uint64_t base) {
     ts_eng_bind *b = binds + (size_t)l * TS_LS_COUNT;
     const layer_plan *lp = &wt->plans[l];
     for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++)
         if (lp->src[s]) {
             b[s].buf = buf;
-            b[s].off = lp->off[s];
+            b[s].off = base + lp->off[s];
         }
 }
 
-/* Enqueues the upload of layer l's block into buf on queue q. */
-static int enqueue_layer_upload(const ts_rt_weights *wt, ts_eng_queue *q, int l, ts_eng_buf *buf, ts_err *err) {
+/* Enqueues the upload of layer l's block into buf at offset base on queue q. */
+static int enqueue_layer_upload(const ts_rt_weights *wt, ts_eng_queue *q, int l, ts_eng_buf *buf, uint64_t base,
+                                ts_err *err) {
     const layer_plan *lp = &wt->plans[l];
     for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++)
-        if (lp->src[s] && ts_eng_enqueue_write(q, buf, (size_t)lp->off[s], lp->src[s], (size_t)lp->bytes[s], err))
+        if (lp->src[s] &&
+            ts_eng_enqueue_write(q, buf, (size_t)(base + lp->off[s]), lp->src[s], (size_t)lp->bytes[s], err))
             return -1;
     return 0;
 }
@@ -500,10 +521,95 @@ static int window_full(ts_engine *dev, uint64_t total, uint64_t largest, int n_s
                       n_slots == 2 ? "two" : n_slots == 3 ? "three" : "its", n_slots, MIB(largest));
 }
 
-/* The first state to attach places the model's weights (under wt->mu):
- * every layer resident when they fit beside what is already there (that
- * state's activations, KV cache, graph scratch), uploaded once on q, else
- * streaming (each state then brings two slots of its own: stream_slots). */
+/* Uploads the resident layers into w->pack[]: consecutive in consumption
+ * (layer) order, a new buffer only where the next layer would pass the
+ * device's largest buffer, so the device holds them in few mappings. */
+static int pack_resident(ts_rt_weights *wt, ts_eng_queue *q, ts_err *err) {
+    const uint64_t max_buf = ts_eng_describe(wt->dev)->max_buf_bytes;
+    int l = 0;
+    while (l < wt->n_layer) {
+        /* the next pack: resident layers from l while they fit one buffer */
+        uint64_t size = 0;
+        int end = l;
+        for (; end < wt->n_layer; end++) {
+            if (!wt->resident[end] || !wt->plans[end].total)
+                continue;
+            if (size + wt->plans[end].total > max_buf && size)
+                break;
+            size += wt->plans[end].total;
+        }
+        if (size) {
+            if (wt->n_pack == TS_RT_MAX_PACKS)
+                return ts_err_set(err, "somr: the resident weights need more than %d buffers of %.1f MiB",
+                                  TS_RT_MAX_PACKS, MIB(max_buf));
+            ts_eng_buf *buf = ts_eng_buf_alloc(wt->dev, TS_MEM_DEVICE, (size_t)size, err);
+            if (!buf)
+                return ts_err_prefix(err, "somr: packing the resident weights (%.1f MiB)", MIB(size));
+            wt->pack[wt->n_pack++] = buf;
+            uint64_t base = 0;
+            for (int k = l; k < end; k++) {
+                if (!wt->resident[k] || !wt->plans[k].total)
+                    continue;
+                bind_layer(wt, wt->binds, k, buf, base);
+                if (enqueue_layer_upload(wt, q, k, buf, base, err))
+                    return -1;
+                base += wt->plans[k].total;
+            }
+            /* the converted copies must outlive their uploads */
+            if (ts_eng_queue_finish(q, err))
+                return -1;
+            for (int k = l; k < end; k++)
+                if (wt->resident[k])
+                    free_plan_copies(&wt->plans[k]);
+        }
+        l = end;
+    }
+    return 0;
+}
+
+/* place=somr, the window holding less than every layer: n_slots slots of
+ * the largest layer are kept free for each state's staging and as many
+ * layers as fit the rest stay resident. Which ones: every layer of a model
+ * here holds the same matrices, so its device time and its transfer time
+ * both follow its bytes, and the profile reduces to them; the streamed
+ * layers are spread evenly through the run so that each upload has the
+ * most resident layers' compute ahead of its consumer to hide behind (the
+ * seed's alternating resident and temporary data). Returns how many stream. */
+static int somr_choose(ts_rt_weights *wt, uint64_t budget) {
+    int n_dev = 0;
+    for (int l = 0; l < wt->n_layer; l++)
+        n_dev += wt->plans[l].total > 0;
+    for (int S = 1; S <= n_dev; S++) {
+        /* the k-th streamed layer: the middle of the k-th of S equal stretches of the device layers */
+        uint64_t res = 0;
+        for (int l = 0, d = 0, k = 0; l < wt->n_layer; l++) {
+            wt->resident[l] = true;
+            if (!wt->plans[l].total)
+                continue;
+            if (k < S && d == (int)(((2 * (int64_t)k + 1) * n_dev) / (2 * S))) {
+                wt->resident[l] = false;
+                k++;
+            } else {
+                res += wt->plans[l].total;
+            }
+            d++;
+        }
+        if (res <= budget)
+            return S;
+    }
+    return n_dev;
+}
+
+/* The first state to attach places the model's weights (under wt->mu), by
+ * the engine's place= option:
+ * - auto: every layer resident (a buffer each) when they fit beside what
+ *   is already there (that state's activations, KV cache, graph scratch),
+ *   uploaded once on q, else every layer streamed (each state then brings
+ *   slots of its own: stream_slots);
+ * - stream: every layer streamed even when they fit; peruse: the same
+ *   through one slot (plain per-use staging, the baseline SOMR is measured
+ *   against);
+ * - somr: what fits resident, packed (pack_resident), the rest streamed. */
 static int place_weights(ts_rt_weights *wt, ts_eng_queue *q, ts_err *err) {
     const uint64_t avail = window_free(wt->dev);
     uint64_t total = 0, largest = 0;
@@ -513,16 +619,44 @@ static int place_weights(ts_rt_weights *wt, ts_eng_queue *q, ts_err *err) {
             largest = wt->plans[l].total;
     }
     wt->plan_total = total;
+    wt->place = ts_eng_placement(wt->dev);
     const uint64_t max_buf = ts_eng_describe(wt->dev)->max_buf_bytes;
-    if (total <= avail && largest <= max_buf) {
+    if (wt->place == TS_PLACE_SOMR) {
+        int S = 0;
+        if (total > avail) {
+            const uint64_t need = (uint64_t)ts_eng_staging_slots(wt->dev) * largest;
+            if (need > avail || largest > max_buf)
+                return window_full(wt->dev, total, largest, ts_eng_staging_slots(wt->dev), err);
+            S = somr_choose(wt, avail - need);
+        } else {
+            for (int l = 0; l < wt->n_layer; l++)
+                wt->resident[l] = true;
+        }
+        if (largest > max_buf)
+            return window_full(wt->dev, total, largest, 2, err);
+        if (pack_resident(wt, q, err))
+            return -1;
+        for (int l = 0; l < wt->n_layer; l++)
+            if (wt->resident[l] && wt->plans[l].total) {
+                wt->n_resident++;
+                wt->weight_bytes += wt->plans[l].total;
+            }
+        wt->streaming = S > 0;
+        wt->slot_bytes = S > 0 ? largest : 0;
+        wt->placed = true;
+        return 0;
+    }
+    if (wt->place == TS_PLACE_AUTO && total <= avail && largest <= max_buf) {
         for (int l = 0; l < wt->n_layer; l++) {
             if (!wt->plans[l].total)
                 continue;
             wt->dev_layer[l] = ts_eng_buf_alloc(wt->dev, TS_MEM_DEVICE, (size_t)wt->plans[l].total, err);
             if (!wt->dev_layer[l])
                 return ts_err_prefix(err, "uploading the weights of layer %d", l);
-            bind_layer(wt, wt->binds, l, wt->dev_layer[l]);
-            if (enqueue_layer_upload(wt, q, l, wt->dev_layer[l], err))
+            wt->resident[l] = true;
+            wt->n_resident++;
+            bind_layer(wt, wt->binds, l, wt->dev_layer[l], 0);
+            if (enqueue_layer_upload(wt, q, l, wt->dev_layer[l], 0, err))
                 return -1;
             /* the converted copies must outlive their uploads */
             if (ts_eng_queue_finish(q, err))
@@ -533,8 +667,9 @@ static int place_weights(ts_rt_weights *wt, ts_eng_queue *q, ts_err *err) {
         wt->placed = true;
         return 0;
     }
-    if (2 * largest > avail || largest > max_buf)
-        return window_full(wt->dev, total, largest, 2, err);
+    const int ns = wt->place == TS_PLACE_PERUSE ? 1 : 2;
+    if (ns * largest > avail || largest > max_buf)
+        return window_full(wt->dev, total, largest, ns, err);
     wt->streaming = true;
     wt->slot_bytes = largest;
     wt->placed = true;
@@ -544,17 +679,31 @@ static int place_weights(ts_rt_weights *wt, ts_eng_queue *q, ts_err *err) {
 /* Streaming: this state's weight slots (n_slots) and upload queue. */
 static int stream_slots(ts_rt_layers *pf, ts_err *err) {
     const ts_rt_weights *wt = pf->w;
+    if (wt->place == TS_PLACE_PERUSE)
+        pf->n_slots = 1;
     if ((uint64_t)pf->n_slots * wt->slot_bytes > window_free(pf->dev)) {
         return window_full(pf->dev, wt->plan_total, wt->slot_bytes, pf->n_slots, err);
     }
     pf->streaming = true;
-    for (int j = 0; j < pf->n_slots; j++)
+    pf->cyclic = wt->place == TS_PLACE_SOMR;
+    pf->order = malloc((size_t)pf->n_layer * sizeof *pf->order);
+    pf->stream_k = malloc((size_t)pf->n_layer * sizeof *pf->stream_k);
+    if (!pf->order || !pf->stream_k)
+        return ts_err_set(err, "out of memory");
+    for (int l = 0; l < pf->n_layer; l++) {
+        pf->stream_k[l] = wt->resident[l] ? -1 : pf->n_stream;
+        if (!wt->resident[l])
+            pf->order[pf->n_stream++] = l;
+    }
+    for (int j = 0; j < pf->n_slots; j++) {
+        pf->slot_layer[j] = -1;
         if (!(pf->slot[j] = ts_eng_buf_alloc(pf->dev, TS_MEM_DEVICE, (size_t)wt->slot_bytes, err)))
             return ts_err_prefix(err, "allocating weight slot %d", j);
+    }
     if (!(pf->uq = ts_eng_queue_new(pf->dev, err)))
         return -1;
-    for (int l = 0; l < pf->n_layer; l++)
-        bind_layer(wt, pf->dev_binds, l, pf->slot[l % pf->n_slots]);
+    for (int k = 0; k < pf->n_stream; k++)
+        bind_layer(wt, pf->dev_binds, pf->order[k], pf->slot[k % pf->n_slots], 0);
     return 0;
 }
 
@@ -816,6 +965,13 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
     pf->st.streaming = wt->streaming;
     pf->st.n_slots = wt->streaming ? pf->n_slots : 0;
     pf->st.slot_bytes = wt->slot_bytes;
+    {
+        static const char *const place_names[] = {"auto", "stream", "peruse", "somr"};
+        pf->st.place = pf->dev ? place_names[wt->place] : "auto";
+    }
+    pf->st.n_resident = wt->n_resident;
+    pf->st.n_streamed = pf->n_stream;
+    pf->st.weight_buffers = wt->place == TS_PLACE_SOMR ? wt->n_pack : wt->n_resident;
     pthread_mutex_unlock(&wt->mu);
     return pf;
 fail_locked:
@@ -861,31 +1017,35 @@ static int drain(ts_rt_layers *pf, ts_err *err) {
     return rc;
 }
 
-/* Streaming: uploads layer l into its slot once the graphs that read the
- * slot's previous layer are done; the compute queue waits for the upload
- * just before layer l's first graph (stream_wait_layer: a weight wait, its
- * time the device's stall), so uploads run ahead by n_slots - 1 layers. */
-static int stream_layer_in(ts_rt_layers *pf, int l, ts_err *err) {
-    const int j = l % pf->n_slots;
+/* Streaming: uploads the k-th streamed layer into its slot (k % n_slots)
+ * once the graphs that read the slot's previous layer are done; the compute
+ * queue waits for the upload just before that layer's first graph
+ * (stream_wait: a weight wait, its time the device's stall), so uploads run
+ * ahead by n_slots - 1 streamed layers (peruse, one slot: none ahead, each
+ * upload after the previous layer's compute). */
+static int stream_in(ts_rt_layers *pf, int k, ts_err *err) {
+    const int j = k % pf->n_slots;
+    pf->slot_layer[j] = -1; /* until the upload is queued */
     if (pf->slot_free[j]) {
-        /* the marker completes only once dq's work before it is handed over */
+        /* the graphs that marked the slot free must reach the device before the upload waits for them */
         if (ts_eng_queue_flush(pf->dq, err) || ts_eng_enqueue_wait(pf->uq, pf->slot_free[j], 0, err))
             return -1;
         ts_eng_event_free(pf->slot_free[j]);
         pf->slot_free[j] = NULL;
     }
-    if (enqueue_layer_upload(pf->w, pf->uq, l, pf->slot[j], err))
+    if (enqueue_layer_upload(pf->w, pf->uq, pf->order[k], pf->slot[j], 0, err))
         return -1;
     ts_eng_event_free(pf->slot_up[j]);
     if (!(pf->slot_up[j] = ts_eng_enqueue_marker(pf->uq, err)))
         return -1;
+    pf->slot_layer[j] = pf->order[k];
     return ts_eng_queue_flush(pf->uq, err);
 }
 
-/* Streaming: the compute queue waits for layer l's upload (before its
- * first graph). */
-static int stream_wait_layer(ts_rt_layers *pf, int l, ts_err *err) {
-    const int j = l % pf->n_slots;
+/* Streaming: the compute queue waits for the upload of the k-th streamed
+ * layer (none when its slot already held it: an earlier wait saw it in). */
+static int stream_wait(ts_rt_layers *pf, int k, ts_err *err) {
+    const int j = k % pf->n_slots;
     if (!pf->slot_up[j])
         return 0;
     const int rc = ts_eng_enqueue_wait(pf->dq, pf->slot_up[j], TS_WAIT_WEIGHTS, err);
@@ -895,12 +1055,20 @@ static int stream_wait_layer(ts_rt_layers *pf, int l, ts_err *err) {
     return rc;
 }
 
-/* Streaming: the slot of layer l is free again after what dq has so far. */
-static int stream_layer_done(ts_rt_layers *pf, int l, ts_err *err) {
-    const int j = l % pf->n_slots;
+/* Streaming: the k-th streamed layer's graphs are all on dq: its slot is
+ * free after them, and the slot's next layer goes in: the one n_slots
+ * later in this run, or (somr) the slot's first one of the next run, which
+ * then is already there (or on its way) when that run starts. */
+static int stream_done(ts_rt_layers *pf, int k, ts_err *err) {
+    const int j = k % pf->n_slots;
     ts_eng_event_free(pf->slot_free[j]);
-    pf->slot_free[j] = ts_eng_enqueue_marker(pf->dq, err);
-    return pf->slot_free[j] ? 0 : -1;
+    if (!(pf->slot_free[j] = ts_eng_enqueue_marker(pf->dq, err)))
+        return -1;
+    if (k + pf->n_slots < pf->n_stream)
+        return stream_in(pf, k + pf->n_slots, err);
+    if (pf->cyclic && pf->slot_layer[j] != pf->order[j])
+        return stream_in(pf, j, err);
+    return 0;
 }
 
 int ts_rt_layers_run(ts_rt_layers *pf, int64_t pos0, int n_tok, ts_err *err) {
@@ -951,10 +1119,11 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
             }
         }
     }
-    /* streaming: the first n_slots layers' uploads go out before any compute */
+    /* streaming: the first n_slots streamed layers' uploads go out before
+     * any compute (somr: unless the slot holds or is receiving it already) */
     if (pf->streaming)
-        for (int l = 0; l < pf->n_slots && l < pf->n_layer; l++)
-            if (stream_layer_in(pf, l, err))
+        for (int k = 0; k < pf->n_slots && k < pf->n_stream; k++)
+            if ((!pf->cyclic || pf->slot_layer[k] != pf->order[k]) && stream_in(pf, k, err))
                 goto fail;
     /* the run's segments, in the order the schedule's policy picks among
      * those whose dependencies are issued */
@@ -979,18 +1148,15 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
             if (!dev_dirty && V->kv_read_device && !V->kv_on_device &&
                 sync_kv(pf, l, pos0, pos0 + n_tok, TS_SYNC_TO_DEVICE, err))
                 goto fail;
-            if (pf->streaming && T->first_dev && stream_wait_layer(pf, l, err))
+            const int sk = pf->streaming ? pf->stream_k[l] : -1;
+            if (sk >= 0 && T->first_dev && stream_wait(pf, sk, err))
                 goto fail;
             if (ts_eng_enqueue_bound(pf->dq, bs, pos0, n_tok, n_kv, err))
                 goto fail;
             dev_dirty = pf->dq_pending = true;
-            if (pf->streaming && T->last_dev) {
-                /* layer l is done with its slot: layer l + n_slots may go in */
-                if (stream_layer_done(pf, l, err))
-                    goto fail;
-                if (l + pf->n_slots < pf->n_layer && stream_layer_in(pf, l + pf->n_slots, err))
-                    goto fail;
-            }
+            /* layer l is done with its slot: the slot's next layer may go in */
+            if (sk >= 0 && T->last_dev && stream_done(pf, sk, err))
+                goto fail;
         } else {
             if (dev_dirty) {
                 /* the crossing back: the CPU needs what the device wrote */
@@ -1038,6 +1204,7 @@ fail:
         ts_eng_event_free(pf->slot_free[j]);
         ts_eng_event_free(pf->slot_up[j]);
         pf->slot_free[j] = pf->slot_up[j] = NULL;
+        pf->slot_layer[j] = -1;
     }
     pf->dq_pending = false;
     ts_rt_kv_clear(pf->kv_held);

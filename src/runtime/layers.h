@@ -22,6 +22,15 @@
  *                upload into a slot waits for the graphs that read the
  *                slot's previous layer. Converted copies stay in host memory as the
  *                source of every run's uploads.
+ *   The engine option place= chooses (ts_eng_place): auto (the two above),
+ *   stream (streaming even when every layer fits), peruse (plain per-use
+ *   staging: one slot, each layer uploaded after the previous one's
+ *   compute), somr (the swap-optimized memory runtime of seed 000: the
+ *   layers that fit beside N slots stay resident, packed in consumption
+ *   order into few buffers; the others, spread evenly through the run,
+ *   stream through the slots, which keep their layers across runs, and
+ *   each slot's first layer of the next run goes in as soon as the slot's
+ *   last one of this run is done).
  *   ts_rt_layers   one state's runner (once per state): the forward's
  *                  activation buffers and KV cache mapped into the device
  *                  (no copy; the cache only when the device runs kv_store or
@@ -48,7 +57,8 @@
 #include "engine/engine.h"
 #include "runtime/block.h"
 
-#define TS_RT_MAX_SLOTS 8 /* most weight staging slots a state streams through */
+#define TS_RT_MAX_SLOTS 8  /* most weight staging slots a state streams through */
+#define TS_RT_MAX_PACKS 16 /* place=somr: most buffers the resident layers are packed into */
 
 /* What a layer slot holds on the host. */
 typedef struct ts_rt_host_slot {
@@ -163,9 +173,13 @@ typedef struct ts_rt_layers_stats {
     int converted;          /* matrices converted at setup */
     int packed;             /* matrices packed into the device's own layout (ts_eng_pack) at setup */
     uint64_t graph_builds;  /* chunk graphs built (at setup; runs never rebuild) */
-    bool streaming;         /* weights stream through staging slots */
+    bool streaming;         /* weights stream through staging slots (all, or somr's share of them) */
     int n_slots;            /* how many (slots=N; 0 when resident) */
     uint64_t slot_bytes;    /* size of one slot when streaming */
+    const char *place;      /* the placement asked for: "auto", "stream", "peruse", "somr" */
+    int n_resident;         /* layers whose weights stay on the device */
+    int n_streamed;         /* layers that stream through the slots */
+    int weight_buffers;     /* device buffers holding the resident weights (somr: packs; else one a layer) */
 } ts_rt_layers_stats;
 void ts_rt_layers_get_stats(const ts_rt_layers *pf, ts_rt_layers_stats *out);
 

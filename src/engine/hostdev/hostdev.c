@@ -116,8 +116,21 @@ static int run_graph(ts_engine *e, hd_cmd *c) {
 static int exec_cmd(ts_engine *e, hd_cmd *c) {
     ts_hostdev *L = e->impl;
     switch (c->kind) {
-    case C_WRITE: memcpy((uint8_t *)c->buf->impl + c->off, c->src, c->n); break;
-    case C_READ: memcpy(c->dst, (const uint8_t *)c->buf->impl + c->off, c->n); break;
+    case C_WRITE:
+    case C_READ: {
+        const uint64_t t0 = ts_now_ns();
+        if (c->kind == C_WRITE)
+            memcpy((uint8_t *)c->buf->impl + c->off, c->src, c->n);
+        else
+            memcpy(c->dst, (const uint8_t *)c->buf->impl + c->off, c->n);
+        if (L->copy_mbps > 0) {
+            /* bytes / (MB/s) = microseconds */
+            const uint64_t want_ns = (uint64_t)c->n * 1000u / (uint64_t)L->copy_mbps, dt = ts_now_ns() - t0;
+            if (want_ns > dt)
+                sleep_us((int64_t)((want_ns - dt) / 1000));
+        }
+        break;
+    }
     case C_MARKER: ev_complete(c->ev); break;
     case C_WAIT: {
         if (L->nowait)

@@ -32,6 +32,10 @@
 typedef struct ts_hostdev {
     bool nowait;
     int64_t delay_us; /* charged per crossing */
+    /* 0: a transfer costs its memcpy; else host <-> device copies move at
+     * most copy_mbps MB/s (the rest slept after the memcpy: the emulated
+     * device's staging bandwidth, e.g. a phone NPU's mapped-buffer path) */
+    int64_t copy_mbps;
     /* Runs graph g over n_tok tokens; base[s] is the host address of slot s
      * (buffer + offset), binds the run's own copy (the engine may rewrite
      * it). Called on the queue's worker under `compute`. 0, or -1 when it

@@ -107,9 +107,10 @@ static const ts_eng_vt loop_vt = {
 };
 
 static ts_engine *loop_open(const ts_eng_opts *o, ts_err *err) {
-    long long threads = 1, delay_us = -1, nowait = 0, own_layout = 0;
+    long long threads = 1, delay_us = -1, copy_mbps = 0, nowait = 0, own_layout = 0;
     if (ts_eng_opt_int(o, "threads", 1, 256, o->threads_hint > 0 ? o->threads_hint : 1, &threads, err) ||
         ts_eng_opt_int(o, "delay_us", 0, 10000000, -1, &delay_us, err) ||
+        ts_eng_opt_int(o, "copy_mbps", 0, 1000000000, 0, &copy_mbps, err) ||
         ts_eng_opt_int(o, "nowait", 0, 1, 0, &nowait, err) || ts_eng_opt_int(o, "own_layout", 0, 1, 0, &own_layout, err))
         return NULL;
     ts_engine *e = ts_eng_alloc(&loop_vt, o, err);
@@ -128,6 +129,7 @@ static ts_engine *loop_open(const ts_eng_opts *o, ts_err *err) {
     L->hd.nowait = nowait != 0;      /* only reachable in a TS_TEST_HOOKS build */
     L->own_layout = own_layout != 0; /* likewise */
     L->hd.delay_us = delay_us >= 0 ? delay_us : (L->npu ? 300 : 0);
+    L->hd.copy_mbps = copy_mbps;
     L->n_threads = (int)threads;
     L->pool = ts_threadpool_new(L->n_threads, err);
     if (!L->pool) {
@@ -163,9 +165,10 @@ static ts_engine *loop_open(const ts_eng_opts *o, ts_err *err) {
     if (o->window) d->window_bytes = o->window; /* emulated: any size can be asked for */
     d->max_buf_bytes = d->window_bytes;
     snprintf(d->detail, sizeof d->detail,
-             "loopback test device: the CPU's %s kernels behind a queue thread, %d thread%s%s%s",
+             "loopback test device: the CPU's %s kernels behind a queue thread, %d thread%s%s%s%s",
              ts_cpu_level_name(ts_cpu_level_active()), L->n_threads, L->n_threads == 1 ? "" : "s",
-             L->npu ? "; NPU profile" : "", L->hd.nowait ? "; NOWAIT (broken on purpose)" : "");
+             L->npu ? "; NPU profile" : "", copy_mbps ? "; copies at most copy_mbps MB/s" : "",
+             L->hd.nowait ? "; NOWAIT (broken on purpose)" : "");
     return e;
 }
 
@@ -175,7 +178,7 @@ static int loop_check_variant(const char *variant, ts_err *err) {
     return 0;
 }
 
-static const char *const loop_options[] = {"threads", "delay_us",
+static const char *const loop_options[] = {"threads", "delay_us", "copy_mbps",
 #ifdef TS_TEST_HOOKS
                                            "nowait", "own_layout",
 #endif

@@ -405,6 +405,8 @@ static void test_stream_slots(void) {
  *   what fits beside two slots resident (packed into one buffer) and
  *   streams the rest, so it uploads less than streaming every layer; peruse
  *   streams every layer through one slot;
+ * - a window that holds one layer slot but not two: auto (and stream)
+ *   refuse it, somr streams through the one slot;
  * - a window that holds everything: stream streams anyway; somr packs all
  *   six layers into one buffer where auto gives each its own. */
 static void test_placement(void) {
@@ -424,6 +426,7 @@ static void test_placement(void) {
         {"loop,window=260K,delay_us=200", 1, 2, 0, 0, 0},
         {"loop,window=260K,place=somr,delay_us=200", 1, 2, 1, 5, 1},
         {"loop,window=260K,place=peruse,delay_us=200", 1, 1, 0, 0, 0},
+        {"loop,window=160K,place=somr,delay_us=200", 1, 1, 0, 0, 0},
         {"loop,place=stream", 1, 2, 0, 0, 0},
         {"loop,place=somr", 0, 0, 6, 6, 1},
         {"loop", 0, 0, 6, 6, 6},
@@ -462,6 +465,15 @@ static void test_placement(void) {
     }
     CHECK(up_somr && up_somr < up_stream, "somr uploaded %llu bytes, streaming every layer %llu",
           (unsigned long long)up_somr, (unsigned long long)up_stream);
+    {
+        ts_engine *dev = open_or_die("loop,window=160K"), *cpu = open_or_die("cpu");
+        const int rc = t_run(&m, dev, cpu, 16, sched3, 3, rp.xd, rp.kd, rp.vd, NULL, NULL, 0, &err);
+        CHECK(rc && strstr(err.msg, "nor two layer slots"), "loop,window=160K (auto): %s",
+              rc ? err.msg : "ran (one slot's window should refuse two)");
+        printf("place loop,window=160K (auto): refused: %s\n", err.msg);
+        ts_eng_close(dev);
+        ts_eng_close(cpu);
+    }
     expect_open_error("loop,place=lru", "expected auto, stream, peruse or somr");
     t_model_free(&m);
     run_pair_free(&rp);

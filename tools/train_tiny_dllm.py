@@ -32,7 +32,8 @@ usage:
   train_tiny_dllm.py train  [--work DIR] [--threads N] [--cpu-hours H] [--steps S]
   train_tiny_dllm.py eval   [--work DIR] [--prompts N]      # accuracy, ELBO, commit histogram
   train_tiny_dllm.py export [--work DIR] [--delta FILE]     # adapters -> committed .npz
-  train_tiny_dllm.py build  [--delta FILE] [-o OUT.gguf]    # base GGUF + delta -> llada GGUF
+  train_tiny_dllm.py distill [--distill-n N]               # the base's greedy continuations (--objective distill)
+  train_tiny_dllm.py build  [--delta FILE] [-o OUT.gguf] [--qtype f16|q8_0]   # base GGUF + delta -> llada GGUF
 """
 import argparse
 import json
@@ -62,6 +63,7 @@ WORK = os.path.expanduser("~/.cache/tessera/dllm")
 MASK_ID = 16  # <empty_output>: a special token SmolLM2's tokenizer never produces from text
 EPS = 1e-3
 SEED = 1234
+DISTILL_PROMPT, DISTILL_GEN = 64, 64
 
 
 def load_base(path=BASE):
@@ -234,6 +236,53 @@ def block_batch(rng, data, B, L, blk=32, rate=None):
     return x, m, p, key_len
 
 
+def distill_batch(rng, rows, B, blk=32, rate=None):
+    """The block objective on the base's own greedy continuations: each row is
+    a 64-token training-split prompt and the base AR model's 64 greedy tokens
+    after it; the block of blk starts at P in [64, 96] (the first or second
+    block after a 64-token prompt, as evaluation decodes, or between them)."""
+    x = rows[rng.integers(0, len(rows), size=B)].astype(np.int64)
+    L = x.shape[1]
+    p = (1 - EPS) * rng.random(B) + EPS if rate is None else np.full(B, rate)
+    m = np.zeros((B, L), dtype=bool)
+    key_len = np.zeros(B, dtype=np.int64)
+    for b in range(B):
+        P = int(rng.integers(DISTILL_PROMPT, L - blk + 1))
+        m[b, P:P + blk] = rng.random(blk) < p[b]
+        key_len[b] = P + blk
+    return x, m, p, key_len
+
+
+def cmd_distill(a):
+    """The base AR model's greedy continuations (causal, KV cache, transformers'
+    generate on the dequantized base) of --distill-n prompts of 64 tokens drawn
+    from the training split: the distilled objective's data. Its CPU time is
+    recorded and counted in the training budget."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    torch.set_num_threads(a.threads)
+    os.makedirs(a.work, exist_ok=True)
+    ids = tokenize_corpus(os.path.join(a.work, "tokens.npy"))
+    train = ids[:len(ids) - len(held_out(ids))]
+    rng = np.random.default_rng(SEED + 1)
+    starts = rng.integers(0, len(train) - DISTILL_PROMPT, size=a.distill_n)
+    c0 = time.process_time()
+    ar = AutoModelForCausalLM.from_pretrained(os.path.dirname(BASE), gguf_file=os.path.basename(BASE),
+                                              dtype=torch.float32).eval()
+    rows = []
+    with torch.no_grad():
+        for i in range(0, a.distill_n, 64):
+            x = torch.from_numpy(np.stack([train[s:s + DISTILL_PROMPT] for s in starts[i:i + 64]]).astype(np.int64))
+            out = ar.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=DISTILL_GEN,
+                              min_new_tokens=DISTILL_GEN, pad_token_id=0)
+            rows.append(out.numpy().astype(np.int32))
+            print(f"distill: {i + len(x)}/{a.distill_n} rows, {time.process_time() - c0:.0f} CPU-s", flush=True)
+    rows = np.concatenate(rows)
+    cpu_s = time.process_time() - c0
+    np.savez(os.path.join(a.work, "distill.npz"), rows=rows, cpu_s=np.float64(cpu_s))
+    print(f"distill: {rows.shape} in {cpu_s / 3600:.3f} CPU-h", flush=True)
+
+
 def loss_fn(model, x, m, p, key_len=None, norm=None):
     import torch
     import torch.nn.functional as F
@@ -272,12 +321,26 @@ def cmd_train(a):
         opt.load_state_dict(c["opt"])
         st = c["st"]
         print(f"resumed at step {st['step']}, {st['cpu_s'] / 3600:.2f} CPU-h used", flush=True)
+    elif a.fresh:
+        # zero adapters, but the CPU time already spent on earlier routes
+        # (the committed delta's record, --extra-cpu-h untracked) and on the
+        # distilled data still counts against the budget
+        prior = read_delta(a.delta)[0]["cpu_s"] if os.path.exists(a.delta) else 0.0
+        st["cpu_s"] = prior + a.extra_cpu_h * 3600
+        print(f"fresh adapters; {st['cpu_s'] / 3600:.2f} CPU-h already used", flush=True)
     elif os.path.exists(a.delta):
         # a fresh machine: the committed fp16 adapters, without the optimizer's moments
         meta, d = read_delta(a.delta)
         model.load_state_dict({k: torch.from_numpy(v) for k, v in d.items()}, strict=False)
         st.update(step=meta["step"], cpu_s=meta["cpu_s"])
         print(f"resumed from {a.delta} at step {st['step']}, {st['cpu_s'] / 3600:.2f} CPU-h used", flush=True)
+    rows = None
+    if a.objective == "distill":
+        dz = np.load(os.path.join(a.work, "distill.npz"))
+        rows = dz["rows"]
+        if st["step"] == 0 and "distill_cpu_s" not in st:
+            st["distill_cpu_s"] = float(dz["cpu_s"])
+            st["cpu_s"] += st["distill_cpu_s"]
     rng = np.random.default_rng(SEED)
     if st["rng"] is not None:
         rng.bit_generator.state = st["rng"]
@@ -299,8 +362,11 @@ def cmd_train(a):
         for g in opt.param_groups:
             g["lr"] = lr
         kl, norm = None, None
-        if a.objective == "block":
-            x, m, p, kl = block_batch(rng, train, a.batch, a.seq)
+        if a.objective in ("block", "distill"):
+            if a.objective == "block":
+                x, m, p, kl = block_batch(rng, train, a.batch, a.seq)
+            else:
+                x, m, p, kl = distill_batch(rng, rows, a.batch)
             kl, norm = torch.from_numpy(kl).to(dev), 32
         else:
             x, m, p = masked_batch(rng, train, a.batch, a.seq)
@@ -352,7 +418,7 @@ def cmd_export(a):
     out = {k: v.half().numpy() for k, v in c["model"].items()}
     meta = dict(step=c["st"]["step"], cpu_s=c["st"]["cpu_s"], rank=c["args"]["rank"], alpha=c["args"]["alpha"],
                 lr=c["args"]["lr"], steps=c["args"]["steps"], batch=c["args"]["batch"], seq=c["args"]["seq"],
-                mask_id=MASK_ID, seed=SEED)
+                objective=c["args"]["objective"], fresh=c["args"].get("fresh", False), mask_id=MASK_ID, seed=SEED)
     os.makedirs(os.path.dirname(a.delta), exist_ok=True)
     np.savez_compressed(a.delta, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **out)
     print(f"{a.delta}: step {meta['step']}, {meta['cpu_s'] / 3600:.2f} CPU-h, "
@@ -418,7 +484,13 @@ def cmd_build(a):
     for key, tv in kv.items():
         g.add_key_value(key, tv[1], tv[0], sub_type=tv[2] if len(tv) > 2 else None)
     for name, t in w.items():
-        g.add_tensor(name, t.astype(np.float16 if t.ndim == 2 else np.float32))
+        if a.qtype == "q8_0" and t.ndim == 2 and t.shape[1] % 32 == 0:
+            # benchmarks: the matrices as Q8_0 (quantized from the merged f32 weights)
+            from gguf import GGMLQuantizationType
+            from gguf.quants import quantize
+            g.add_tensor(name, quantize(t, GGMLQuantizationType.Q8_0), raw_dtype=GGMLQuantizationType.Q8_0)
+        else:
+            g.add_tensor(name, t.astype(np.float16 if t.ndim == 2 else np.float32))
     g.write_header_to_file()
     g.write_kv_data_to_file()
     g.write_tensors_to_file()
@@ -474,7 +546,7 @@ def cmd_eval(a):
             ok, n, elbo = 0, 0, 0.0
             for _ in range(a.batches):
                 kl, norm = None, None
-                if a.objective == "block":
+                if a.objective in ("block", "distill"):
                     # the block objective's windows, the block masked at this rate
                     xn, mn, _, kln = block_batch(rng, held, 8, a.seq, rate=rate)
                     x, m, kl, norm = torch.from_numpy(xn), torch.from_numpy(mn), torch.from_numpy(kln), 32
@@ -517,13 +589,19 @@ def cmd_eval(a):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("cmd", choices=["train", "eval", "export", "build"])
+    ap.add_argument("cmd", choices=["distill", "train", "eval", "export", "build"])
     ap.add_argument("--work", default=WORK)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--objective", choices=["llada", "block"], default="llada",
+    ap.add_argument("--objective", choices=["llada", "block", "distill"], default="llada",
                     help="train: llada = LLaDA's (masks anywhere in the sequence; half keep a clean prefix); block "
-                         "= a clean prefix then one masked block of 32 at the end (what block decoding shows)")
+                         "= a clean prefix then one masked block of 32 at the end (what block decoding shows); "
+                         "distill = the block objective on the base's greedy continuations (run `distill` first)")
+    ap.add_argument("--fresh", action="store_true",
+                    help="train: start from zero adapters (not the committed delta); its CPU time still counts")
+    ap.add_argument("--extra-cpu-h", type=float, default=0.0,
+                    help="train --fresh: CPU-hours spent earlier that no record holds (counted in the budget)")
+    ap.add_argument("--distill-n", type=int, default=1024, help="distill: how many continuations")
     ap.add_argument("--autocast", choices=["off", "bf16"], default="off",
                     help="train: matmuls in bf16 (1.38x on a 2-core AMX Xeon; see docs/DIFFUSION.md)")
     ap.add_argument("--cpu-hours", type=float, default=3.0)
@@ -541,8 +619,10 @@ def main():
     ap.add_argument("--base", action="store_true", help="eval: the untrained base (adapters zero)")
     ap.add_argument("--delta", default=DELTA)
     ap.add_argument("-o", "--out", default=OUT)
+    ap.add_argument("--qtype", choices=["f16", "q8_0"], default="f16",
+                    help="build: the matrices' type (f16, the tests' file; q8_0 for benchmarks: faster on the CPU)")
     a = ap.parse_args()
-    {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "build": cmd_build}[a.cmd](a)
+    {"distill": cmd_distill, "train": cmd_train, "eval": cmd_eval, "export": cmd_export, "build": cmd_build}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -109,6 +109,7 @@ struct ts_rt_weights {
     ts_eng_buf *pack[TS_RT_MAX_PACKS]; /* place=somr: the resident layers, packed in consumption order */
     int n_pack;
     int n_resident;         /* layers with a device block that stay resident */
+    int somr_slots;         /* place=somr: the staging slots the window holds (slots=N or fewer) */
     bool streaming;         /* each state streams the other layers through slots of its own */
     uint64_t slot_bytes, weight_bytes;
     uint64_t plan_total; /* bytes of every layer's device block, as planned */
@@ -515,10 +516,10 @@ static uint64_t window_free(ts_engine *dev) {
 static int window_full(ts_engine *dev, uint64_t total, uint64_t largest, int n_slots, ts_err *err) {
     return ts_err_set(err,
                       "memory window full: the window of %.1f MiB (%.1f MiB free beside activations, KV cache "
-                      "and graph scratch) holds neither the weights' device copy (%.1f MiB) nor %s layer slots "
+                      "and graph scratch) holds neither the weights' device copy (%.1f MiB) nor %s "
                       "(%d x %.1f MiB)",
                       MIB(ts_eng_describe(dev)->window_bytes), MIB(window_free(dev)), MIB(total),
-                      n_slots == 2 ? "two" : n_slots == 3 ? "three" : "its", n_slots, MIB(largest));
+                      n_slots == 1 ? "one layer slot" : n_slots == 2 ? "two layer slots" : n_slots == 3 ? "three layer slots" : "its layer slots", n_slots, MIB(largest));
 }
 
 /* Uploads the resident layers into w->pack[]: consecutive in consumption
@@ -624,10 +625,17 @@ static int place_weights(ts_rt_weights *wt, ts_eng_queue *q, ts_err *err) {
     if (wt->place == TS_PLACE_SOMR) {
         int S = 0;
         if (total > avail) {
-            const uint64_t need = (uint64_t)ts_eng_staging_slots(wt->dev) * largest;
-            if (need > avail || largest > max_buf)
-                return window_full(wt->dev, total, largest, ts_eng_staging_slots(wt->dev), err);
-            S = somr_choose(wt, avail - need);
+            /* the slots asked for (slots=N, default 2), fewer when the window
+             * holds fewer: with one, each upload waits for the previous
+             * streamed layer's compute, but the next forward's first one
+             * still goes in ahead */
+            int ns = ts_eng_staging_slots(wt->dev);
+            while (ns > 1 && (uint64_t)ns * largest > avail)
+                ns--;
+            if ((uint64_t)ns * largest > avail || largest > max_buf)
+                return window_full(wt->dev, total, largest, 1, err);
+            wt->somr_slots = ns;
+            S = somr_choose(wt, avail - (uint64_t)ns * largest);
         } else {
             for (int l = 0; l < wt->n_layer; l++)
                 wt->resident[l] = true;
@@ -681,6 +689,8 @@ static int stream_slots(ts_rt_layers *pf, ts_err *err) {
     const ts_rt_weights *wt = pf->w;
     if (wt->place == TS_PLACE_PERUSE)
         pf->n_slots = 1;
+    else if (wt->place == TS_PLACE_SOMR && wt->somr_slots < pf->n_slots)
+        pf->n_slots = wt->somr_slots;
     if ((uint64_t)pf->n_slots * wt->slot_bytes > window_free(pf->dev)) {
         return window_full(pf->dev, wt->plan_total, wt->slot_bytes, pf->n_slots, err);
     }

@@ -33,7 +33,11 @@ def diffuse(a, prompt, threshold, flags, who):
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"{who}: tessera diffuse {' '.join(flags)} failed: {r.stderr.strip()[-600:]}")
-    return json.loads([ln for ln in r.stderr.splitlines() if ln.startswith("{")][-1])
+    st = json.loads([ln for ln in r.stderr.splitlines() if ln.startswith("{")][-1])
+    # the one line a device that did not open prints (the run went on on the CPU)
+    fb = [ln for ln in r.stderr.splitlines() if ln.startswith("tessera: prefill device")]
+    st["fallback"] = fb[0] if fb else None
+    return st
 
 
 def prompt_ids(a, text):

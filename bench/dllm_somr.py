@@ -32,7 +32,6 @@ import argparse
 import json
 import shlex
 import statistics
-import subprocess
 import sys
 
 import dllm_common as C
@@ -41,16 +40,8 @@ PLACES = ["peruse", "stream", "somr"]
 
 
 def run(a, prompt, dev):
-    cmd = [a.tessera, "diffuse", "-m", a.model, "-p", prompt, "-n", str(a.gen), "--block", str(a.block),
-           "--threshold", str(a.threshold), "--no-early-stop", "--no-display-prompt", "--stats", "json",
-           "-t", str(a.threads), "--prefill-device", dev, "--prefill-min-tokens", "2"] + shlex.split(a.flags)
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"dllm_somr: tessera diffuse --prefill-device {dev} failed: {r.stderr.strip()[-600:]}")
-    st = json.loads([ln for ln in r.stderr.splitlines() if ln.startswith("{")][-1])
-    fb = [ln for ln in r.stderr.splitlines() if "unavailable" in ln and ln.startswith("tessera:")]
-    st["fallback"] = fb[0] if fb else None
-    return st
+    return C.diffuse(a, prompt, a.threshold, ["--prefill-device", dev, "--prefill-min-tokens", "2"] +
+                     shlex.split(a.flags), "dllm_somr")
 
 
 def main():

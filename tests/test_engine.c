@@ -353,55 +353,13 @@ static void test_prefill_loop(void) {
     t_model_free(&m);
 }
 
-/* ---- streaming through N slots ---- */
+/* ---- placement: streaming through N slots; place=stream, peruse, somr ---- */
 
-/* Six layers in a window that holds three layer slots but not every layer:
- * the weights stream through slots=3 (uploads up to two layers ahead) and
- * through the default two, both bit-identical to the CPU. */
-static void test_stream_slots(void) {
-    const uint32_t types[7] = {TS_TYPE_Q8_0, TS_TYPE_Q4_0, TS_TYPE_F16, TS_TYPE_Q4_0,
-                               TS_TYPE_Q8_0, TS_TYPE_Q4_0, TS_TYPE_F16};
-    ts_rt_block_shape ls[6];
-    for (int l = 0; l < 6; l++) ls[l] = shape_llama;
-    t_model m;
-    t_model_init(&m, ls, 6, types, 1);
-    run_pair rp;
-    run_pair_init(&rp, &m);
-    ts_err err = {{0}};
-    const char *specs[2] = {"loop,window=260K,slots=3,delay_us=200", "loop,window=260K,delay_us=200"};
-    const int want[2] = {3, 2};
-    for (int k = 0; k < 2; k++) {
-        ts_engine *dev = open_or_die(specs[k]), *cpu = open_or_die("cpu");
-        ts_rt_layers_stats ps = {0};
-        memset(rp.xd, 0, (size_t)rp.n_x * sizeof(float));
-        const int rc = t_run(&m, dev, cpu, 16, sched3, 3, rp.xd, rp.kd, rp.vd, &ps, NULL, 0, &err);
-        CHECK(!rc, "%s: %s", specs[k], err.msg);
-        if (!rc) {
-            ts_eng_stats es;
-            ts_eng_get_stats(dev, &es);
-            CHECK(ps.streaming && ps.n_slots == want[k], "%s: streaming %d through %d slots (want %d)", specs[k],
-                  ps.streaming, ps.n_slots, want[k]);
-            CHECK(!memcmp(rp.xr, rp.xd, (size_t)rp.n_x * sizeof(float)) && !memcmp(rp.kr, rp.kd, rp.kvb) &&
-                      !memcmp(rp.vr, rp.vd, rp.kvb),
-                  "%s: differs from the CPU", specs[k]);
-            CHECK(es.window_peak <= ts_eng_describe(dev)->window_bytes, "%s: window peak", specs[k]);
-            printf("streaming 6 layers through %d slots of %llu bytes (%s): bit-identical; stall %.2f ms, window peak "
-                   "%llu of %llu\n",
-                   ps.n_slots, (unsigned long long)ps.slot_bytes, specs[k], (double)es.stall_ns / 1e6,
-                   (unsigned long long)es.window_peak, (unsigned long long)ts_eng_describe(dev)->window_bytes);
-        }
-        ts_eng_close(dev);
-        ts_eng_close(cpu);
-    }
-    t_model_free(&m);
-    run_pair_free(&rp);
-}
-
-/* ---- placement: place=stream, peruse, somr ---- */
-
-/* The six layers of test_stream_slots under each place= option, every run
- * bit-identical to the CPU:
- * - a window that holds three layer slots but not every layer: somr keeps
+/* Six layers under each placement, every run bit-identical to the CPU:
+ * - a window that holds three layer slots but not every layer: the weights
+ *   stream through slots=3 (uploads up to two layers ahead) and through
+ *   the default two;
+ * - the same window: somr keeps
  *   what fits beside two slots resident (packed into one buffer) and
  *   streams the rest, so it uploads less than streaming every layer; peruse
  *   streams every layer through one slot;
@@ -424,6 +382,7 @@ static void test_placement(void) {
         int streaming, n_slots, min_res, max_res, buffers;
     } cases[] = {
         {"loop,window=260K,delay_us=200", 1, 2, 0, 0, 0},
+        {"loop,window=260K,slots=3,delay_us=200", 1, 3, 0, 0, 0},
         {"loop,window=260K,place=somr,delay_us=200", 1, 2, 1, 5, 1},
         {"loop,window=260K,place=peruse,delay_us=200", 1, 1, 0, 0, 0},
         {"loop,window=160K,place=somr,delay_us=200", 1, 1, 0, 0, 0},
@@ -453,7 +412,7 @@ static void test_placement(void) {
             CHECK(es.window_peak <= ts_eng_describe(dev)->window_bytes, "%s: window peak", spec);
             if (k == 0)
                 up_stream = es.upload_bytes;
-            if (k == 1)
+            if (k == 2)
                 up_somr = es.upload_bytes;
             printf("place %-44s %d resident in %d buffers, %d streamed through %d slots: %s; %llu bytes "
                    "uploaded, stall %.2f ms\n",
@@ -900,7 +859,6 @@ int main(int argc, char **argv) {
     test_npu_matmul();
     test_prefill_loop();
     test_own_layout();
-    test_stream_slots();
     test_placement();
     test_ordering();
     test_cross_engine();

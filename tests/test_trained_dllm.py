@@ -11,9 +11,10 @@ same canvas (a held-out 64-token prompt, then a 32-token block of which every
 other position is the mask token) as one window (dllm_tool window).
 
 Bounds, max |ours - ref| / max |ref| per row: < 1e-4 with an f32 KV cache
-(observed 1.56e-5 with the step-460 delta, 9.8e-6 at step 160: the forward
-itself), < 3e-2 with the default f16 cache (observed 4.05e-3 on one prompt
-row at step 460, median 1.8e-4; 1.84e-2 at step 160 and 1.03e-2 with the
+(observed 3.84e-6 with the step-496 distilled delta, 1.56e-5 at step 460,
+9.8e-6 at step 160: the forward itself), < 3e-2 with the default f16 cache
+(observed 6.22e-4 at step 496, median 3.18e-4; 4.05e-3 on one prompt row at
+step 460, median 1.8e-4; 1.84e-2 at step 160 and 1.03e-2 with the
 step-20 trial delta: 30 layers of K/V rounded to f16; the 2-layer random
 oracle sees ~3e-4). In both, the top-1 token of
 every row must agree wherever the reference's top-2 margin exceeds 1e-2 of

@@ -762,6 +762,9 @@ typedef struct ts_diffusion_stats {
     double dev_stall_ms;           /* time the device waited on weight uploads */
     int32_t dev_resident_layers;   /* layers whose weights stay on the device */
     int32_t dev_streamed_layers;   /* layers staged through the slots every forward */
+    /* padding rows the device computed beside dev_tokens: a window narrower
+     * than the width a device requires (loop:npu) runs padded to it */
+    int64_t dev_pad_tokens;
 } ts_diffusion_stats;
 
 /* n_batch a context needs for these parameters and an n_prompt-token prompt

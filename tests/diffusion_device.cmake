@@ -28,7 +28,11 @@ set(TS_DD_DEEP ${TS_DD_MODELS}/deep/llada_deep.gguf)
 foreach(dd_model llada dream)
   add_test(NAME diffusion_device_gate_${dd_model} COMMAND test_diffusion_device gate ${TS_DD_MODELS}/${dd_model}.gguf)
   add_test(NAME diffusion_device_break_${dd_model} COMMAND test_diffusion_device break ${TS_DD_MODELS}/${dd_model}.gguf)
-  set_tests_properties(diffusion_device_gate_${dd_model} diffusion_device_break_${dd_model} PROPERTIES
+  # loop:npu requires widths (32/64 here): the windows, all narrower, run padded to 64
+  add_test(NAME diffusion_device_gate_npu_${dd_model}
+           COMMAND test_diffusion_device gate ${TS_DD_MODELS}/${dd_model}.gguf loop:npu)
+  set_tests_properties(diffusion_device_gate_${dd_model} diffusion_device_break_${dd_model}
+                       diffusion_device_gate_npu_${dd_model} PROPERTIES
                        FIXTURES_REQUIRED dd_models TIMEOUT 120)
   set_tests_properties(diffusion_device_break_${dd_model} PROPERTIES SKIP_RETURN_CODE 77) # no TS_TEST_HOOKS
   if(TS_OPENCL)

@@ -15,8 +15,10 @@ import subprocess
 import sys
 
 failures = 0
-DEV_KEYS = ("dev_forwards", "dev_tokens", "device", "prefill_ms", "denoise_ms", "peak_rss_mib", "n_batch",
-            "dev_upload_mib", "dev_stall_ms", "dev_resident_layers", "dev_streamed_layers")
+# (n_ctx too: with --prefill-device the default context is one chunk larger,
+# room for a padded window on a device that requires widths)
+DEV_KEYS = ("dev_forwards", "dev_tokens", "dev_pad_tokens", "device", "prefill_ms", "denoise_ms", "peak_rss_mib",
+            "n_batch", "n_ctx", "dev_upload_mib", "dev_stall_ms", "dev_resident_layers", "dev_streamed_layers")
 
 
 def check(cond, msg):

@@ -236,7 +236,8 @@ ts_status ts_context_diffuse(ts_context *c, const int32_t *prompt, int32_t n_pro
         s.n_blocks = ds.n_blocks_done;
         s.stop_reason = stop;
         s.dev_forwards = (int64_t)(dv1.dev_runs - dv0.dev_runs);
-        s.dev_tokens = (int64_t)(dv1.dev_tokens - dv0.dev_tokens);
+        s.dev_pad_tokens = (int64_t)(dv1.dev_pad_tokens - dv0.dev_pad_tokens);
+        s.dev_tokens = (int64_t)(dv1.dev_tokens - dv0.dev_tokens) - s.dev_pad_tokens;
         s.window_max = ds.window_max;
         s.draft_evals = ds.draft_evals;
         s.draft_accepted = ds.draft_accepted;

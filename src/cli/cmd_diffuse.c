@@ -82,10 +82,12 @@ static void help(FILE *f) {
             "                           ,place=somr keeps what fits resident and streams the rest\n"
             "                           ahead of use (the swap-optimized memory runtime)\n"
             "      --chunk N            the device's graph width (default 256): windows of at most N tokens\n"
-            "                           (exactly N where the device requires widths) go to the device\n"
+            "                           go to the device; where it requires widths (loop:npu: 32, 64,\n"
+            "                           128, 256), narrower ones run padded to the largest <= N\n"
             "      --prefill-min-tokens N  narrower windows stay on the CPU (default 32)\n"
             "  -t, --threads N          worker threads (default: physical cores)\n"
-            "  -c, --ctx-size N         KV capacity (default: prompt + --gen)\n"
+            "  -c, --ctx-size N         KV capacity (default: prompt + --gen, + --chunk with\n"
+            "                           --prefill-device: room for a padded last window)\n"
             "  -h, --help               this help\n\n"
             "The context's batch is sized to the largest window the decoder evaluates (one window is\n"
             "one batch). Window forwards run on the CPU unless --prefill-device takes them.\n",
@@ -283,8 +285,8 @@ static void print_stats(const diff_opts *o, const ts_diffusion_stats *s, const t
                     (long long)s->scr_refreshed, s->scr_ms, s->scr_overlap_ms, (long long)s->scr_revisions,
                     (long long)s->scr_stabilized, (long long)s->scr_merged, (long long)s->visible_at_end);
         if (cs->device)
-            fprintf(stderr, "device %s: %lld window forwards (%lld positions) ran their layers there\n", cs->device,
-                    (long long)s->dev_forwards, (long long)s->dev_tokens);
+            fprintf(stderr, "device %s: %lld window forwards (%lld positions, %lld padding rows) ran their layers there\n",
+                    cs->device, (long long)s->dev_forwards, (long long)s->dev_tokens, (long long)s->dev_pad_tokens);
         return;
     }
     int last = 0;
@@ -302,7 +304,7 @@ static void print_stats(const diff_opts *o, const ts_diffusion_stats *s, const t
             ",\"n_prompt_tokens\":%d,\"n_gen_tokens\":%d,\"n_blocks\":%d,\"stop_reason\":\"%s\",\"decoder\":\"%s\","
             "\"cache\":\"%s\",\"alg\":\"%s\",\"gen\":%d,\"block\":%d,\"steps\":%d,\"threshold\":%g,\"eps\":%g,"
             "\"temp\":%g,\"seed\":%llu,\"n_threads\":%d,\"n_ctx\":%d,\"n_batch\":%d,\"peak_rss_mib\":%.1f,"
-            "\"dev_forwards\":%lld,\"dev_tokens\":%lld,\"window\":%d,\"lookahead\":%d,\"lookahead_trigger\":%d,"
+            "\"dev_forwards\":%lld,\"dev_tokens\":%lld,\"dev_pad_tokens\":%lld,\"window\":%d,\"lookahead\":%d,\"lookahead_trigger\":%d,"
             "\"window_max\":%lld,\"draft_evals\":%lld,\"draft_accepted\":%lld,\"lookahead_tokens\":%lld,"
             "\"skip_logits\":%s,\"logits_skipped\":%lld,\"sts\":%s,\"visible\":%g,\"stable\":%g,"
             "\"sts_visible\":%lld,\"sts_forced\":%lld,\"sts_stable\":%lld,\"revisions\":%lld,"
@@ -314,7 +316,7 @@ static void print_stats(const diff_opts *o, const ts_diffusion_stats *s, const t
             dec[p->decoder == TS_DIFFUSION_VANILLA], cache[p->cache % 3], alg[p->alg % 4], (int)p->n_gen,
             (int)p->block, (int)(p->steps > 0 ? p->steps : p->n_gen), (double)p->threshold, (double)p->eps,
             (double)p->temp, (unsigned long long)p->seed, (int)cs->n_threads, (int)cs->n_ctx, (int)cs->n_batch,
-            cs->peak_rss_mib, (long long)s->dev_forwards, (long long)s->dev_tokens, (int)p->window, (int)p->lookahead,
+            cs->peak_rss_mib, (long long)s->dev_forwards, (long long)s->dev_tokens, (long long)s->dev_pad_tokens, (int)p->window, (int)p->lookahead,
             (int)p->lookahead_trigger, (long long)s->window_max, (long long)s->draft_evals,
             (long long)s->draft_accepted, (long long)s->lookahead_tokens, p->skip_logits ? "true" : "false",
             (long long)s->logits_skipped, p->sts ? "true" : "false", (double)p->visible, (double)p->stable,
@@ -398,7 +400,9 @@ int cli_diffuse(int argc, char **argv) {
             if (n_batch < (int32_t)n_prompt) n_batch = (int32_t)n_prompt;
         }
     }
-    int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : n_prompt + o.dp.n_gen;
+    /* a device that requires widths pads a window narrower than the chunk
+     * to it, into cache rows past the window: room for the last one */
+    int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : n_prompt + o.dp.n_gen + (o.prefill_device ? (o.chunk > 0 ? o.chunk : 256) : 0);
     if (n_ctx > (1 << 24)) n_ctx = 1 << 24;
     if (!(ctx = make_context(m, &o, (int32_t)n_ctx, n_batch, true))) goto done;
     if (o.display_prompt) {

@@ -907,9 +907,10 @@ static int run_checks(const ts_engine *e, const ts_eng_graph *g, int64_t pos0, i
                           e->desc.name, n_tok, g->width);
     if (pos0 < 0 || pos0 > (int64_t)1 << 40)
         return ts_err_set(err, "graph run: pos0 %lld out of range", (long long)pos0);
-    if (n_kv != 0 && n_kv < pos0 + n_tok)
-        return ts_err_set(err, "graph run: n_kv %lld below the window end pos0 + n_tok = %lld (0 = causal)",
-                          (long long)n_kv, (long long)(pos0 + n_tok));
+    /* rows at or past n_kv are padding: the window's first row must be a key */
+    if (n_kv != 0 && n_kv <= pos0)
+        return ts_err_set(err, "graph run: n_kv %lld does not reach the window start pos0 %lld (0 = causal)",
+                          (long long)n_kv, (long long)pos0);
     if (pos0 + n_tok > g->kv_cap)
         return ts_err_set(err, "graph run: node %d (%s): positions up to %lld past the cache's %d rows", g->kv_cap_node,
                           ts_op_name(g->nodes[g->kv_cap_node].op), (long long)(pos0 + n_tok), g->kv_cap);

@@ -459,8 +459,10 @@ int ts_eng_enqueue_graph(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *bi
 
 /* The same with the attention nodes' mode per run (the window forward of
  * diffusion LLMs): n_kv 0 is causal (ts_eng_enqueue_graph); n_kv > 0 makes
- * every query of the run see cache rows [0, n_kv), n_kv >= pos0 + n_tok and
- * <= the cache's rows (ts_attn_params.n_kv; refused with n_swa layers). */
+ * every query of the run see cache rows [0, n_kv), pos0 < n_kv <= the
+ * cache's rows (ts_attn_params.n_kv; refused with n_swa layers). Rows of the
+ * run at or past n_kv are padding (a window narrower than a width the engine
+ * requires): computed, their cache rows written, never attended. */
 int ts_eng_enqueue_graph_window(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *binds, int n_binds,
                                 int64_t pos0, int n_tok, int64_t n_kv, ts_err *err);
 

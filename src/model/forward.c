@@ -273,6 +273,7 @@ void ts_state_dev_stats_get(const ts_state *s, ts_state_dev_stats *out) {
     out->dev_runs = ps.runs;
     out->dev_window_tokens = ps.window_tokens;
     out->dev_window_runs = ps.window_runs;
+    out->dev_pad_tokens = s->pf_pad_tokens;
     out->dev_nodes = ps.run_nodes;
     out->crossings = ps.run_crossings;
     out->upload_bytes = es.upload_bytes;
@@ -450,6 +451,14 @@ static void stage_embed_into(const ts_state *s, float *x, const int32_t *tokens,
 
 static void stage_embed(ts_state *s, const int32_t *tokens, int nb) { stage_embed_into(s, s->x, tokens, nb); }
 
+/* Rows nb .. nb+pad-1 of x: copies of row nb-1 (a window's padding, see
+ * window_pad: finite, and no row of the window reads them). */
+static void stage_pad(ts_state *s, float *x, int nb, int pad) {
+    const int64_t E = s->m->hp.n_embd;
+    for (int t = nb; t < nb + pad; t++) memcpy(x + t * E, x + (int64_t)(nb - 1) * E, (size_t)E * sizeof(float));
+    s->pf_pad_tokens += (uint64_t)pad;
+}
+
 /* y = x W^T over nb rows: the fast path (ts_linear) or the reference. */
 static void matmul(ts_state *s, const ts_wmat *w, const float *x, float *y, int nb) {
     if (s->lin) {
@@ -531,12 +540,13 @@ static void finish_logits(ts_state *s, int nb, float *logits_out, bool last, log
  * Attention is causal (n_kv 0) or sees cache rows [0, n_kv) (a diffusion
  * window). logits_out: nb rows (sel: only those), or NULL; when last, the
  * last row also goes to s->logits. */
-static int eval_span(ts_state *s, const int32_t *tokens, int nb, int64_t pos0, int64_t n_kv, bool on_device,
-                     float *logits_out, bool last, logit_sel sel, ts_err *err) {
+static int eval_span(ts_state *s, const int32_t *tokens, int nb, int pad, int64_t pos0, int64_t n_kv,
+                     bool on_device, float *logits_out, bool last, logit_sel sel, ts_err *err) {
     stage_embed(s, tokens, nb);
+    stage_pad(s, s->x, nb, pad);
     /* the layers: one block graph, on the device or on the state's cpu engine */
     const uint64_t t0 = s->pf_auto && !on_device && nb > 1 ? ts_now_ns() : 0;
-    if (ts_rt_layers_run_window(on_device ? s->pf : s->cpu_layers, pos0, nb, n_kv, err) < 0) return -1;
+    if (ts_rt_layers_run_window(on_device ? s->pf : s->cpu_layers, pos0, nb + pad, n_kv, err) < 0) return -1;
     if (t0) {
         /* what a token of the CPU's layers costs, for pf_takes */
         const double per = (double)(ts_now_ns() - t0) / nb;
@@ -564,16 +574,35 @@ static int check_tokens(const ts_state *s, const int32_t *tokens, int32_t n, ts_
     return 0;
 }
 
-/* Whether a chunk of w tokens goes to the device: at least the minimum, and
- * exactly the width where the device requires widths. */
-static bool pf_takes(const ts_state *s, int w) {
-    if (!s->pf || w < s->pf_min || (w != s->pf_width && ts_eng_describe(s->pf_dev)->widths_required)) return false;
+/* Whether w tokens of work are worth a crossing: always, unless the
+ * minimum is automatic (prefill_min_tokens -1). */
+static bool pf_worth(const ts_state *s, int w) {
     if (!s->pf_auto) return true;
     /* auto: only what the CPU would take longer for than the crossings
      * cost; until the CPU has been measured, the CPU runs (and measures) */
     const double cross_ns =
         (double)ts_eng_describe(s->pf_dev)->crossing_ns * (double)ts_rt_layers_crossings_per_run(s->pf);
     return s->cpu_ns_per_tok > 0 && (double)w * s->cpu_ns_per_tok > cross_ns;
+}
+
+/* Whether a chunk of w tokens goes to the device: at least the minimum, and
+ * exactly the width where the device requires widths. */
+static bool pf_takes(const ts_state *s, int w) {
+    if (!s->pf || w < s->pf_min || (w != s->pf_width && ts_eng_describe(s->pf_dev)->widths_required)) return false;
+    return pf_worth(s, w);
+}
+
+/* The padding rows a window of n tokens at pos0 takes to run on a device
+ * that requires widths, at the state's width (0: it needs none, or cannot
+ * be padded). The rows past n repeat the window's last input, attend the
+ * same keys and write cache rows [pos0+n, pos0+width), which nothing has
+ * written yet that a later call reads: only a window whose keys end at its
+ * own end (n_kv == pos0+n: the prefix cache, full recompute; not a dual
+ * cache's suffix) is padded, and only where the cache has those rows. */
+static int window_pad(const ts_state *s, int n, int32_t pos0, int32_t n_kv) {
+    if (!s->pf || n >= s->pf_width || n < s->pf_min || !ts_eng_describe(s->pf_dev)->widths_required) return 0;
+    if (n_kv != pos0 + n || (int64_t)pos0 + s->pf_width > s->n_ctx || s->pf_width > s->n_batch) return 0;
+    return pf_worth(s, n) ? s->pf_width - n : 0;
 }
 
 int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all, ts_err *err) {
@@ -597,7 +626,7 @@ int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all,
              * the rest on the CPU in micro-batches */
             const int w = n - done < s->pf_width ? n - done : s->pf_width;
             if (pf_takes(s, w)) {
-                if (eval_span(s, tokens + done, w, s->n_past, 0, true, out, done + w == n, (logit_sel){NULL, 0}, err) < 0)
+                if (eval_span(s, tokens + done, w, 0, s->n_past, 0, true, out, done + w == n, (logit_sel){NULL, 0}, err) < 0)
                     return -1;
                 s->n_past += w;
                 done += w;
@@ -605,7 +634,7 @@ int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all,
             }
             if (nb > w) nb = w;
         }
-        if (eval_span(s, tokens + done, nb, s->n_past, 0, false, out, done + nb == n, (logit_sel){NULL, 0}, err) < 0)
+        if (eval_span(s, tokens + done, nb, 0, s->n_past, 0, false, out, done + nb == n, (logit_sel){NULL, 0}, err) < 0)
             return -1;
         s->n_past += nb;
         done += nb;
@@ -615,9 +644,11 @@ int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all,
 
 /* ---- bidirectional window (diffusion LLMs) ----------------------------- */
 
-/* The checks of a window forward; *on_device: its layers go to the device. */
+/* The checks of a window forward; *on_device: its layers go to the device,
+ * *pad: with that many padding rows (window_pad). */
 static int window_checks(ts_state *s, int32_t set, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv,
-                         bool *on_device, ts_err *err) {
+                         bool *on_device, int *pad, ts_err *err) {
+    *pad = 0;
     if (!s) return ts_err_set(err, "state is NULL");
     if (n < 0) return ts_err_set(err, "window token count %d is negative", n);
     if (pos0 < 0) return ts_err_set(err, "window start pos0 %d is negative", pos0);
@@ -640,9 +671,10 @@ static int window_checks(ts_state *s, int32_t set, const int32_t *tokens, int32_
     if (check_tokens(s, tokens, n, err) < 0) return -1;
     /* a window as wide as a prefill chunk runs its layers on the device
      * (same rule as ts_forward's chunks: >= the minimum, <= the width, ==
-     * the width where the device requires widths); the embedding, output
-     * norm and logits stay on the CPU */
+     * the width where the device requires widths, or narrower there, padded
+     * to it); the embedding, output norm and logits stay on the CPU */
     *on_device = n <= s->pf_width && pf_takes(s, n);
+    if (!*on_device && (*pad = window_pad(s, n, pos0, n_kv)) > 0) *on_device = true;
     if (!*on_device && (set > 0 || (s->win_pending || sets_pending(s))))
         return ts_err_set(err,
                           set > 0 ? "a window on activation set %d must go to the device (%d tokens: at least %d, at "
@@ -660,20 +692,23 @@ int ts_forward_window(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos
                       ts_err *err) {
     const logit_sel sel = take_sel(s); /* this call's, whether it runs or not */
     bool on_device = false;
-    if (window_checks(s, 0, tokens, n, pos0, n_kv, &on_device, err) < 0) return -1;
+    int pad = 0;
+    if (window_checks(s, 0, tokens, n, pos0, n_kv, &on_device, &pad, err) < 0) return -1;
     if (n == 0) return 0;
-    return eval_span(s, tokens, n, pos0, n_kv, on_device, logits_all, true, sel, err);
+    return eval_span(s, tokens, n, pad, pos0, n_kv, on_device, logits_all, true, sel, err);
 }
 
 int ts_forward_window_submit(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv,
                              float *logits_all, ts_err *err) {
     const logit_sel sel = take_sel(s); /* this call's, whether it runs or not */
     bool on_device = false;
-    if (window_checks(s, 0, tokens, n, pos0, n_kv, &on_device, err) < 0) return -1;
+    int pad = 0;
+    if (window_checks(s, 0, tokens, n, pos0, n_kv, &on_device, &pad, err) < 0) return -1;
     if (n == 0) return 0;
-    if (!on_device) return eval_span(s, tokens, n, pos0, n_kv, false, logits_all, true, sel, err);
+    if (!on_device) return eval_span(s, tokens, n, 0, pos0, n_kv, false, logits_all, true, sel, err);
     stage_embed(s, tokens, n);
-    if (ts_rt_layers_submit_window(s->pf, pos0, n, n_kv, err) < 0) return -1;
+    stage_pad(s, s->x, n, pad);
+    if (ts_rt_layers_submit_window(s->pf, pos0, n + pad, n_kv, err) < 0) return -1;
     s->win_pending = true;
     s->win_n = n;
     s->win_logits = logits_all;
@@ -711,11 +746,13 @@ int ts_forward_window_submit_set(ts_state *s, int32_t set, const int32_t *tokens
         return ts_err_set(err, "activation set %d: the state has %d (ts_state_params.n_act_sets, a device with "
                                "resident weights)", set, 1 + (int)s->n_sets);
     bool on_device = false;
-    if (window_checks(s, set, tokens, n, pos0, n_kv, &on_device, err) < 0) return -1;
+    int pad = 0;
+    if (window_checks(s, set, tokens, n, pos0, n_kv, &on_device, &pad, err) < 0) return -1;
     if (n == 0) return 0;
     ts_act_set *A = &s->sets[set - 1];
     stage_embed_into(s, A->act[TS_LS_X], tokens, n);
-    if (ts_rt_layers_submit_window(A->pf, pos0, n, n_kv, err) < 0) return -1;
+    stage_pad(s, A->act[TS_LS_X], n, pad);
+    if (ts_rt_layers_submit_window(A->pf, pos0, n + pad, n_kv, err) < 0) return -1;
     A->pending = true;
     A->n = n;
     A->logits = logits_all;

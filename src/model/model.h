@@ -147,6 +147,7 @@ typedef struct ts_state_dev_stats {
     /* of dev_tokens / dev_runs: the non-causal window forwards (diffusion) */
     uint64_t dev_window_tokens;
     uint64_t dev_window_runs;
+    uint64_t dev_pad_tokens; /* of dev_window_tokens: padding rows (windows narrower than a required width) */
     int32_t resident_layers; /* layers whose weights stay on the device */
     int32_t streamed_layers; /* layers staged through the slots every run */
 } ts_state_dev_stats;
@@ -180,8 +181,12 @@ const float *ts_state_logits(const ts_state *s); /* n_vocab floats: the last eva
  * says) except one with sliding-window layers (refused). Requires
  * 0 <= pos0, 0 <= n, pos0 + n <= n_kv <= n_ctx; n == 0 does nothing.
  * With a prefill device, a window of prefill_min_tokens <= n <= the chunk
- * width (== it where the device requires widths) runs its layers there
- * (counted in ts_state_dev_stats' dev_window_tokens/runs); the rest on the CPU. */
+ * width runs its layers there (counted in ts_state_dev_stats'
+ * dev_window_tokens/runs); the rest on the CPU. Where the device requires
+ * widths, a narrower window with n_kv == pos0+n and pos0 + the width <=
+ * n_ctx runs padded to the width: the padding rows also write cache rows
+ * [pos0+n, pos0+width), which a caller must not expect to keep (counted in
+ * dev_pad_tokens). */
 int ts_forward_window(ts_state *s, const int32_t *tokens, int32_t n, int32_t pos0, int32_t n_kv, float *logits_all,
                       ts_err *err);
 /* ts_forward_window in two halves, so the caller can work on the CPU while

@@ -178,6 +178,7 @@ struct ts_state {
     struct ts_engine *pf_dev;    /* its engine (not owned); NULL: CPU only */
     struct ts_rt_layers *pf;
     int32_t pf_width, pf_min;
+    uint64_t pf_pad_tokens; /* padding rows of windows run at the required width (window_pad) */
     /* prefill_min_tokens -1: a chunk goes to the device when the CPU's
      * measured time for it exceeds the crossings it would cost there
      * (crossing_ns of the device's desc x crossings per run) */

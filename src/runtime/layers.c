@@ -1097,9 +1097,10 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
                           ts_eng_describe(pf->dev)->name, pf->width, n_tok);
     if (pos0 < 0)
         return ts_err_set(err, "prefill: pos0 %lld", (long long)pos0);
-    if (n_kv != 0 && n_kv < pos0 + n_tok)
-        return ts_err_set(err, "prefill: n_kv %lld below the window end %lld", (long long)n_kv,
-                          (long long)(pos0 + n_tok));
+    /* rows at or past n_kv are padding (ts_eng_enqueue_graph) */
+    if (n_kv != 0 && n_kv <= pos0)
+        return ts_err_set(err, "prefill: n_kv %lld does not reach the window start %lld", (long long)n_kv,
+                          (long long)pos0);
     /* the broken hook left the previous run in flight: catch up first */
     if (pf->nodrain && drain(pf, err))
         goto fail;

@@ -130,7 +130,8 @@ void ts_rt_layers_free(ts_rt_layers *pf);
 int ts_rt_layers_run(ts_rt_layers *pf, int64_t pos0, int n_tok, ts_err *err);
 
 /* The same with non-causal attention (ts_forward_window): every token sees
- * cache rows [0, n_kv) (n_kv >= pos0 + n_tok; 0 = causal, as above). Rows
+ * cache rows [0, n_kv) (pos0 < n_kv; 0 = causal, as above). Rows at or past
+ * n_kv are padding: computed, KV rows written, never attended. Rows
  * [pos0 + n_tok, n_kv) the host wrote (a dual cache's suffix) are synced to
  * the device first. Counted in tokens/runs and in window_tokens/runs. */
 int ts_rt_layers_run_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n_kv, ts_err *err);

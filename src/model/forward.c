@@ -437,8 +437,8 @@ int ts_state_kv_copy(ts_state *dst, const ts_state *src, int32_t a, int32_t b, t
 
 /* ---- stages ------------------------------------------------------------ */
 
-/* x[t] = embedding row of tokens[t] * embd_scale */
-static void stage_embed_into(const ts_state *s, float *x, const int32_t *tokens, int nb) {
+/* x[t] = embedding row of tokens[t] * embd_scale, then pad padding rows */
+static void stage_embed_into(ts_state *s, float *x, const int32_t *tokens, int nb, int pad) {
     const ts_mdl *m = s->m;
     const int64_t E = m->hp.n_embd;
     for (int t = 0; t < nb; t++) {
@@ -447,16 +447,14 @@ static void stage_embed_into(const ts_state *s, float *x, const int32_t *tokens,
         if (m->hp.embd_scale != 1.0f)
             for (int64_t i = 0; i < E; i++) xt[i] *= m->hp.embd_scale;
     }
-}
-
-static void stage_embed(ts_state *s, const int32_t *tokens, int nb) { stage_embed_into(s, s->x, tokens, nb); }
-
-/* Rows nb .. nb+pad-1 of x: copies of row nb-1 (a window's padding, see
- * window_pad: finite, and no row of the window reads them). */
-static void stage_pad(ts_state *s, float *x, int nb, int pad) {
-    const int64_t E = s->m->hp.n_embd;
+    /* a window's padding rows (window_pad): copies of its last row, finite,
+     * and no row of the window reads them */
     for (int t = nb; t < nb + pad; t++) memcpy(x + t * E, x + (int64_t)(nb - 1) * E, (size_t)E * sizeof(float));
     s->pf_pad_tokens += (uint64_t)pad;
+}
+
+static void stage_embed(ts_state *s, const int32_t *tokens, int nb, int pad) {
+    stage_embed_into(s, s->x, tokens, nb, pad);
 }
 
 /* y = x W^T over nb rows: the fast path (ts_linear) or the reference. */
@@ -542,8 +540,7 @@ static void finish_logits(ts_state *s, int nb, float *logits_out, bool last, log
  * last row also goes to s->logits. */
 static int eval_span(ts_state *s, const int32_t *tokens, int nb, int pad, int64_t pos0, int64_t n_kv,
                      bool on_device, float *logits_out, bool last, logit_sel sel, ts_err *err) {
-    stage_embed(s, tokens, nb);
-    stage_pad(s, s->x, nb, pad);
+    stage_embed(s, tokens, nb, pad);
     /* the layers: one block graph, on the device or on the state's cpu engine */
     const uint64_t t0 = s->pf_auto && !on_device && nb > 1 ? ts_now_ns() : 0;
     if (ts_rt_layers_run_window(on_device ? s->pf : s->cpu_layers, pos0, nb + pad, n_kv, err) < 0) return -1;
@@ -601,7 +598,7 @@ static bool pf_takes(const ts_state *s, int w) {
  * cache's suffix) is padded, and only where the cache has those rows. */
 static int window_pad(const ts_state *s, int n, int32_t pos0, int32_t n_kv) {
     if (!s->pf || n >= s->pf_width || n < s->pf_min || !ts_eng_describe(s->pf_dev)->widths_required) return 0;
-    if (n_kv != pos0 + n || (int64_t)pos0 + s->pf_width > s->n_ctx || s->pf_width > s->n_batch) return 0;
+    if (n_kv != pos0 + n || (int64_t)pos0 + s->pf_width > s->n_ctx) return 0;
     return pf_worth(s, n) ? s->pf_width - n : 0;
 }
 
@@ -706,8 +703,7 @@ int ts_forward_window_submit(ts_state *s, const int32_t *tokens, int32_t n, int3
     if (window_checks(s, 0, tokens, n, pos0, n_kv, &on_device, &pad, err) < 0) return -1;
     if (n == 0) return 0;
     if (!on_device) return eval_span(s, tokens, n, 0, pos0, n_kv, false, logits_all, true, sel, err);
-    stage_embed(s, tokens, n);
-    stage_pad(s, s->x, n, pad);
+    stage_embed(s, tokens, n, pad);
     if (ts_rt_layers_submit_window(s->pf, pos0, n + pad, n_kv, err) < 0) return -1;
     s->win_pending = true;
     s->win_n = n;
@@ -750,8 +746,7 @@ int ts_forward_window_submit_set(ts_state *s, int32_t set, const int32_t *tokens
     if (window_checks(s, set, tokens, n, pos0, n_kv, &on_device, &pad, err) < 0) return -1;
     if (n == 0) return 0;
     ts_act_set *A = &s->sets[set - 1];
-    stage_embed_into(s, A->act[TS_LS_X], tokens, n);
-    stage_pad(s, A->act[TS_LS_X], n, pad);
+    stage_embed_into(s, A->act[TS_LS_X], tokens, n, pad);
     if (ts_rt_layers_submit_window(A->pf, pos0, n + pad, n_kv, err) < 0) return -1;
     A->pending = true;
     A->n = n;

@@ -44,7 +44,8 @@ rows uploaded) and the device's stall on weight uploads (ms per request).
 
 usage: dllm_ladder.py TESSERA MODEL [--device amx,act=int8] [--prompts 50]
                       [--gen 64] [--block 32] [--threshold 0.9] [-t 2]
-                      [--device-window 96M] [--score 16] [--json OUT]
+                      [--device-window 96M] [--chunk 64] [--score 16]
+                      [--json OUT]
 """
 import argparse
 import json
@@ -59,11 +60,12 @@ SUMMED = ["draft_accepted", "logits_skipped", "revisions", "unstable_at_block_en
           "scr_refreshed", "scr_revisions", "scr_stabilized", "scr_ms", "scr_overlap_ms", "dev_upload_mib", "dev_stall_ms"]
 
 
-def rows_for(dev, block, window=None):
+def rows_for(dev, block, window=None, chunk=None):
     plain = dev + (f",window={window},place=peruse" if window else "")
     somr = dev + (f",window={window}" if window else "") + ",place=somr"
-    d0 = ["--prefill-device", plain, "--prefill-min-tokens", "2"]
-    d = ["--prefill-device", somr, "--prefill-min-tokens", "2"]
+    width = ["--chunk", str(chunk)] if chunk else []
+    d0 = ["--prefill-device", plain, "--prefill-min-tokens", "2"] + width
+    d = ["--prefill-device", somr, "--prefill-min-tokens", "2"] + width
     mbsd = ["--window", str(block), "--lookahead", "auto"]
     return [
         ("CPU vanilla", ["--no-cache"]),
@@ -85,11 +87,14 @@ def main():
     ap.add_argument("--threshold", type=float, default=0.9)
     ap.add_argument("--device-window", help="the device's memory window (e.g. 96M): the device rows before SOMR "
                                             "stage per use within it, SOMR's rows place within it")
+    ap.add_argument("--chunk", type=int, help="the device rows' graph width (tessera diffuse --chunk): on a device "
+                                              "that requires widths (loop:npu, amx) a block window runs padded "
+                                              "to it, so 64 suits block 32 (the default 256 pads 33 rows to 256)")
     ap.add_argument("--score", type=int, default=16, help="positions scored per prompt (0: no quality column)")
     a = ap.parse_args()
 
     prompts = C.T.held_out_prompts(a.prompts)
-    rows = rows_for(a.device, a.block, a.device_window)
+    rows = rows_for(a.device, a.block, a.device_window, a.chunk)
     res = {name: [] for name, flags in rows if flags is not None}
     for i, p in enumerate(prompts):
         for name, flags in rows:
@@ -116,7 +121,8 @@ def main():
     ref = res["CPU vanilla"]
     base_ms = statistics.median(s["prefill_ms"] + s["denoise_ms"] for s in ref)
     print(f"\n{a.model}, {len(prompts)} prompts, gen {a.gen}, block {a.block}, threshold {a.threshold}, "
-          f"-t {a.threads}, device {a.device}" + (f", window {a.device_window}" if a.device_window else ""))
+          f"-t {a.threads}, device {a.device}" + (f", window {a.device_window}" if a.device_window else "")
+          + (f", chunk {a.chunk}" if a.chunk else ""))
     print(f"| row | ms / request | speed-up | denoise fwd | positions | tok / fwd | on device | staged MiB | "
           f"stall ms | agreement | log-lik / tok |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -146,7 +152,7 @@ def main():
         out.append(row)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(dict(model=a.model, device=a.device, device_window=a.device_window, prompts=len(prompts), gen=a.gen, block=a.block,
+            json.dump(dict(model=a.model, device=a.device, device_window=a.device_window, chunk=a.chunk, prompts=len(prompts), gen=a.gen, block=a.block,
                            threshold=a.threshold, rows=out), f, indent=1)
 
 

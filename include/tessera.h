@@ -606,7 +606,8 @@ TS_API ts_layer_shape ts_layer_shape_default(void);
 
 /* The latency of one layer graph of `shape` on `device` (a name as
  * ts_context_params.prefill_device takes) at each of the n widths
- * (tokens per graph): random weights of the type, packed as the device
+ * (tokens per graph): random weights of the type (converted to the type the
+ * device takes for it, as a model's are at load), packed as the device
  * packs a model's; the nodes the device does not take are left out (a
  * matmul-only device times its matmuls). ms[i]: the median of reps runs
  * after a warm-up. The curve a matrix engine has: flat while its tiles

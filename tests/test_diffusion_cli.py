@@ -116,6 +116,21 @@ def main():
                   (name, " ".join(flags) or "block", b["logits_skipped"], b["tokens_evaluated"]))
 
     llada = os.path.join(work, "llada.gguf")
+    # --lookahead auto times the window's device: at widths 8, 16, .. where
+    # it takes any width; at the one width it pads every window to where it
+    # requires widths (loop:npu: its widths 32/64/128/256 at or below --chunk)
+    for dev, chunk, want in (("loop", "32", list(range(8, 40, 8))), ("loop:npu", "64", [64]),
+                             ("loop:npu", "48", [32])):
+        r = run([tessera, "diffuse", "-m", llada, "-p", prompt, "--gen", "24", "--block", "8", "-t", "1",
+                 "--stats", "json", "--no-display-prompt", "--window", "12", "--lookahead", "auto",
+                 "--prefill-device", dev, "--chunk", chunk, "--prefill-min-tokens", "2"])
+        st = json.loads(r.stderr.strip().splitlines()[-1]) if r.returncode == 0 else {}
+        widths = [w for w, _ in st.get("latency_table", [])]
+        check(r.returncode == 0 and widths == want and st["dev_forwards"] > 0 and
+              (st["dev_pad_tokens"] > 0) == (dev == "loop:npu") and st["n_batch"] >= 8 + 12,
+              "--lookahead auto on %s --chunk %s: table widths %s (want %s), %s device forwards, %s padding rows, "
+              "n_batch %s: %s" % (dev, chunk, widths, want, st.get("dev_forwards"), st.get("dev_pad_tokens"),
+                                  st.get("n_batch"), r.stderr.strip()[-300:] if r.returncode else "ok"))
     r = run([tessera, "diffuse", "-m", llada, "-p", "Hi", "--chat", "--gen", "8", "--block", "8", "-t", "1"])
     check(r.returncode == 0 and "<|im_start|>user" in r.stdout, "--chat renders the template")
     r = run([tessera, "diffuse", "-m", smol, "-p", "Hi", "--gen", "8", "-t", "1"])

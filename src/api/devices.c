@@ -9,6 +9,7 @@
 #include "api/api_internal.h"
 #include "core/threadpool.h"
 #include "engine/engine.h"
+#include "runtime/convert.h"
 #include "runtime/profile.h"
 #include "quant/quant.h"
 #include "tessera.h"
@@ -167,7 +168,12 @@ ts_status ts_device_profile(const char *device, const ts_layer_shape *shape, con
         st = ts_api_fail(err, NULL, TS_ERR_NO_MEMORY, "out of memory");
     } else {
         for (int i = 0; i < n; i++) w[i] = widths[i];
-        if (ts_rt_profile_layer(dev, &bs, (uint32_t)wt, w, n, p.reps, ms, &e))
+        /* the type the device takes for these weights, as a model's are
+         * converted at load (loop:npu: F32 to F16, Q4_1 to Q8_0) */
+        const int run_t = ts_rt_probe_weight_type(dev, (uint32_t)wt, p.n_embd, NULL, 0, &e);
+        if (run_t < 0)
+            st = ts_api_fail(err, NULL, TS_ERR_UNSUPPORTED, "profiling on %s: %s", device, e.msg);
+        else if (ts_rt_profile_layer(dev, &bs, (uint32_t)run_t, w, n, p.reps, ms, &e))
             st = ts_api_fail(err, NULL, TS_ERR_INVALID_ARG, "profiling on %s: %s", device, e.msg);
     }
     free(w);

@@ -49,7 +49,8 @@ static void help(FILE *f) {
             "      --lookahead K|auto|off  with --window: widen the window by K positions once the block has\n"
             "                           <= --lookahead-trigger masked; auto: as far as one layer's width ->\n"
             "                           latency table on the window's device (measured at start) stays within\n"
-            "                           --lookahead-slack of the current latency step (default off)\n"
+            "                           --lookahead-slack of the current latency step (on a device that\n"
+            "                           requires widths: up to the one width it pads windows to; default off)\n"
             "      --lookahead-trigger N  masked positions left that start the lookahead (default 4)\n"
             "      --lookahead-slack X  auto: extra latency a wider window may cost (default 0.05)\n"
             "      --skip-logits        selective logits skipping: the output projection only for rows that\n"
@@ -238,22 +239,60 @@ static ts_context *make_context(ts_model *m, const diff_opts *o, int32_t n_ctx, 
     return ctx;
 }
 
+/* The width a device that requires widths (loop:npu) runs every window at,
+ * padded: the largest width it names not above the chunk, else its smallest
+ * (the state's rule, src/model/forward.c). 0 where it takes any width, or
+ * where the device is not listed (the context says why when it opens). */
+static int32_t padded_width(const char *dev, int32_t chunk) {
+    const size_t base = strcspn(dev, ",");
+    const int32_t n = ts_devices(NULL, 0);
+    ts_device_info *d = n > 0 ? calloc((size_t)n, sizeof *d) : NULL;
+    if (!d) return 0;
+    d[0].struct_size = sizeof *d;
+    const int32_t got = ts_devices(d, n);
+    int32_t w = 0;
+    for (int32_t i = 0; i < got && i < n; i++) {
+        if (!d[i].ok || !d[i].widths_required || d[i].n_widths < 1 || strlen(d[i].name) != base ||
+            strncmp(d[i].name, dev, base))
+            continue;
+        int32_t best = d[i].widths[0];
+        for (int k = 0; k < d[i].n_widths; k++)
+            if (d[i].widths[k] < best) best = d[i].widths[k];
+        for (int k = 0; k < d[i].n_widths; k++)
+            if (d[i].widths[k] <= chunk && d[i].widths[k] > best) best = d[i].widths[k];
+        w = best;
+    }
+    free(d);
+    return w;
+}
+
 /* --lookahead auto: one of the model's layers timed on the window's device
  * at widths 8, 16, .. up to `widest` (the table the lookahead reads). The
  * decoder treats a width between two entries as costing the wider one (a
  * matrix engine's stage); on a device whose cost is linear that is off by
- * at most one step of 8 tokens. */
+ * at most one step of 8 tokens. A device that requires widths runs every
+ * window padded to one width: its table is that width alone, so the
+ * lookahead widens a window up to it (the padding rows are paid anyway). */
 static int latency_table(const ts_model *m, const diff_opts *o, int32_t widest, int32_t *w, double *ms, int cap) {
     ts_layer_shape ls = ts_layer_shape_default();
     cli_layer_shape_of(m, &ls);
     ls.n_threads = o->n_threads;
     ls.reps = 3;
-    int n = 0;
-    for (int32_t x = 8; n < cap && x < widest + 8; x += 8) w[n++] = x;
-    if (ls.n_ctx < w[n - 1]) ls.n_ctx = w[n - 1];
     const char *dev = o->prefill_device ? o->prefill_device : "cpu";
-    fprintf(stderr, "diffuse: --lookahead auto: timing one layer (%s) on %s at widths 8..%d...\n", ls.weight_type, dev,
-            (int)w[n - 1]);
+    int n = 0;
+    const int32_t pad = padded_width(dev, o->chunk > 0 ? o->chunk : 256);
+    if (pad > 0) {
+        w[n++] = pad;
+    } else {
+        for (int32_t x = 8; n < cap && x < widest + 8; x += 8) w[n++] = x;
+    }
+    if (ls.n_ctx < w[n - 1]) ls.n_ctx = w[n - 1];
+    if (pad > 0)
+        fprintf(stderr, "diffuse: --lookahead auto: timing one layer (%s) on %s at width %d (it requires widths: "
+                        "every window runs padded to it)...\n", ls.weight_type, dev, (int)pad);
+    else
+        fprintf(stderr, "diffuse: --lookahead auto: timing one layer (%s) on %s at widths 8..%d...\n", ls.weight_type,
+                dev, (int)w[n - 1]);
     ts_error err;
     if (ts_device_profile(dev, &ls, w, n, ms, &err) != TS_OK) {
         fprintf(stderr, "error: --lookahead auto: the latency table on %s: %s\n", dev, err.message);
@@ -384,17 +423,23 @@ int cli_diffuse(int argc, char **argv) {
         fprintf(stderr, "error: the prompt is too long (%lld tokens)\n", (long long)n_prompt);
         goto done;
     }
-    /* one window is one batch: size the batch to the decoder's largest window
-     * (when the model or the parameters are wrong, ts_context_diffuse says why) */
-    int32_t n_batch = ts_diffusion_n_batch(m, &o.dp, (int32_t)n_prompt);
-    if (n_batch < 1) n_batch = 1;
     int32_t lat_w[64];
     double lat_ms[64];
+    int n_lat = 0;
     if (o.dp.lookahead == -1 && o.dp.window > 0) {
-        /* the table reaches twice the window; the batch grows to its widest */
-        int n = latency_table(m, &o, o.dp.block + 2 * o.dp.window, lat_w, lat_ms, 64);
-        if (n < 0) goto done;
-        o.dp.latency_widths = lat_w, o.dp.latency_ms = lat_ms, o.dp.n_latency = n;
+        /* the table reaches twice the window */
+        n_lat = latency_table(m, &o, o.dp.block + 2 * o.dp.window, lat_w, lat_ms, 64);
+        if (n_lat < 0) goto done;
+        o.dp.latency_widths = lat_w, o.dp.latency_ms = lat_ms, o.dp.n_latency = n_lat;
+    }
+    /* one window is one batch: size the batch to the decoder's largest window
+     * (an auto lookahead needs its table first; when the model or the
+     * parameters are wrong, ts_context_diffuse says why) */
+    int32_t n_batch = ts_diffusion_n_batch(m, &o.dp, (int32_t)n_prompt);
+    if (n_batch < 1) n_batch = 1;
+    if (n_lat > 0) {
+        /* the batch grows to the table's widest */
+        const int n = n_lat;
         if (n_batch < lat_w[n - 1] && n_batch < n_prompt + o.dp.n_gen + 1) {
             n_batch = lat_w[n - 1] < n_prompt + o.dp.n_gen + 1 ? lat_w[n - 1] : (int32_t)(n_prompt + o.dp.n_gen + 1);
             if (n_batch < (int32_t)n_prompt) n_batch = (int32_t)n_prompt;

@@ -13,7 +13,13 @@
  *        per row leaves the small sub-blocks few int8 levels);
  *     4. F16 / BF16 / F32 on bf16 tiles against the f64 product:
  *        |y - ref| <= 2^-14 sum|w x| (EXACT), 2^-7 sum|w x| (Q8);
- *     5. a result does not depend on n_tok, the threads, or fusing.
+ *     5. a result does not depend on n_tok, the threads, or fusing;
+ *     6. INT8 with one scale per tensor (ts_amx_matmul_pt) against its
+ *        scalar definition bit for bit; the shadow split (clipped part on
+ *        the tiles + remainder in float, ts_amx_outliers_*) against the
+ *        f64 product of the int8 weights within the INT8 bound s/2 sum|W|,
+ *        well below plain per-tensor INT8 and clipping alone (which breaks
+ *        the bound); saturation (the clamp, the int32 limit on K, NaN).
  *     Shapes: rows not a multiple of 16, K tails (n_in 96, 100), 1..17,
  *     33, 70 tokens.
  *   test_amx --hw   the same kernels on the real unit against the
@@ -27,6 +33,7 @@
 
 #include "check.h"
 #include "kernels/amx/amx.h"
+#include "kernels/amx/amx_impl.h" /* the packed layout: the int8 weights the shadow test reads back */
 #include "kernels/repack.h"
 #include "quant/quant.h"
 
@@ -374,6 +381,166 @@ static void test_independence(void) {
     }
 }
 
+/* ---- 6. one scale per tensor, and shadow outliers (seed 003) ---- */
+
+/* the packed int8 matrix's own weights, w_s * Wq [n_out][n_in] (what the
+ * tiles multiply and ts_amx_outliers_add reads) */
+static double *int8_weights(const void *w) {
+    const ts_amx_hdr *h = w;
+    double *wd = malloc(sizeof(double) * (size_t)(h->n_in * h->n_out));
+    for (int64_t r = 0; r < h->n_out; r++) {
+        const uint8_t *rt = ts_amx_rt(h, r / 16);
+        const float *wsc = (const float *)(const void *)(rt + h->off_wd);
+        for (int64_t k = 0; k < h->n_in; k++)
+            wd[r * h->n_in + k] =
+                (double)(wsc[r % 16] * (float)(int8_t)rt[(size_t)(k / 4) * 64 + 4 * (size_t)(r % 16) + (size_t)(k % 4)]);
+    }
+    return wd;
+}
+
+/* max |y - x W| over the outputs, and whether each is within the INT8
+ * bound of a scale s: s/2 sum_k |W[r][k]| (+ float rounding: 1e-5 of the
+ * magnitude sum |x W| and of the bound) */
+static double split_err(const double *wd, int64_t n_in, int64_t n_out, const float *x, int nt, const float *y, float s,
+                        int *over) {
+    double worst = 0;
+    *over = 0;
+    for (int t = 0; t < nt; t++)
+        for (int64_t r = 0; r < n_out; r++) {
+            double ref = 0, mag = 0, wsum = 0;
+            for (int64_t k = 0; k < n_in; k++) {
+                const double p = wd[r * n_in + k] * (double)x[(int64_t)t * n_in + k];
+                ref += p, mag += fabs(p), wsum += fabs(wd[r * n_in + k]);
+            }
+            const double e = fabs((double)y[(int64_t)t * n_out + r] - ref), bound = (double)s / 2 * wsum;
+            worst = e > worst ? e : worst;
+            if (e > bound * (1 + 1e-5) + 1e-5 * mag) (*over)++;
+        }
+    return worst;
+}
+
+static void shadow_add(const void *w, const float *x, int nt, int64_t n_in, float clip, float *y, int64_t *n_out_l) {
+    const int64_t n = ts_amx_outliers_find(x, nt, n_in, clip, NULL, 0);
+    ts_amx_outlier *o = malloc(sizeof *o * (size_t)(n ? n : 1));
+    CHECK(ts_amx_outliers_find(x, nt, n_in, clip, o, n) == n, "outliers: the count changed between calls");
+    ts_err err = {{0}};
+    CHECK(ts_amx_outliers_add(w, o, n, y, &err) == 0, "outliers_add: %s", err.msg);
+    *n_out_l = n;
+    free(o);
+}
+
+static void test_shadow(void) {
+    static const uint32_t ts3[] = {TS_TYPE_Q4_0, TS_TYPE_Q8_0, TS_TYPE_F16};
+    static const int nts[] = {1, 7, 33};
+    ts_err err = {{0}};
+    for (size_t ti = 0; ti < 3; ti++)
+        for (int ki = 0; ki < 3; ki++) {
+            const uint32_t ty = ts3[ti];
+            const int64_t n_in = 256, n_out = 37;
+            const int nt = nts[ki];
+            mat m = make_mat(ty, n_in, n_out);
+            void *w = pack(TS_AMX_INT8, &m);
+            if (!w) continue;
+            double *wd = int8_weights(w);
+            /* three hot channels in every token (x60) and a rare cold one */
+            float *x = malloc(sizeof(float) * (size_t)(n_in * nt));
+            for (int t = 0; t < nt; t++)
+                for (int64_t k = 0; k < n_in; k++) {
+                    float v = nrand();
+                    if (k == 5 || k == 77 || k == 200) v = 60.0f * (v > 0 ? 1.0f : -1.0f) + v;
+                    if (rng() % 509 == 0) v *= 25.0f;
+                    x[(int64_t)t * n_in + k] = v;
+                }
+            const float clip = 4.0f;
+            const size_t yb = sizeof(float) * (size_t)(nt * n_out);
+            float *yp = malloc(yb), *yr = malloc(yb), *yc = malloc(yb), *ys = malloc(yb);
+            float s_plain = 0, s_clip = 0, s_ref = 0;
+            /* the tiles = the scalar definition, bit for bit (plain and clipped) */
+            CHECK(ts_amx_matmul_pt(pool2, ws_big, TS_AMX_EMU, 1, (const void *const *)&w, &yp, x, nt, 0.0f, &s_plain,
+                                   &err) == 0, "matmul_pt: %s", err.msg);
+            ts_amx_ref_int8_pt(w, x, nt, 0.0f, yr, &s_ref);
+            CHECK(!memcmp(yp, yr, yb) && s_plain == s_ref, "%s tokens %d: per-tensor (amax) differs from its reference",
+                  ts_type_info(ty)->name, nt);
+            CHECK(ts_amx_matmul_pt(pool1, ws_big, TS_AMX_EMU, 1, (const void *const *)&w, &yc, x, nt, clip, &s_clip,
+                                   &err) == 0, "matmul_pt clip: %s", err.msg);
+            ts_amx_ref_int8_pt(w, x, nt, clip, yr, &s_ref);
+            CHECK(!memcmp(yc, yr, yb) && s_clip == s_ref && s_clip == clip / 127.0f,
+                  "%s tokens %d: per-tensor (clip) differs from its reference", ts_type_info(ty)->name, nt);
+            /* the split: clipped on the tiles + remainder on the CPU = x W within the INT8 bound of s = clip/127 */
+            memcpy(ys, yc, yb);
+            int64_t n_o = 0;
+            shadow_add(w, x, nt, n_in, clip, ys, &n_o);
+            int over_s, over_p, over_c;
+            const double e_s = split_err(wd, n_in, n_out, x, nt, ys, s_clip, &over_s);
+            const double e_p = split_err(wd, n_in, n_out, x, nt, yp, s_plain, &over_p);
+            const double e_c = split_err(wd, n_in, n_out, x, nt, yc, s_clip, &over_c);
+            CHECK(over_s == 0 && over_p == 0, "%s tokens %d: %d (shadow) / %d (plain) outputs past the INT8 bound",
+                  ts_type_info(ty)->name, nt, over_s, over_p);
+            CHECK(over_c > 0, "%s tokens %d: clipping without the remainder stayed within the bound", ts_type_info(ty)->name,
+                  nt);
+            CHECK(n_o >= 3 * nt && e_s * 5 < e_p && e_s * 5 < e_c,
+                  "%s tokens %d: shadow max err %.3g not well below plain per-tensor %.3g / clipped %.3g (%lld outliers)",
+                  ts_type_info(ty)->name, nt, e_s, e_p, e_c, (long long)n_o);
+            if (ti == 0 && ki == 2)
+                printf("shadow outliers (Q4_0, 33 tokens, 3 hot channels x60, clip 4): max |y - xW| plain per-tensor "
+                       "%.3g, clipped %.3g, clipped + shadow %.3g (%lld outliers of %lld)\n", e_p, e_c, e_s,
+                       (long long)n_o, (long long)(nt * n_in));
+            free(x), free(yp), free(yr), free(yc), free(ys), free(wd), free(w);
+            free_mat(&m);
+        }
+
+    /* saturation: the clamp keeps |X| <= 127; the int32 sum cannot wrap up to
+     * TS_AMX_I8_MAX_K inputs, and packing refuses more */
+    {
+        CHECK(ts_amx_packed_bytes(TS_AMX_INT8, TS_TYPE_F32, TS_AMX_I8_MAX_K, 1) > 0 &&
+                  ts_amx_packed_bytes(TS_AMX_INT8, TS_TYPE_F32, TS_AMX_I8_MAX_K + 1, 1) == 0,
+              "int8 packing at the int32 limit");
+        float one = 1.0f, dst[64];
+        CHECK(ts_amx_pack(TS_AMX_INT8, TS_TYPE_F32, &one, 4, TS_AMX_I8_MAX_K + 1, 1, dst, &err) != 0 &&
+                  strstr(err.msg, "wrap"), "int8 packing past the limit: %s", err.msg);
+        const int64_t n_in = 1024, n_out = 16;
+        mat m = {.type = TS_TYPE_F32, .n_in = n_in, .n_out = n_out, .rb = 4 * (size_t)n_in};
+        m.rows = malloc(m.rb * (size_t)n_out);
+        m.wf = malloc(sizeof(float) * (size_t)(n_in * n_out));
+        for (int64_t i = 0; i < n_in * n_out; i++) {
+            const float v = i % n_in == 3 ? -1.0f : 1.0f; /* every |Wq| = 127 */
+            memcpy(m.rows + 4 * i, &v, 4);
+            m.wf[i] = v;
+        }
+        void *w = pack(TS_AMX_INT8, &m);
+        float x[2 * 1024], y[2 * 16];
+        for (int k = 0; k < 2 * 1024; k++) x[k] = k < 1024 ? 1e6f : (k == 1024 + 9 ? NAN : -3.0f);
+        float s = 0;
+        CHECK(ts_amx_matmul_pt(pool1, ws_big, TS_AMX_EMU, 1, (const void *const *)&w, (float *const *)&(float *){y}, x,
+                               2, 1.0f, &s, &err) == 0, "saturating matmul: %s", err.msg);
+        /* token 0: every X = 127 (clamped): i = 16129 (1023 - 1), y = i s w_s = 1022 */
+        const double want0 = (double)16129 * (1024 - 2) * (double)s * (1.0 / 127);
+        CHECK(fabs(y[0] - want0) <= 1e-5 * fabs(want0) && y[0] > 0, "token 0 clamped: %g, want %g", (double)y[0], want0);
+        int64_t n_o = 0;
+        shadow_add(w, x, 2, n_in, 1.0f, y, &n_o);
+        const double want_full = 1e6 * (1024 - 2);
+        /* 1022 float adds of 1e6 into a sum near 1e9 (24-bit mantissa): 1e-4 */
+        CHECK(n_o == 2048 && fabs(y[5] - want_full) <= 1e-4 * want_full, "token 0 with its remainder: %g, want %g (%lld "
+              "outliers)", (double)y[5], want_full, (long long)n_o);
+        CHECK(isnan(y[16]) && isnan(y[31]), "a NaN input: its remainder carries it to every output of its token");
+        /* errors */
+        ts_amx_outlier bad = {.t = 0, .k = 1024, .r = 1.0f};
+        CHECK(ts_amx_outliers_add(w, &bad, 1, y, &err) != 0 && strstr(err.msg, "outside"), "channel past n_in: %s",
+              err.msg);
+        CHECK(ts_amx_matmul_pt(pool1, ws_big, TS_AMX_EMU, 1, (const void *const *)&w, (float *const *)&(float *){y}, x,
+                               2, INFINITY, NULL, &err) != 0 && strstr(err.msg, "finite"), "clip inf: %s", err.msg);
+        free(w);
+        void *we = pack(TS_AMX_EXACT, &m);
+        CHECK(ts_amx_outliers_add(we, &bad, 0, y, &err) != 0 && strstr(err.msg, "act=int8"), "exact matrix: %s",
+              err.msg);
+        CHECK(ts_amx_matmul_pt(pool1, ws_big, TS_AMX_EMU, 1, (const void *const *)&we, (float *const *)&(float *){y},
+                               x, 2, 1.0f, NULL, &err) != 0 && strstr(err.msg, "act=int8"), "pt on an exact matrix: %s",
+              err.msg);
+        free(we);
+        free_mat(&m);
+    }
+}
+
 /* ---- --hw: the real unit against the emulator ---- */
 
 static int test_hw(void) {
@@ -431,6 +598,17 @@ static int test_hw(void) {
                 run(TS_AMX_EMU, pool1, 1, &w, &y2, x, nt);
                 CHECK(!memcmp(y1, y2, sizeof(float) * (size_t)(nt * n_out)), "%s act=%s tokens %d: hardware != emulator",
                       ts_type_info(ty)->name, ts_amx_act_name((ts_amx_act)act), nt);
+                if (act == TS_AMX_INT8) /* one scale per tensor, clipped */
+                    for (int c = 0; c < 2; c++) {
+                        ts_err e = {{0}};
+                        CHECK(ts_amx_matmul_pt(pool2, ws_big, TS_AMX_HW, 1, (const void *const *)&w, &y1, x, nt,
+                                               c ? 2.0f : 0.0f, NULL, &e) == 0 &&
+                                  ts_amx_matmul_pt(pool1, ws_big, TS_AMX_EMU, 1, (const void *const *)&w, &y2, x, nt,
+                                                   c ? 2.0f : 0.0f, NULL, &e) == 0 &&
+                                  !memcmp(y1, y2, sizeof(float) * (size_t)(nt * n_out)),
+                              "%s per-tensor int8 (clip %d) tokens %d: hardware != emulator %s", ts_type_info(ty)->name,
+                              c, nt, e.msg);
+                    }
                 free(x), free(y1), free(y2);
             }
             free(w);
@@ -457,6 +635,7 @@ int main(int argc, char **argv) {
         test_int8_mode();
         test_bf16_path();
         test_independence();
+        test_shadow();
     }
     ts_amx_ws_free(ws_big);
     ts_threadpool_free(pool1);

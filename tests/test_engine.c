@@ -103,6 +103,11 @@ static void test_registry(void) {
         CHECK(ts_eng_supports_op(a, TS_OP_MATMUL, TS_TYPE_Q5_1) && ts_eng_describe(a)->min_width == 64,
               "amx act=int8 takes every type the CPU dequantizes; min_width= is kept");
         ts_eng_close(a);
+        a = open_or_die("amx,emulate=1,act=int8,scale=tensor");
+        CHECK(strstr(ts_eng_describe(a)->detail, "act=int8 (per tensor)") != NULL, "amx scale=tensor: %s",
+              ts_eng_describe(a)->detail);
+        ts_eng_close(a);
+        expect_open_error("amx,emulate=1,scale=tensor", "scale=tensor is the int8 mode's");
     }
 
     /* the one line a front end prints, then runs on the CPU */

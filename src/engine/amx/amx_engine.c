@@ -11,6 +11,11 @@
  *                      own definition, so a run is bit-identical to the
  *                      CPU; q8 is the CPU's 8-bit one (TS_ACT=q8); int8 one
  *                      scale per token and per output row (an NPU's)
+ *   scale=token|tensor int8: one activation scale per token (default) or
+ *                      one per matmul input (ts_amx_matmul_pt from the
+ *                      input's amax: plain per-tensor INT8, what an NPU
+ *                      executes natively; a token's result then depends on
+ *                      the other tokens of its chunk)
  *   emulate=1          the tiles of the scalar emulator: the whole engine
  *                      runs and is tested on machines without AMX (slow)
  *   threads=N          tile and kernel threads (default: the caller's)
@@ -43,6 +48,7 @@
 typedef struct amx_eng {
     ts_hostdev hd; /* first: the device boundary */
     ts_amx_act act;
+    bool per_tensor; /* int8: one activation scale per matmul input (scale=tensor) */
     ts_amx_unit unit;
     int n_threads;
     ts_threadpool *pool; /* used under hd.compute */
@@ -60,6 +66,8 @@ static int tile_matmul(void *ctx, ts_threadpool *pool, int k, const void *const 
     amx_graph *g = ctx;
     if (!g->ws)
         return -1;
+    if (g->A->per_tensor) /* plain per-tensor INT8: the scale from the input's amax, nothing clipped */
+        return ts_amx_matmul_pt(pool, g->ws, g->A->unit, k, w, y, x, n_tok, 0.0f, NULL, &g->err);
     return ts_amx_matmul(pool, g->ws, g->A->unit, k, w, y, x, n_tok, &g->err);
 }
 
@@ -249,15 +257,22 @@ static uint64_t types_mask(ts_amx_act act) {
 }
 
 static const char *const act_names[] = {"exact", "q8", "int8", NULL};
+static const char *const scale_names[] = {"token", "tensor", NULL};
 
 static ts_engine *amx_open(const ts_eng_opts *o, ts_err *err) {
     long long threads = 1, emulate = 0, nowait = 0, min_width = -1;
-    int act = 0;
+    int act = 0, scale = 0;
     if (ts_eng_opt_int(o, "threads", 1, 256, o->threads_hint > 0 ? o->threads_hint : 1, &threads, err) ||
         ts_eng_opt_int(o, "emulate", 0, 1, 0, &emulate, err) || ts_eng_opt_int(o, "nowait", 0, 1, 0, &nowait, err) ||
         ts_eng_opt_int(o, "min_width", 1, 4096, -1, &min_width, err) ||
-        ts_eng_opt_choice(o, "act", act_names, 0, &act, err))
+        ts_eng_opt_choice(o, "act", act_names, 0, &act, err) ||
+        ts_eng_opt_choice(o, "scale", scale_names, 0, &scale, err))
         return NULL;
+    if (scale == 1 && act != TS_AMX_INT8) {
+        ts_err_set(err, "amx: scale=tensor is the int8 mode's (act=int8,scale=tensor); act=%s has its own scales",
+                   act_names[act]);
+        return NULL;
+    }
     char why[200];
     if (!emulate && !ts_amx_hw_status(why, sizeof why)) {
         ts_err_set(err, "amx: %s (amx,emulate=1 runs the engine on an emulator of the tiles)", why);
@@ -277,6 +292,7 @@ static ts_engine *amx_open(const ts_eng_opts *o, ts_err *err) {
     A->hd.run_graph = amx_run_graph;
     A->hd.nowait = nowait != 0; /* only reachable in a TS_TEST_HOOKS build */
     A->act = (ts_amx_act)act;
+    A->per_tensor = scale == 1;
     A->unit = emulate ? TS_AMX_EMU : TS_AMX_HW;
     A->n_threads = (int)threads;
     if (!(A->pool = ts_threadpool_new(A->n_threads, err))) {
@@ -310,20 +326,23 @@ static ts_engine *amx_open(const ts_eng_opts *o, ts_err *err) {
     }
     d->min_width = mw;
     d->crossing_ns = measure_crossing(e);
-    snprintf(d->detail, sizeof d->detail, "Intel AMX tiles%s, act=%s, %d thread%s, min_width %d (%s)%s",
-             emulate ? " (EMULATED: scalar emulator)" : "", ts_amx_act_name(A->act), A->n_threads,
+    /* a detail past its 160 bytes is cut (the longest, emulated with nowait, fits) */
+    const int dl = snprintf(d->detail, sizeof d->detail, "Intel AMX tiles%s, act=%s%s, %d thread%s, min_width %d (%s)%s",
+             emulate ? " (EMULATED)" : "", ts_amx_act_name(A->act),
+             A->per_tensor ? " (per tensor)" : "", A->n_threads,
              A->n_threads == 1 ? "" : "s", mw, how, A->hd.nowait ? "; NOWAIT (broken on purpose)" : "");
+    (void)dl;
     return e;
 }
 
 static int amx_check_variant(const char *variant, ts_err *err) {
     if (variant[0])
-        return ts_err_set(err, "device 'amx' has no variant '%s' (options: act=, emulate=1, threads=, min_width=)",
+        return ts_err_set(err, "device 'amx' has no variant '%s' (options: act=, scale=, emulate=1, threads=, min_width=)",
                           variant);
     return 0;
 }
 
-static const char *const amx_options[] = {"threads", "act", "emulate", "min_width",
+static const char *const amx_options[] = {"threads", "act", "scale", "emulate", "min_width",
 #ifdef TS_TEST_HOOKS
                                           "nowait",
 #endif

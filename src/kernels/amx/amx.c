@@ -129,6 +129,8 @@ static int plan(ts_amx_act act, uint32_t type, int64_t n_in, int64_t n_out, ts_a
     const int path = path_of(act, type, n_in);
     if (path < 0 || n_out < 1 || n_in > (1 << 24) || n_out > (1 << 24))
         return -1;
+    if (path == TS_AMX_PATH_I8 && n_in > TS_AMX_I8_MAX_K)
+        return -1; /* the int32 sum of K int8 products could wrap */
     h->magic = TS_AMX_MAGIC;
     h->act = (uint8_t)act, h->path = (uint8_t)path, h->type = type;
     h->n_in = n_in, h->n_out = n_out;
@@ -204,6 +206,10 @@ int ts_amx_pack(ts_amx_act act, uint32_t type, const void *rows, size_t row_byte
     ts_amx_hdr h;
     if (plan(act, type, n_in, n_out, &h)) {
         const ts_type_traits *tt = ts_type_info(type);
+        if (act == TS_AMX_INT8 && n_in > TS_AMX_I8_MAX_K && n_in <= (1 << 24) && path_of(act, type, n_in) >= 0)
+            return ts_err_set(err, "amx,act=int8: rows of %lld inputs: past %d the int32 sum of int8 products "
+                              "could wrap (use act=exact or act=q8, which sum per 32-block)", (long long)n_in,
+                              TS_AMX_I8_MAX_K);
         return ts_err_set(err, "amx,act=%s: no kernel for %s rows of %lld", ts_amx_act_name(act), tt ? tt->name : "?",
                           (long long)n_in);
     }
@@ -324,6 +330,8 @@ typedef struct quant_job {
     bool need[3]; /* by path */
     int hi;
     bool xl;
+    bool pt;      /* int8: one scale for the tensor (pt_s), ts_amx_matmul_pt */
+    float pt_s;
 } quant_job;
 
 static void quant_range(void *ctx, int64_t t0, int64_t t1, int tid) {
@@ -344,7 +352,11 @@ static void quant_range(void *ctx, int64_t t0, int64_t t1, int tid) {
                 w->sum[2 * (t * wblk + b)] = lo;
                 w->sum[2 * (t * wblk + b) + 1] = hi;
             }
-        if (j->need[TS_AMX_PATH_I8]) {
+        if (j->need[TS_AMX_PATH_I8] && j->pt) {
+            ts_amx_quant_row_i8_at(x, n, j->pt_s, q1);
+            w->s[t] = j->pt_s;
+            memset(q1 + n, 0, (size_t)(up(n, 64) - n));
+        } else if (j->need[TS_AMX_PATH_I8]) {
             j->k->quant_i8(x, n, q1, &w->s[t]);
             memset(q1 + n, 0, (size_t)(up(n, 64) - n));
         }
@@ -383,8 +395,40 @@ static void mm_range(void *ctx, int64_t i0, int64_t i1, int tid) {
     }
 }
 
-int ts_amx_matmul(ts_threadpool *pool, ts_amx_ws *ws, ts_amx_unit unit, int n_mat, const void *const *w,
-                  float *const *y, const float *x, int n_tok, ts_err *err) {
+/* The largest |x| of n values by their bits (NaN and inf above every finite
+ * value), as ts_amx_quant_row_i8 finds a row's. */
+static uint32_t amax_bits(const float *x, int64_t n) {
+    uint32_t mb = 0;
+    for (int64_t k = 0; k < n; k++) {
+        uint32_t u;
+        memcpy(&u, &x[k], 4);
+        u &= 0x7fffffffu;
+        mb = u > mb ? u : mb;
+    }
+    return mb;
+}
+
+/* The per-tensor scale of ts_amx_matmul_pt: clip / 127, or from the input's
+ * amax (0 for an all-zero input, NaN for a non-finite one); -1 for a clip
+ * that is not finite or too small to divide by. */
+static int pt_scale(const float *x, int64_t n, float clip, float *s, ts_err *err) {
+    if (clip > 0) {
+        if (!isfinite(clip) || clip < 0x1p-100f)
+            return ts_err_set(err, "amx: clip %g must be finite and at least 2^-100", (double)clip);
+        *s = clip / 127.0f;
+        return 0;
+    }
+    if (clip != clip)
+        return ts_err_set(err, "amx: clip is NaN");
+    const uint32_t mb = amax_bits(x, n);
+    float amax;
+    memcpy(&amax, &mb, 4);
+    *s = mb > 0x7f7fffffu ? NAN : amax < 0x1p-100f ? 0.0f : amax / 127.0f;
+    return 0;
+}
+
+static int matmul(ts_threadpool *pool, ts_amx_ws *ws, ts_amx_unit unit, int n_mat, const void *const *w,
+                  float *const *y, const float *x, int n_tok, bool pt, float clip, float *scale, ts_err *err) {
     const ts_amx_kernels *k = unit_kernels(unit, err);
     if (!k)
         return -1;
@@ -402,6 +446,9 @@ int ts_amx_matmul(ts_threadpool *pool, ts_amx_ws *ws, ts_amx_unit unit, int n_ma
         if (h->n_in > ws->max_n_in)
             return ts_err_set(err, "amx: input of %lld past the work space's %lld", (long long)h->n_in,
                               (long long)ws->max_n_in);
+        if (pt && h->path != TS_AMX_PATH_I8)
+            return ts_err_set(err, "amx: matrix %d is packed act=%s: one scale per tensor needs act=int8", i,
+                              ts_amx_act_name((ts_amx_act)h->act));
         j.h[i] = h, j.y[i] = y[i];
         j.item0[i + 1] = j.item0[i] + (h->n_rt + RT_CHUNK - 1) / RT_CHUNK;
         q.need[h->path] = true;
@@ -409,6 +456,12 @@ int ts_amx_matmul(ts_threadpool *pool, ts_amx_ws *ws, ts_amx_unit unit, int n_ma
         q.xl = h->act == TS_AMX_EXACT;
     }
     q.n_in = j.h[0]->n_in;
+    if (pt) {
+        if (pt_scale(x, (int64_t)n_tok * q.n_in, clip, &q.pt_s, err))
+            return -1;
+        q.pt = true;
+        if (scale) *scale = q.pt_s;
+    }
     ts_parallel_for(pool, n_tok, quant_range, &q);
     const int32_t wblk = (int32_t)(up(ws->max_n_in, 32) / 32 + 1);
     j.xq[TS_AMX_PATH_INT] = (ts_amx_xq){.n_tok = n_tok, .ld = ws->ld8, .hi = q.hi, .n_blk = wblk, .q1 = ws->q1,
@@ -419,7 +472,83 @@ int ts_amx_matmul(ts_threadpool *pool, ts_amx_ws *ws, ts_amx_unit unit, int n_ma
     return 0;
 }
 
+int ts_amx_matmul(ts_threadpool *pool, ts_amx_ws *ws, ts_amx_unit unit, int n_mat, const void *const *w,
+                  float *const *y, const float *x, int n_tok, ts_err *err) {
+    return matmul(pool, ws, unit, n_mat, w, y, x, n_tok, false, 0.0f, NULL, err);
+}
+
+int ts_amx_matmul_pt(ts_threadpool *pool, ts_amx_ws *ws, ts_amx_unit unit, int n_mat, const void *const *w,
+                     float *const *y, const float *x, int n_tok, float clip, float *scale, ts_err *err) {
+    return matmul(pool, ws, unit, n_mat, w, y, x, n_tok, true, clip, scale, err);
+}
+
+/* ---- shadow outliers: the CPU's share of the per-tensor mode ---- */
+
+int64_t ts_amx_outliers_find(const float *x, int n_tok, int64_t n_in, float clip, ts_amx_outlier *out, int64_t cap) {
+    int64_t n = 0;
+    for (int t = 0; t < n_tok; t++) {
+        const float *xt = x + (int64_t)t * n_in;
+        for (int64_t k = 0; k < n_in; k++) {
+            if (fabsf(xt[k]) <= clip)
+                continue;
+            if (n < cap) {
+                const float c = fminf(fmaxf(xt[k], -clip), clip);
+                out[n] = (ts_amx_outlier){.t = t, .k = (int32_t)k, .r = xt[k] - c};
+            }
+            n++;
+        }
+    }
+    return n;
+}
+
+int ts_amx_outliers_add(const void *w, const ts_amx_outlier *o, int64_t n, float *y, ts_err *err) {
+    const ts_amx_hdr *h = w;
+    if (!h || h->magic != TS_AMX_MAGIC || h->path != TS_AMX_PATH_I8)
+        return ts_err_set(err, "amx: outliers need a matrix packed act=int8");
+    for (int64_t i = 0; i < n; i++)
+        if (o[i].t < 0 || o[i].k < 0 || o[i].k >= h->n_in)
+            return ts_err_set(err, "amx: outlier %lld (token %d, channel %d) outside the matrix's %lld inputs",
+                              (long long)i, (int)o[i].t, (int)o[i].k, (long long)h->n_in);
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t k = o[i].k;
+        const float r = o[i].r;
+        float *yt = y + (int64_t)o[i].t * h->n_out;
+        for (int64_t p = 0; p < h->n_rt; p++) {
+            /* channel k of the tile's 16 rows: bytes 4 apart in one 64-byte vector */
+            const uint8_t *rt = ts_amx_rt(h, p), *col = rt + (size_t)(k / 4) * 64 + (size_t)(k % 4);
+            const float *wsc = (const float *)(const void *)(rt + h->off_wd);
+            const int nr = h->n_out - 16 * p < 16 ? (int)(h->n_out - 16 * p) : 16;
+            for (int rr = 0; rr < nr; rr++)
+                yt[16 * p + rr] = fmaf(r, wsc[rr] * (float)(int8_t)col[4 * rr], yt[16 * p + rr]);
+        }
+    }
+    return 0;
+}
+
 /* ---- references and single instructions, for tests ---- */
+
+void ts_amx_ref_int8_pt(const void *w, const float *x, int n_tok, float clip, float *y, float *scale) {
+    const ts_amx_hdr *h = w;
+    float s = 0;
+    if (pt_scale(x, (int64_t)n_tok * h->n_in, clip, &s, NULL))
+        return;
+    if (scale) *scale = s;
+    int8_t *q = malloc((size_t)h->n_in);
+    if (!q)
+        return;
+    for (int t = 0; t < n_tok; t++) {
+        ts_amx_quant_row_i8_at(x + (int64_t)t * h->n_in, h->n_in, s, q);
+        for (int64_t r = 0; r < h->n_out; r++) {
+            const uint8_t *rt = ts_amx_rt(h, r / 16);
+            const float *wsc = (const float *)(const void *)(rt + h->off_wd);
+            int64_t acc = 0;
+            for (int64_t k = 0; k < h->n_in; k++)
+                acc += (int64_t)q[k] * (int8_t)rt[(size_t)(k / 4) * 64 + 4 * (size_t)(r % 16) + (size_t)(k % 4)];
+            y[(int64_t)t * h->n_out + r] = (float)(int32_t)acc * (s * wsc[r % 16]);
+        }
+    }
+    free(q);
+}
 
 void ts_amx_ref_int8(const void *w, const float *x, int n_tok, float *y) {
     const ts_amx_hdr *h = w;

@@ -98,7 +98,57 @@ size_t ts_amx_ws_bytes(int64_t max_n_in, int max_tok);
 int ts_amx_matmul(ts_threadpool *pool, ts_amx_ws *ws, ts_amx_unit unit, int n_mat, const void *const *w,
                   float *const *y, const float *x, int n_tok, ts_err *err);
 
+/* ---- INT8 with one scale per tensor, and shadow outliers (seed 003) ----
+ *
+ * ts_amx_matmul_pt is the INT8 mode with ONE activation scale for the whole
+ * input, what an NPU's matrix unit executes natively: s = clip / 127 and
+ * X = rint(clamp(x, -clip, clip) / s) (ts_amx_quant_row_i8_at); clip <= 0
+ * takes the input's own largest |x| (plain per-tensor INT8: nothing is
+ * clipped, and a few huge channels leave the rest few levels). Weights and
+ * kernels are the INT8 mode's (packed with act=int8): y = (float)i * (s * w_s).
+ *
+ * Shadow execution: x = clamp(x, -clip, clip) + r, where the remainder r is
+ * nonzero only in the outlier channels (|x| > clip). ts_amx_outliers_find
+ * lists them from the actual input (nothing is assumed from a profile), and
+ * ts_amx_outliers_add adds r * W in float on the CPU, reading W from the
+ * same packed copy the tiles read (w_s * Wq[row][k]: no second copy). The
+ * sum is x * W up to the INT8 rounding of the clipped part:
+ *   |y - x W| <= s / 2 * sum_k |W[row][k]|  (plus float rounding).
+ * Saturation: the clamp keeps |X| <= 127 and the weights are |Wq| <= 127,
+ * so the int32 sum of K products is at most 16129 K; packing act=int8
+ * refuses n_in > TS_AMX_I8_MAX_K, past which it could wrap. The outputs are
+ * f32 (nothing is requantized to int8 after the product). */
+#define TS_AMX_I8_MAX_K 133143 /* 16129 * 133143 <= INT32_MAX < 16129 * 133144 */
+
+/* y[i][t * n_out + r] for packed act=int8 matrices, one activation scale
+ * for the n_tok x n_in input (clip as above; must be finite). *scale (may be
+ * NULL) gets s. -1 with err where a matrix is not act=int8 or as
+ * ts_amx_matmul. */
+int ts_amx_matmul_pt(ts_threadpool *pool, ts_amx_ws *ws, ts_amx_unit unit, int n_mat, const void *const *w,
+                     float *const *y, const float *x, int n_tok, float clip, float *scale, ts_err *err);
+
+/* One outlier of an input: token t, channel k, remainder r = x - clamp(x). */
+typedef struct ts_amx_outlier {
+    int32_t t, k;
+    float r;
+} ts_amx_outlier;
+
+/* The outliers of x [n_tok][n_in] at clip (> 0): every element with
+ * !(|x| <= clip) (NaN and inf too: their remainder carries them), in
+ * token-major order; writes at most cap and returns how many there are. */
+int64_t ts_amx_outliers_find(const float *x, int n_tok, int64_t n_in, float clip, ts_amx_outlier *out, int64_t cap);
+
+/* y[t * n_out + r] += o.r * (w_s[r] * Wq[r][o.k]) for each of the n
+ * outliers, every row r of the packed act=int8 matrix w (fmaf, in the
+ * list's order). -1 with err when w is not act=int8 or an outlier is out of
+ * its shape (k >= n_in, t < 0). */
+int ts_amx_outliers_add(const void *w, const ts_amx_outlier *o, int64_t n, float *y, ts_err *err);
+
 /* ---- references, for tests ---- */
+
+/* ts_amx_matmul_pt's definition with scalar loops (clip > 0, or <= 0 for
+ * the input's amax); *scale as there. */
+void ts_amx_ref_int8_pt(const void *w, const float *x, int n_tok, float clip, float *y, float *scale);
 
 /* The INT8 mode's definition computed with scalar loops from the packed
  * matrix (its int8 weights and row scales) and x: y[t * n_out + r]. */

@@ -40,4 +40,20 @@ static inline void ts_amx_quant_row_i8(const float *x, int64_t n, int8_t *q, flo
     }
 }
 
+/* one row at a given scale s > 0 (the per-tensor rule, ts_amx_matmul_pt):
+ * x clamped to [-127 s, 127 s] first, so an outlier becomes +-127 and never
+ * wraps; NaN becomes -127 (fmaxf takes the number), its remainder carries
+ * the NaN (ts_amx_outliers_find). */
+static inline void ts_amx_quant_row_i8_at(const float *x, int64_t n, float s, int8_t *q) {
+    if (s == 0.0f) { /* an all-zero input (s from its amax) */
+        memset(q, 0, (size_t)n);
+        return;
+    }
+    const float inv = 1.0f / s;
+    for (int64_t k = 0; k < n; k++) {
+        const float v = fminf(fmaxf(x[k] * inv, -127.0f), 127.0f);
+        q[k] = (int8_t)(int)((v + 12582912.0f) - 12582912.0f);
+    }
+}
+
 #endif

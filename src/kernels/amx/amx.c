@@ -395,19 +395,6 @@ static void mm_range(void *ctx, int64_t i0, int64_t i1, int tid) {
     }
 }
 
-/* The largest |x| of n values by their bits (NaN and inf above every finite
- * value), as ts_amx_quant_row_i8 finds a row's. */
-static uint32_t amax_bits(const float *x, int64_t n) {
-    uint32_t mb = 0;
-    for (int64_t k = 0; k < n; k++) {
-        uint32_t u;
-        memcpy(&u, &x[k], 4);
-        u &= 0x7fffffffu;
-        mb = u > mb ? u : mb;
-    }
-    return mb;
-}
-
 /* The per-tensor scale of ts_amx_matmul_pt: clip / 127, or from the input's
  * amax (0 for an all-zero input, NaN for a non-finite one); -1 for a clip
  * that is not finite or too small to divide by. */
@@ -420,7 +407,7 @@ static int pt_scale(const float *x, int64_t n, float clip, float *s, ts_err *err
     }
     if (clip != clip)
         return ts_err_set(err, "amx: clip is NaN");
-    const uint32_t mb = amax_bits(x, n);
+    const uint32_t mb = ts_amx_amax_bits(x, n);
     float amax;
     memcpy(&amax, &mb, 4);
     *s = mb > 0x7f7fffffu ? NAN : amax < 0x1p-100f ? 0.0f : amax / 127.0f;
@@ -527,6 +514,32 @@ int ts_amx_outliers_add(const void *w, const ts_amx_outlier *o, int64_t n, float
 
 /* ---- references and single instructions, for tests ---- */
 
+/* one token of the INT8 definition: X (quantized at scale s) against every
+ * row, in scalar loops */
+static void ref_i8_token(const ts_amx_hdr *h, const int8_t *q, float s, float *y) {
+    for (int64_t r = 0; r < h->n_out; r++) {
+        const uint8_t *rt = ts_amx_rt(h, r / 16);
+        const float *wsc = (const float *)(const void *)(rt + h->off_wd);
+        int64_t acc = 0;
+        for (int64_t k = 0; k < h->n_in; k++)
+            acc += (int64_t)q[k] * (int8_t)rt[(size_t)(k / 4) * 64 + 4 * (size_t)(r % 16) + (size_t)(k % 4)];
+        y[r] = (float)(int32_t)acc * (s * wsc[r % 16]);
+    }
+}
+
+void ts_amx_ref_int8(const void *w, const float *x, int n_tok, float *y) {
+    const ts_amx_hdr *h = w;
+    int8_t *q = malloc((size_t)up(h->n_in, 64));
+    if (!q)
+        return;
+    for (int t = 0; t < n_tok; t++) {
+        float s;
+        ts_amx_quant_row_i8(x + (int64_t)t * h->n_in, h->n_in, q, &s);
+        ref_i8_token(h, q, s, y + (int64_t)t * h->n_out);
+    }
+    free(q);
+}
+
 void ts_amx_ref_int8_pt(const void *w, const float *x, int n_tok, float clip, float *y, float *scale) {
     const ts_amx_hdr *h = w;
     float s = 0;
@@ -538,34 +551,7 @@ void ts_amx_ref_int8_pt(const void *w, const float *x, int n_tok, float clip, fl
         return;
     for (int t = 0; t < n_tok; t++) {
         ts_amx_quant_row_i8_at(x + (int64_t)t * h->n_in, h->n_in, s, q);
-        for (int64_t r = 0; r < h->n_out; r++) {
-            const uint8_t *rt = ts_amx_rt(h, r / 16);
-            const float *wsc = (const float *)(const void *)(rt + h->off_wd);
-            int64_t acc = 0;
-            for (int64_t k = 0; k < h->n_in; k++)
-                acc += (int64_t)q[k] * (int8_t)rt[(size_t)(k / 4) * 64 + 4 * (size_t)(r % 16) + (size_t)(k % 4)];
-            y[(int64_t)t * h->n_out + r] = (float)(int32_t)acc * (s * wsc[r % 16]);
-        }
-    }
-    free(q);
-}
-
-void ts_amx_ref_int8(const void *w, const float *x, int n_tok, float *y) {
-    const ts_amx_hdr *h = w;
-    int8_t *q = malloc((size_t)up(h->n_in, 64));
-    if (!q)
-        return;
-    for (int t = 0; t < n_tok; t++) {
-        float s;
-        ts_amx_quant_row_i8(x + (int64_t)t * h->n_in, h->n_in, q, &s);
-        for (int64_t r = 0; r < h->n_out; r++) {
-            const uint8_t *rt = ts_amx_rt(h, r / 16);
-            const float *ws = (const float *)(const void *)(rt + h->off_wd);
-            int64_t acc = 0;
-            for (int64_t k = 0; k < h->n_in; k++)
-                acc += (int64_t)q[k] * (int8_t)rt[(size_t)(k / 4) * 64 + 4 * (size_t)(r % 16) + (size_t)(k % 4)];
-            y[(int64_t)t * h->n_out + r] = (float)(int32_t)acc * (s * ws[r % 16]);
-        }
+        ref_i8_token(h, q, s, y + (int64_t)t * h->n_out);
     }
     free(q);
 }

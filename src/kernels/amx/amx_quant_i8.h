@@ -11,9 +11,9 @@
 
 /* one row at the int8 mode's precision: one scale for the row (a token's
  * activations, a weight row) */
-static inline void ts_amx_quant_row_i8(const float *x, int64_t n, int8_t *q, float *s_out) {
-    /* the largest |x| by its bits (NaN and inf above every finite value):
-     * an integer max, which vectorizes where a float one cannot */
+/* the largest |x| of n values by its bits (NaN and inf above every finite
+ * value): an integer max, which vectorizes where a float one cannot */
+static inline uint32_t ts_amx_amax_bits(const float *x, int64_t n) {
     uint32_t mb = 0;
     for (int64_t k = 0; k < n; k++) {
         uint32_t u;
@@ -21,6 +21,11 @@ static inline void ts_amx_quant_row_i8(const float *x, int64_t n, int8_t *q, flo
         u &= 0x7fffffffu;
         mb = u > mb ? u : mb;
     }
+    return mb;
+}
+
+static inline void ts_amx_quant_row_i8(const float *x, int64_t n, int8_t *q, float *s_out) {
+    const uint32_t mb = ts_amx_amax_bits(x, n);
     float amax;
     memcpy(&amax, &mb, 4);
     const int finite = mb <= 0x7f7fffffu;

@@ -437,13 +437,10 @@ int cli_diffuse(int argc, char **argv) {
      * parameters are wrong, ts_context_diffuse says why) */
     int32_t n_batch = ts_diffusion_n_batch(m, &o.dp, (int32_t)n_prompt);
     if (n_batch < 1) n_batch = 1;
-    if (n_lat > 0) {
+    if (n_lat > 0 && n_batch < lat_w[n_lat - 1] && n_batch < n_prompt + o.dp.n_gen + 1) {
         /* the batch grows to the table's widest */
-        const int n = n_lat;
-        if (n_batch < lat_w[n - 1] && n_batch < n_prompt + o.dp.n_gen + 1) {
-            n_batch = lat_w[n - 1] < n_prompt + o.dp.n_gen + 1 ? lat_w[n - 1] : (int32_t)(n_prompt + o.dp.n_gen + 1);
-            if (n_batch < (int32_t)n_prompt) n_batch = (int32_t)n_prompt;
-        }
+        n_batch = lat_w[n_lat - 1] < n_prompt + o.dp.n_gen + 1 ? lat_w[n_lat - 1] : (int32_t)(n_prompt + o.dp.n_gen + 1);
+        if (n_batch < (int32_t)n_prompt) n_batch = (int32_t)n_prompt;
     }
     /* a device that requires widths pads a window narrower than the chunk
      * to it, into cache rows past the window: room for the last one */

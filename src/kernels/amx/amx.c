@@ -352,12 +352,13 @@ static void quant_range(void *ctx, int64_t t0, int64_t t1, int tid) {
                 w->sum[2 * (t * wblk + b)] = lo;
                 w->sum[2 * (t * wblk + b) + 1] = hi;
             }
-        if (j->need[TS_AMX_PATH_I8] && j->pt) {
-            ts_amx_quant_row_i8_at(x, n, j->pt_s, q1);
-            w->s[t] = j->pt_s;
-            memset(q1 + n, 0, (size_t)(up(n, 64) - n));
-        } else if (j->need[TS_AMX_PATH_I8]) {
-            j->k->quant_i8(x, n, q1, &w->s[t]);
+        if (j->need[TS_AMX_PATH_I8]) {
+            if (j->pt) {
+                ts_amx_quant_row_i8_at(x, n, j->pt_s, q1);
+                w->s[t] = j->pt_s;
+            } else {
+                j->k->quant_i8(x, n, q1, &w->s[t]);
+            }
             memset(q1 + n, 0, (size_t)(up(n, 64) - n));
         }
         if (j->need[TS_AMX_PATH_BF16]) {
@@ -407,10 +408,7 @@ static int pt_scale(const float *x, int64_t n, float clip, float *s, ts_err *err
     }
     if (clip != clip)
         return ts_err_set(err, "amx: clip is NaN");
-    const uint32_t mb = ts_amx_amax_bits(x, n);
-    float amax;
-    memcpy(&amax, &mb, 4);
-    *s = mb > 0x7f7fffffu ? NAN : amax < 0x1p-100f ? 0.0f : amax / 127.0f;
+    *s = ts_amx_i8_scale(ts_amx_amax_bits(x, n));
     return 0;
 }
 

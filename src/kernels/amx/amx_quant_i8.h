@@ -24,14 +24,20 @@ static inline uint32_t ts_amx_amax_bits(const float *x, int64_t n) {
     return mb;
 }
 
+/* the int8 scale of values whose largest |x| has bits mb: amax / 127; 0
+ * where amax is (nearly) zero, NaN where it is not finite */
+static inline float ts_amx_i8_scale(uint32_t mb) {
+    float amax;
+    memcpy(&amax, &mb, 4);
+    return mb > 0x7f7fffffu ? NAN : amax < 0x1p-100f ? 0.0f : amax / 127.0f;
+}
+
 static inline void ts_amx_quant_row_i8(const float *x, int64_t n, int8_t *q, float *s_out) {
     const uint32_t mb = ts_amx_amax_bits(x, n);
     float amax;
     memcpy(&amax, &mb, 4);
-    const int finite = mb <= 0x7f7fffffu;
-    const int zero = !finite || amax < 0x1p-100f;
-    *s_out = !finite ? NAN : zero ? 0.0f : amax / 127.0f;
-    if (zero) {
+    *s_out = ts_amx_i8_scale(mb);
+    if (!(*s_out > 0.0f)) { /* zero or not finite */
         memset(q, 0, (size_t)n);
         return;
     }

@@ -182,6 +182,47 @@ bool ts_eng_test_nodrain(const ts_engine *e) { return e && e->opts.nodrain; }
 int ts_eng_staging_slots(const ts_engine *e) { return e && e->opts.slots >= 2 ? e->opts.slots : 2; }
 ts_eng_place ts_eng_placement(const ts_engine *e) { return e ? (ts_eng_place)e->opts.place : TS_PLACE_AUTO; }
 
+const char *ts_eng_calib_path(const ts_engine *e) { return e ? e->opts.calib : ""; }
+float ts_eng_prune(const ts_engine *e) { return e ? e->opts.prune : 0.0f; }
+
+/* ---- clip records ---- */
+
+uint64_t ts_eng_clip_bytes(int64_t n_in) {
+    const uint64_t n = n_in > 0 ? (uint64_t)n_in : 0;
+    return (sizeof(ts_eng_clip) + 4 * ((n + 31) / 32) + 4 * (uint64_t)TS_CLIP_BINS + 4 * n + 7) & ~(uint64_t)7;
+}
+
+/* 32 bins per octave: the exponent and the top 5 mantissa bits of |v| */
+int ts_eng_clip_bin(float v) {
+    uint32_t b;
+    memcpy(&b, &v, 4);
+    b &= 0x7fffffffu;
+    if (b > 0x7f800000u)
+        return TS_CLIP_BINS - 1; /* NaN */
+    const int64_t i = (int64_t)(b >> 18) - (int64_t)((127 - 16) << 5);
+    return i < 0 ? 0 : i >= TS_CLIP_BINS ? TS_CLIP_BINS - 1 : (int)i;
+}
+
+float ts_eng_clip_bin_top(int b) {
+    const uint32_t bits = ((uint32_t)(b + 1 + ((127 - 16) << 5))) << 18;
+    float v;
+    memcpy(&v, &bits, 4);
+    return v;
+}
+
+void ts_eng_clip_collect(ts_eng_clip *c, const float *x, int n_tok) {
+    uint32_t *hist = ts_eng_clip_hist(c);
+    float *cm = ts_eng_clip_chan_max(c);
+    for (int t = 0; t < n_tok; t++)
+        for (uint32_t k = 0; k < c->n_in; k++) {
+            const float a = fabsf(x[(size_t)t * c->n_in + k]);
+            hist[ts_eng_clip_bin(a)]++;
+            if (!(a <= cm[k]) && cm[k] == cm[k])
+                cm[k] = a; /* a NaN sticks */
+        }
+    c->n_tok += (uint64_t)(n_tok > 0 ? n_tok : 0);
+}
+
 void ts_eng_get_stats(const ts_engine *e, ts_eng_stats *out) {
     pthread_mutex_lock((pthread_mutex_t *)&e->lock);
     *out = e->stats;
@@ -545,6 +586,7 @@ int ts_eng_node_refs(const ts_eng_node *n, int n_tok, ts_eng_ref *refs, uint64_t
         REF(n->matmul.w, 0, 1, true); /* size from the binding */
         REF(n->matmul.x, T * (uint64_t)n->matmul.n_in * 4, 4, false);
         REF(n->matmul.y, T * (uint64_t)n->matmul.n_out * 4, 4, false);
+        REF(n->matmul.clipped ? n->matmul.clip : TS_ENG_NOREF, ts_eng_clip_bytes(n->matmul.n_in), 8, false);
         break;
     case TS_OP_RMSNORM: {
         const uint64_t b = T * (uint64_t)n->rmsnorm.rows_per_tok * (uint64_t)n->rmsnorm.n * 4;
@@ -738,7 +780,7 @@ static int check_node_shape(const ts_eng_node *n, int idx, int n_slots, ts_err *
          * the routing weights of a grouped matmul */
         const bool optional = (n->op == TS_OP_RMSNORM && i == 2) || (n->op == TS_OP_LAYERNORM && i >= 2) ||
                               (n->op == TS_OP_MODULATE && i >= 2) || (n->op == TS_OP_GATED_ADD && i == 2) ||
-                              (n->op == TS_OP_MOE_MATMUL && i == 4);
+                              (n->op == TS_OP_MOE_MATMUL && i == 4) || (n->op == TS_OP_MATMUL && i == 3);
         BAD(refs[i].slot < 0 && !optional, "operand %d has no slot", i);
         BAD(refs[i].slot >= n_slots, "operand %d uses slot %d of %d", i, refs[i].slot, n_slots);
     }

@@ -47,6 +47,14 @@
  *                     resident, packed in consumption order into few
  *                     buffers; the rest streams through the slots, ahead of
  *                     use and across runs; docs/ENGINE.md)
+ *   calib=FILE        the clips of each matmul input (a `tessera calibrate`
+ *                     sidecar, runtime/calib.h), read by the runtime and
+ *                     bound per layer (ts_eng_clip); engines with
+ *                     desc.clips only (amx,act=int8)
+ *   prune=P           with calib=: the fraction P (0..1) of layers, least
+ *                     important first, that get no shadow outliers: their
+ *                     inputs take one scale from their own amax (seed 003's
+ *                     pruning)
  *   wtypes=A+B+...    restricts the matmul weight types the engine takes
  *                     (type names, e.g. f16+q8_0+q4_0): a `cpu` engine with
  *                     the NPU's types computes with the weights converted
@@ -150,7 +158,44 @@ typedef struct ts_eng_desc {
     bool cpu_layouts;             /* takes TS_WL_PANELS weights (its kernels are the CPU's) */
     bool stall_measured;          /* stats.stall_ns is measured (false: reported as 0) */
     bool sync_queue;              /* commands run on the host as they are enqueued (cpu) */
+    bool clips;                   /* applies a matmul's clip record (per-tensor INT8 + shadow outliers) */
 } ts_eng_desc;
+
+/* ---- clip records: a matmul input's calibration (seed 003) ----
+ *
+ * One record per matmul input of a layer (the q/k/v input, the o input,
+ * the gate/up input, the down input), bound per layer in the layer's
+ * TS_LS_CALIB slot (runtime/calib.h builds them from a sidecar). An engine
+ * with desc.clips and INT8 arithmetic quantizes x with the one scale
+ * clip / 127 after clamping it to [-clip, clip]; with TS_CLIP_SHADOW the
+ * remainder x - clamp(x) (the outlier channels, found in the actual input)
+ * is multiplied on the CPU in float and added; without it (a pruned layer)
+ * the input is quantized whole with the scale of its own amax. clip 0: no calibration for
+ * this input (the engine's dynamic scales). Every other engine ignores the
+ * record, except that the cpu engine gathers statistics into records
+ * flagged TS_CLIP_COLLECT (calibration runs the CPU forward). Layout:
+ *   ts_eng_clip | u32 hot[(n_in + 31) / 32] (channels hot in calibration)
+ *   | u32 hist[TS_CLIP_BINS] (|x| histogram) | f32 chan_max[n_in] */
+#define TS_CLIP_SHADOW 1u  /* the remainder on the CPU (else: one scale from the input's amax) */
+#define TS_CLIP_COLLECT 2u /* cpu: add this input's |x| to hist and chan_max */
+#define TS_CLIP_BINS 1024  /* log2 bins of |x|, 32 per octave, from 2^-16 (bin 0 takes less) */
+typedef struct ts_eng_clip {
+    float clip;
+    uint32_t flags;
+    uint32_t n_in;
+    int32_t layer, input; /* which input this is */
+    uint32_t pad;
+    uint64_t n_tok; /* COLLECT: rows gathered */
+} ts_eng_clip;
+uint64_t ts_eng_clip_bytes(int64_t n_in);
+static inline uint32_t *ts_eng_clip_hot(ts_eng_clip *c) { return (uint32_t *)(c + 1); }
+static inline uint32_t *ts_eng_clip_hist(ts_eng_clip *c) { return ts_eng_clip_hot(c) + (c->n_in + 31) / 32; }
+static inline float *ts_eng_clip_chan_max(ts_eng_clip *c) { return (float *)(ts_eng_clip_hist(c) + TS_CLIP_BINS); }
+/* The bin of |v| (v >= 0 or NaN: the last bin), and the upper edge of bin b. */
+int ts_eng_clip_bin(float v);
+float ts_eng_clip_bin_top(int b);
+/* Adds n_tok rows of x [n_tok][n_in] to a COLLECT record. */
+void ts_eng_clip_collect(ts_eng_clip *c, const float *x, int n_tok);
 
 /* ---- telemetry -------------------------------------------------------- */
 
@@ -167,6 +212,11 @@ typedef struct ts_eng_stats {
     uint64_t graph_runs;      /* graphs run */
     uint64_t window_used;     /* bytes of the window in use now */
     uint64_t window_peak;     /* most ever in use */
+    /* clip records (desc.clips): input elements beyond their clip */
+    uint64_t outliers;            /* computed on the CPU (TS_CLIP_SHADOW) */
+    uint64_t outliers_unprofiled; /* of those, in channels the calibration never saw hot */
+    uint64_t outliers_pruned;     /* beyond the clip in pruned layers (no shadow: the input's amax scale) */
+    uint64_t outlier_ns;          /* CPU time finding and adding the remainders */
 } ts_eng_stats;
 
 /* ---- registry ----------------------------------------------------------- */
@@ -194,6 +244,9 @@ int ts_eng_staging_slots(const ts_engine *e);
 /* The option place=P (any engine, read by the runtime). */
 typedef enum ts_eng_place { TS_PLACE_AUTO = 0, TS_PLACE_STREAM, TS_PLACE_PERUSE, TS_PLACE_SOMR } ts_eng_place;
 ts_eng_place ts_eng_placement(const ts_engine *e);
+/* The calib= sidecar's path ("" when none) and prune= (0 when not set). */
+const char *ts_eng_calib_path(const ts_engine *e);
+float ts_eng_prune(const ts_engine *e);
 /* Copies the counters (window_* included). */
 void ts_eng_get_stats(const ts_engine *e, ts_eng_stats *out);
 /* Zeroes the counters except window_used; window_peak restarts at window_used. */
@@ -329,6 +382,9 @@ typedef struct ts_eng_node {
             int64_t n_in, n_out;
             bool ref; /* cpu/loop: the reference ts_matmul (TS_KERNELS=ref) instead of ts_linear (whose
                          consecutive matmuls over one input share its quantization); others ignore it */
+            bool clipped; /* clip is x's ts_eng_clip record (ts_eng_clip_bytes(n_in) bytes); matmuls over
+                             one input share one record */
+            ts_eng_ref clip;
         } matmul;
         struct {                /* TS_OP_RMSNORM: n_tok * rows_per_tok rows of n */
             ts_eng_ref x, y, w; /* y may equal x; w [n] f32 or TS_ENG_NOREF */

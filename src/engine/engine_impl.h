@@ -25,6 +25,8 @@ typedef struct ts_eng_opts {
     int slots;        /* slots=N: weight staging slots for the runtime (0: its default) */
     int place;        /* place=P: a ts_eng_place (engine.h), read by the runtime */
     int threads_hint; /* ts_eng_open_params.threads: the default of engines that take threads= */
+    char calib[256];  /* calib=FILE (read by the runtime), or "" */
+    float prune;      /* prune=P, 0..1 */
     int n_own;
     struct {
         char key[24];

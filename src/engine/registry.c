@@ -151,6 +151,16 @@ static int parse_spec(const char *spec, const ts_eng_open_params *p, ts_eng_opts
                 return -1;
             o->nodrain = v != 0;
 #endif
+        } else if (!strcmp(key, "calib")) {
+            if (!*val || strlen(val) >= sizeof o->calib)
+                return ts_err_set(err, "option calib=%s: expected the path of a `tessera calibrate` sidecar", val);
+            strcpy(o->calib, val);
+        } else if (!strcmp(key, "prune")) {
+            char *end = NULL;
+            const double v = strtod(val, &end);
+            if (!*val || *end || !(v >= 0 && v <= 1))
+                return ts_err_set(err, "option prune=%s: expected a fraction of the layers, 0 to 1 (e.g. 0.85)", val);
+            o->prune = (float)v;
         } else if (!strcmp(key, "wtypes")) {
             /* "f16+q8_0+q4_0": the types this engine may take (cut to what it takes anyway) */
             char tb[128];
@@ -192,7 +202,7 @@ static int parse_spec(const char *spec, const ts_eng_open_params *p, ts_eng_opts
             size_t len = 0;
             for (const char *const *k = b->options; k && *k && len < sizeof own; k++)
                 len += (size_t)snprintf(own + len, sizeof own - len, ", %s", *k);
-            return ts_err_set(err, "device '%s': unknown option '%s' (known: window, slots, place, wtypes%s)", o->base, key, own);
+            return ts_err_set(err, "device '%s': unknown option '%s' (known: window, slots, place, calib, prune, wtypes%s)", o->base, key, own);
         }
     }
     if (!threads_set && p && p->threads > 0 && takes_option(b, "threads"))

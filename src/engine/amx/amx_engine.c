@@ -16,6 +16,11 @@
  *                      input's amax: plain per-tensor INT8, what an NPU
  *                      executes natively; a token's result then depends on
  *                      the other tokens of its chunk)
+ *   calib=FILE         (the runtime's, act=int8 only) each matmul input with
+ *                      its calibrated clip: one scale clip / 127, the
+ *                      remainder beyond the clip computed here in float
+ *                      (clipped_matmul below); prune=P drops that in the
+ *                      least important layers (engine.h ts_eng_clip)
  *   emulate=1          the tiles of the scalar emulator: the whole engine
  *                      runs and is tested on machines without AMX (slow)
  *   threads=N          tile and kernel threads (default: the caller's)
@@ -37,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "engine/cpu/cpu_ops.h"
 #include "engine/engine_impl.h"
 #include "engine/hostdev/hostdev.h"
@@ -57,15 +63,65 @@ typedef struct amx_eng {
 typedef struct amx_graph {
     ts_cpu_exec *cpu;
     ts_amx_ws *ws; /* NULL: the graph has no matmul */
+    ts_amx_outlier *out; /* [max matmul input]: one token's outliers */
     amx_eng *A;
+    ts_engine *e;
     ts_err err; /* the last tile call's failure */
 } amx_graph;
 
+/* A calibrated input (act=int8 and a clip record with a clip): one scale
+ * clip / 127 for the whole input, then, token by token, the elements
+ * beyond the clip found in the actual input: their remainders multiplied
+ * on this thread in float from the same packed weights and added
+ * (TS_CLIP_SHADOW), or, in a pruned layer, only counted: the input is
+ * quantized whole with the scale of its own amax (plain per-tensor). */
+static int clipped_matmul(amx_graph *g, ts_threadpool *pool, int k, const void *const *w, float *const *y,
+                          const float *x, int n_tok, const ts_eng_clip *c) {
+    int64_t n_in = 0, n_out[4] = {0};
+    for (int i = 0; i < k; i++)
+        if (ts_amx_packed_info(w[i], NULL, NULL, &n_in, &n_out[i]))
+            return ts_err_set(&g->err, "amx: a clipped matmul's weight is not a packed matrix");
+    if ((int64_t)c->n_in != n_in)
+        return ts_err_set(&g->err, "amx: clip record of %u inputs on a matmul of %lld (layer %d input %d)", c->n_in,
+                          (long long)n_in, c->layer, c->input);
+    /* a pruned layer (no shadow) takes its scale from the input's own
+     * amax: nothing is clamped (clamping at a clip that leaves the
+     * remainder to the CPU loses the outliers outright: SmolLM2's
+     * perplexity 17.7 -> 693 at p99.9, docs/FIDELITY.md) */
+    const bool shadow = (c->flags & TS_CLIP_SHADOW) != 0;
+    if (ts_amx_matmul_pt(pool, g->ws, g->A->unit, k, w, y, x, n_tok, shadow ? c->clip : 0.0f, NULL, &g->err))
+        return -1;
+    const uint64_t t0 = ts_now_ns();
+    const uint32_t *hot = ts_eng_clip_hot((ts_eng_clip *)c);
+    uint64_t found = 0, unprofiled = 0;
+    for (int t = 0; t < n_tok; t++) {
+        const int64_t n = ts_amx_outliers_find(x + (size_t)t * (size_t)n_in, 1, n_in, c->clip, g->out, n_in);
+        found += (uint64_t)n;
+        if (!shadow || !n)
+            continue;
+        for (int64_t j = 0; j < n; j++)
+            unprofiled += !((hot[g->out[j].k >> 5] >> (g->out[j].k & 31)) & 1u);
+        for (int i = 0; i < k; i++)
+            if (ts_amx_outliers_add(w[i], g->out, n, y[i] + (size_t)t * (size_t)n_out[i], &g->err))
+                return -1;
+    }
+    if (shadow) {
+        TS_ENG_COUNT(g->e, outliers, found);
+        TS_ENG_COUNT(g->e, outliers_unprofiled, unprofiled);
+        TS_ENG_COUNT(g->e, outlier_ns, ts_now_ns() - t0);
+    } else {
+        TS_ENG_COUNT(g->e, outliers_pruned, found);
+    }
+    return 0;
+}
+
 static int tile_matmul(void *ctx, ts_threadpool *pool, int k, const void *const *w, float *const *y, const float *x,
-                       int n_tok) {
+                       int n_tok, const ts_eng_clip *clip) {
     amx_graph *g = ctx;
     if (!g->ws)
         return -1;
+    if (g->A->act == TS_AMX_INT8 && clip && clip->clip > 0)
+        return clipped_matmul(g, pool, k, w, y, x, n_tok, clip);
     if (g->A->per_tensor) /* plain per-tensor INT8: the scale from the input's amax, nothing clipped */
         return ts_amx_matmul_pt(pool, g->ws, g->A->unit, k, w, y, x, n_tok, 0.0f, NULL, &g->err);
     return ts_amx_matmul(pool, g->ws, g->A->unit, k, w, y, x, n_tok, &g->err);
@@ -99,6 +155,7 @@ static void amx_graph_fini(ts_eng_graph *g) {
         return;
     ts_cpu_exec_free(ag->cpu);
     ts_amx_ws_free(ag->ws);
+    free(ag->out);
     free(ag);
 }
 
@@ -108,8 +165,15 @@ static int amx_graph_init(ts_engine *e, ts_eng_graph *g, ts_err *err) {
     if (!ag)
         return ts_err_set(err, "out of memory building a graph");
     ag->A = A;
+    ag->e = e;
     g->impl = ag;
     const int64_t mi = max_matmul_in(g);
+    if (mi && !(ag->out = malloc((size_t)mi * sizeof *ag->out))) {
+        ts_err_set(err, "out of memory building a graph");
+        amx_graph_fini(g);
+        g->impl = NULL;
+        return -1;
+    }
     if (!(ag->cpu = ts_cpu_exec_new(g->nodes, g->n_nodes, g->width, A->n_threads, err)) ||
         (mi && !(ag->ws = ts_amx_ws_new(mi, g->width, err)))) {
         amx_graph_fini(g);
@@ -311,6 +375,7 @@ static ts_engine *amx_open(const ts_eng_opts *o, ts_err *err) {
     d->weight_types = types_mask(A->act);
     d->cpu_layouts = true; /* what it does not pack runs on the CPU kernels */
     d->stall_measured = true;
+    d->clips = A->act == TS_AMX_INT8; /* calib=: one clipped scale per input + shadow outliers */
     int mw = (int)min_width;
     const char *how = "set";
     if (min_width < 0 && emulate) {

@@ -259,6 +259,9 @@ static void exec_node(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *no
         const int k = x->run_len[ni];
         if (!k)
             break; /* computed with the first matmul of its run */
+        ts_eng_clip *clip = n->matmul.clipped ? at(base, n->matmul.clip) : NULL;
+        if (clip && (clip->flags & TS_CLIP_COLLECT) && clip->n_in == (uint32_t)n->matmul.n_in)
+            ts_eng_clip_collect(clip, at(base, n->matmul.x), n_tok);
         ts_wmat w[TS_CPU_MAX_FUSE];
         const ts_wmat *wl[TS_CPU_MAX_FUSE];
         const void *wo[TS_CPU_MAX_FUSE];
@@ -277,7 +280,7 @@ static void exec_node(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *no
         }
         if (n_lin)
             ts_linear(pool, x->lin, n_lin, wl, y, at(base, n->matmul.x), n_tok);
-        if (n_own && (!x->mm || x->mm(x->mm_ctx, pool, n_own, wo, yo, at(base, n->matmul.x), n_tok)))
+        if (n_own && (!x->mm || x->mm(x->mm_ctx, pool, n_own, wo, yo, at(base, n->matmul.x), n_tok, clip)))
             x->failed = true;
         break;
     }

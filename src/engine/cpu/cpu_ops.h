@@ -32,9 +32,12 @@ void ts_cpu_exec_free(ts_cpu_exec *x);
 /* Matmuls whose weights are bound in an engine's own layout (TS_WL_ENGINE:
  * the amx engine's tiles) go to this instead of ts_linear: k (<= 4)
  * consecutive matmuls over one input x of n_tok rows, weights w[i] (the
- * bound bytes), outputs y[i]. 0, or -1 (the run fails). */
+ * bound bytes), outputs y[i]; clip: the first node's clip record (NULL when
+ * it has none). 0, or -1 (the run fails).
+ * A clip record flagged TS_CLIP_COLLECT gathers the input's statistics
+ * (ts_eng_clip_collect) once per run of matmuls, before they compute. */
 typedef int (*ts_cpu_matmul_fn)(void *ctx, ts_threadpool *pool, int k, const void *const *w, float *const *y,
-                                const float *x, int n_tok);
+                                const float *x, int n_tok, const ts_eng_clip *clip);
 void ts_cpu_exec_set_matmul(ts_cpu_exec *x, ts_cpu_matmul_fn fn, void *ctx);
 
 /* Runs nodes[0 .. n_nodes) (the graph x was made for) over n_tok tokens at

@@ -1,12 +1,24 @@
 /* block.c - transformer blocks as engine nodes, one builder per block form (see block.h). */
 #include "runtime/block.h"
+#include "runtime/calib.h"
 
 #define R(s) TS_ENG_REF((s), 0)
 
 /* TS_BLOCK_DECODER: the forward's stages, op for op (block.h); and
  * TS_BLOCK_MOE: the same attention, the routed experts as the FFN. */
+uint64_t ts_rt_block_clip_layout(const ts_rt_block_shape *s, int64_t n_in[TS_CLIP_N_IN], uint64_t off[TS_CLIP_N_IN]) {
+    const int64_t E = s->n_embd, QD = (int64_t)s->n_head * s->head_dim;
+    const int64_t n[TS_CLIP_N_IN] = {E, QD, E, s->kind == TS_BLOCK_MOE ? 0 : s->n_ff};
+    for (int i = 0; i < TS_CLIP_N_IN; i++)
+        n_in[i] = n[i];
+    return ts_rt_clip_offsets(n_in, off);
+}
+
 static int decoder_nodes(const ts_rt_block_shape *s, ts_eng_node *out) {
     int k = 0;
+    int64_t clip_n[TS_CLIP_N_IN];
+    uint64_t clip_off[TS_CLIP_N_IN];
+    ts_rt_block_clip_layout(s, clip_n, clip_off);
     const int64_t E = s->n_embd, F = s->n_ff, QD = (int64_t)s->n_head * s->head_dim,
                   KD = (int64_t)s->n_head_kv * s->head_dim;
 #define NORM(xs, ys, ws, len, rpt) \
@@ -20,9 +32,11 @@ static int decoder_nodes(const ts_rt_block_shape *s, ts_eng_node *out) {
             .eps = s->eps \
         } \
     }
-#define MM(ws, xs, ys, ni, no) \
+#define MM(ws, xs, ys, ni, no, ci) \
     out[k++] = (ts_eng_node) { \
-        .op = TS_OP_MATMUL, .matmul = {.w = R(ws), .x = R(xs), .y = R(ys), .n_in = (ni), .n_out = (no), .ref = s->ref_matmul } \
+        .op = TS_OP_MATMUL, .matmul = {.w = R(ws), .x = R(xs), .y = R(ys), .n_in = (ni), .n_out = (no), \
+                                       .ref = s->ref_matmul, .clipped = s->clips, \
+                                       .clip = s->clips ? TS_ENG_REF(TS_LS_CALIB, clip_off[ci]) : TS_ENG_NOREF } \
     }
 #define ADD(op_, ys, xs, len) \
     out[k++] = (ts_eng_node) { \
@@ -30,9 +44,9 @@ static int decoder_nodes(const ts_rt_block_shape *s, ts_eng_node *out) {
     }
     /* attention block */
     NORM(TS_LS_X, TS_LS_XN, TS_LS_ATTN_NORM, E, 1);
-    MM(TS_LS_WQ, TS_LS_XN, TS_LS_Q, E, QD);
-    MM(TS_LS_WK, TS_LS_XN, TS_LS_K, E, KD);
-    MM(TS_LS_WV, TS_LS_XN, TS_LS_V, E, KD);
+    MM(TS_LS_WQ, TS_LS_XN, TS_LS_Q, E, QD, TS_CLIP_IN_ATTN);
+    MM(TS_LS_WK, TS_LS_XN, TS_LS_K, E, KD, TS_CLIP_IN_ATTN);
+    MM(TS_LS_WV, TS_LS_XN, TS_LS_V, E, KD, TS_CLIP_IN_ATTN);
     if (s->qkv_bias) {
         ADD(TS_OP_ADD_ROW, TS_LS_Q, TS_LS_BQ, QD);
         ADD(TS_OP_ADD_ROW, TS_LS_K, TS_LS_BK, KD);
@@ -78,7 +92,7 @@ static int decoder_nodes(const ts_rt_block_shape *s, ts_eng_node *out) {
                                            .softcap = s->attn_softcap,
                                            .kv_f16 = s->kv_f16,
                                            .fast = s->fast_kernels}};
-    MM(TS_LS_WO, TS_LS_ATTN, TS_LS_O, QD, E);
+    MM(TS_LS_WO, TS_LS_ATTN, TS_LS_O, QD, E, TS_CLIP_IN_O);
     if (s->post_norms)
         NORM(TS_LS_O, TS_LS_O, TS_LS_ATTN_POST_NORM, E, 1);
     ADD(TS_OP_ADD, TS_LS_X, TS_LS_O, E);
@@ -90,7 +104,7 @@ static int decoder_nodes(const ts_rt_block_shape *s, ts_eng_node *out) {
          * back by token weighted by the routing weights */
         const int32_t NE = s->n_expert, KE = s->n_expert_used;
         const int64_t FE = s->n_ff_exp;
-        MM(TS_LS_W_ROUTER, TS_LS_XN, TS_LS_ROUTER, E, NE);
+        MM(TS_LS_W_ROUTER, TS_LS_XN, TS_LS_ROUTER, E, NE, TS_CLIP_IN_FFN);
         out[k++] = (ts_eng_node){.op = TS_OP_MOE_ROUTE,
                                  .route = {.logits = R(TS_LS_ROUTER),
                                            .ids = R(TS_LS_EXP_IDS),
@@ -117,15 +131,15 @@ static int decoder_nodes(const ts_rt_block_shape *s, ts_eng_node *out) {
         MOE(TS_LS_W_DOWN_EXPS, TS_LS_GATE, TS_LS_O, FE, E, true, false, R(TS_LS_EXP_W));
 #undef MOE
     } else {
-        MM(TS_LS_W_GATE, TS_LS_XN, TS_LS_GATE, E, F);
-        MM(TS_LS_W_UP, TS_LS_XN, TS_LS_UP, E, F);
+        MM(TS_LS_W_GATE, TS_LS_XN, TS_LS_GATE, E, F, TS_CLIP_IN_FFN);
+        MM(TS_LS_W_UP, TS_LS_XN, TS_LS_UP, E, F, TS_CLIP_IN_FFN);
         out[k++] = (ts_eng_node){.op = s->gelu ? TS_OP_GEGLU : TS_OP_SWIGLU,
                                  .glu = {.gate = R(TS_LS_GATE),
                                          .up = R(TS_LS_UP),
                                          .out = R(TS_LS_GATE),
                                          .n = F,
                                          .fast = s->fast_kernels}};
-        MM(TS_LS_W_DOWN, TS_LS_GATE, TS_LS_O, F, E);
+        MM(TS_LS_W_DOWN, TS_LS_GATE, TS_LS_O, F, E, TS_CLIP_IN_DOWN);
     }
     if (s->post_norms)
         NORM(TS_LS_O, TS_LS_O, TS_LS_FFN_POST_NORM, E, 1);

@@ -65,6 +65,10 @@ typedef enum ts_ls_slot {
     TS_LS_W_GATE_EXPS, /* [n_expert] x [n_ff_exp][n_embd] */
     TS_LS_W_UP_EXPS,   /* [n_expert] x [n_ff_exp][n_embd] */
     TS_LS_W_DOWN_EXPS, /* [n_expert] x [n_embd][n_ff_exp] */
+    /* the layer's clip records (engine.h ts_eng_clip), one per matmul
+     * input, at ts_rt_block_clip_layout's offsets; bound when the shape
+     * has clips */
+    TS_LS_CALIB,
     TS_LS_COUNT
 } ts_ls_slot;
 
@@ -92,6 +96,7 @@ typedef struct ts_rt_block_shape {
     bool fast_kernels; /* attention and SwiGLU on the forward's fast kernels (fastops.h), as
                           the CPU forward runs them when it is not on TS_KERNELS=ref */
     bool ref_matmul;   /* matmuls on the reference ts_matmul (TS_KERNELS=ref) instead of ts_linear */
+    bool clips;        /* every matmul carries its input's clip record (TS_LS_CALIB) */
     float eps, attn_scale, attn_softcap;
     /* TS_BLOCK_MOE */
     int32_t n_expert, n_expert_used; /* experts, and k of them per token */
@@ -103,6 +108,19 @@ typedef struct ts_rt_block_shape {
 /* Bytes per token of each activation slot for blocks of shape s
  * ([TS_LS_N_ACT]; the slots a block does not use get 4 bytes). */
 void ts_rt_block_act_rows(const ts_rt_block_shape *s, uint64_t rows[TS_LS_N_ACT]);
+
+/* The matmul inputs a clip record is kept for, in the block's order. */
+typedef enum ts_rt_clip_input {
+    TS_CLIP_IN_ATTN = 0, /* the normed input of q, k, v [n_embd] */
+    TS_CLIP_IN_O,        /* the attention output, o's input [n_head * head_dim] */
+    TS_CLIP_IN_FFN,      /* the normed input of gate, up (and a MoE router) [n_embd] */
+    TS_CLIP_IN_DOWN,     /* the activation, down's input [n_ff] */
+    TS_CLIP_N_IN
+} ts_rt_clip_input;
+/* n_in[i] of each input, off[i] of its record in the layer's TS_LS_CALIB
+ * buffer; returns the buffer's bytes. A MoE block's expert matmuls carry
+ * no records (0: its down input). */
+uint64_t ts_rt_block_clip_layout(const ts_rt_block_shape *s, int64_t n_in[TS_CLIP_N_IN], uint64_t off[TS_CLIP_N_IN]);
 
 #define TS_LS_MAX_NODES 32
 

@@ -11,6 +11,7 @@
 #include "kernels/linear.h"
 #include "kernels/repack.h"
 #include "quant/quant.h"
+#include "runtime/calib.h"
 #include "runtime/convert.h"
 #include "runtime/kvrange.h"
 
@@ -116,6 +117,9 @@ struct ts_rt_weights {
     int converted;
     int packed; /* matrices in the engine's own layout (ts_eng_pack) */
     int users; /* ts_rt_layers attached now */
+    uint8_t *calib; /* the layers' clip records (calib=, or a calibration's collect records) */
+    bool calib_owned;
+    int calib_pruned; /* layers prune= clipped */
 };
 
 struct ts_rt_layers {
@@ -189,6 +193,70 @@ static void free_plan_copies(layer_plan *lp) {
     }
 }
 
+/* calib=FILE: the sidecar's records for every layer, in one host block that
+ * the layers' TS_LS_CALIB slots point into (uploaded with each layer's
+ * vectors); prune= clips the least important layers' outliers. */
+static int load_calib(ts_rt_weights *w, ts_err *err) {
+    const char *path = ts_eng_calib_path(w->dev);
+    const float prune = ts_eng_prune(w->dev);
+    const char *name = ts_eng_describe(w->dev)->name;
+    if (!path[0])
+        return prune > 0 ? ts_err_set(err, "prune=%g needs calib=FILE (a `tessera calibrate` sidecar)", (double)prune)
+                         : 0;
+    if (!ts_eng_describe(w->dev)->clips)
+        return ts_err_set(err, "calib=%s: %s applies no clip records (amx,act=int8 does)", path, name);
+    ts_rt_calib *c = ts_rt_calib_read(path, err);
+    if (!c)
+        return -1;
+    bool *pruned = calloc((size_t)w->n_layer, sizeof *pruned);
+    int rc = -1;
+    if (!pruned) {
+        ts_err_set(err, "out of memory");
+        goto done;
+    }
+    if (c->n_layer != w->n_layer) {
+        ts_err_set(err, "calib=%s: made for %d layers, the model has %d (calibrated for another model?)", path, c->n_layer, w->n_layer);
+        goto done;
+    }
+    uint64_t stride = 0;
+    static const int mats[TS_CLIP_N_IN] = {TS_LS_WQ, TS_LS_WO, TS_LS_W_GATE, TS_LS_W_DOWN};
+    for (int l = 0; l < w->n_layer; l++) {
+        int64_t n_in[TS_CLIP_N_IN];
+        uint64_t off[TS_CLIP_N_IN];
+        for (int i = 0; i < TS_CLIP_N_IN; i++) {
+            const ts_rt_host_slot *m = &w->slots[(size_t)l * TS_LS_COUNT + mats[i]];
+            n_in[i] = m->data ? m->n_in : 0;
+            if (n_in[i] != c->n_in[(size_t)l * TS_CLIP_N_IN + i]) {
+                ts_err_set(err, "calib=%s: layer %d input %d is %lld wide in the calibration, %lld in the model "
+                                "(calibrated for another model?)",
+                           path, l, i, (long long)c->n_in[(size_t)l * TS_CLIP_N_IN + i], (long long)n_in[i]);
+                goto done;
+            }
+        }
+        const uint64_t b = ts_rt_clip_offsets(n_in, off);
+        stride = b > stride ? b : stride;
+    }
+    stride = (stride + 63) & ~(uint64_t)63;
+    if (ts_rt_calib_pruned(c, prune, pruned, err))
+        goto done;
+    if (!(w->calib = aligned_alloc(64, (size_t)stride * (size_t)w->n_layer))) {
+        ts_err_set(err, "out of memory");
+        goto done;
+    }
+    w->calib_owned = true;
+    for (int l = 0; l < w->n_layer; l++) {
+        ts_rt_calib_fill(c, l, pruned[l], 0, w->calib + (size_t)l * stride);
+        w->calib_pruned += pruned[l];
+        w->slots[(size_t)l * TS_LS_COUNT + TS_LS_CALIB] =
+            (ts_rt_host_slot){.data = w->calib + (size_t)l * stride, .bytes = stride};
+    }
+    rc = 0;
+done:
+    free(pruned);
+    ts_rt_calib_free(c);
+    return rc;
+}
+
 ts_rt_weights *ts_rt_weights_new(ts_engine *dev, int n_layer, const ts_rt_host_slot *slots, ts_err *err) {
     if (n_layer < 1 || !slots) {
         ts_err_set(err, "device weights: missing slots, or n_layer < 1");
@@ -219,12 +287,37 @@ ts_rt_weights *ts_rt_weights_new(ts_engine *dev, int n_layer, const ts_rt_host_s
     w->dev = dev;
     w->n_layer = n_layer;
     pthread_mutex_init(&w->mu, NULL);
+    if (dev && load_calib(w, err)) {
+        ts_rt_weights_free(w);
+        return NULL;
+    }
     return w;
+}
+
+int ts_rt_weights_set_calib(ts_rt_weights *w, void *records, uint64_t stride, ts_err *err) {
+    pthread_mutex_lock(&w->mu);
+    const bool busy = w->users || w->planned, taken = records && w->calib;
+    if (!busy && !taken) {
+        if (w->calib_owned)
+            free(w->calib);
+        w->calib = records, w->calib_owned = records != NULL;
+        for (int l = 0; l < w->n_layer; l++)
+            w->slots[(size_t)l * TS_LS_COUNT + TS_LS_CALIB] = (ts_rt_host_slot){
+                .data = records ? (uint8_t *)records + (size_t)l * stride : NULL, .bytes = records ? stride : 0};
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (busy)
+        return ts_err_set(err, "a context of this model is open (its layers carry the clip records they had)");
+    if (taken)
+        return ts_err_set(err, "the model already carries clip records (one calibration at a time)");
+    return 0;
 }
 
 void ts_rt_weights_free(ts_rt_weights *w) {
     if (!w)
         return;
+    if (w->calib_owned)
+        free(w->calib);
     for (int l = 0; l < w->n_layer; l++) {
         ts_eng_buf_free(w->dev_layer[l]);
         free_plan_copies(&w->plans[l]);
@@ -288,7 +381,7 @@ void ts_rt_layers_free(ts_rt_layers *pf) {
         ts_eng_queue_free(pf->dq);
     ts_eng_queue_free(pf->uq);
     ts_eng_queue_free(pf->cq);
-    if (pf->attached && pf->dev) {
+    if (pf->attached) {
         pthread_mutex_lock(&pf->w->mu);
         pf->w->users--;
         pthread_mutex_unlock(&pf->w->mu);
@@ -782,11 +875,15 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
     /* layer variants, their nodes and segments */
     for (int l = 0; l < p->n_layer; l++) {
         int v = 0;
-        while (v < pf->n_vars && memcmp(&pf->vars[v].shape, &p->shapes[l], sizeof p->shapes[l]))
+        /* the layer's shape, with clip records where its TS_LS_CALIB slot has them */
+        ts_rt_block_shape sh;
+        memcpy(&sh, &p->shapes[l], sizeof sh);
+        sh.clips = pf->w->slots[(size_t)l * TS_LS_COUNT + TS_LS_CALIB].data != NULL;
+        while (v < pf->n_vars && memcmp(&pf->vars[v].shape, &sh, sizeof sh))
             v++;
         if (v == pf->n_vars) {
             variant *V = &pf->vars[pf->n_vars++];
-            V->shape = p->shapes[l];
+            memcpy(&V->shape, &sh, sizeof sh);
             V->n_nodes = ts_rt_block_nodes(&V->shape, V->nodes);
             if (V->n_nodes < 1) {
                 ts_err_set(err, "layer %d: no builder for block kind %d", l, (int)V->shape.kind);
@@ -966,8 +1063,7 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
                                      .last_dev = i == last_dev,
                                      .dep = t - 1};
     }
-    if (pf->dev)
-        wt->users++;
+    wt->users++;
     pf->attached = true;
     pf->st.converted = wt->converted;
     pf->st.packed = wt->packed;

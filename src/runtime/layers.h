@@ -87,6 +87,14 @@ ts_rt_weights *ts_rt_weights_new(ts_engine *dev, int n_layer, const ts_rt_host_s
 /* Frees the device copy. Every ts_rt_layers over w must have been freed. */
 void ts_rt_weights_free(ts_rt_weights *w);
 ts_engine *ts_rt_weights_engine(const ts_rt_weights *w);
+/* Points every layer's TS_LS_CALIB slot at records + l * stride (clip
+ * records, engine.h ts_eng_clip; NULL: none) and takes them (aligned_alloc;
+ * freed with w or by the next call), while no state is attached: the
+ * layers' graphs then carry them (a calibration's TS_CLIP_COLLECT records
+ * on the model's own CPU weights). -1 while a state is attached (the
+ * records stay w's), or when w already has records and records is not
+ * NULL. The engine option calib= does this itself for a device. */
+int ts_rt_weights_set_calib(ts_rt_weights *w, void *records, uint64_t stride, ts_err *err);
 
 typedef struct ts_rt_layers ts_rt_layers;
 

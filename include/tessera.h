@@ -537,10 +537,50 @@ typedef struct ts_stats {
      * are the session's, over all of them. */
     double dev_weight_mib;       /* the weights' device copy, uploaded once for all of them (0 when streamed) */
     int32_t dev_sharing;         /* contexts sharing that session now (this one included; 0: no device) */
+    /* A calibrated INT8 device (calib=FILE): elements of matmul inputs
+     * beyond their clip, over the session (the shadow's CPU work). */
+    int64_t dev_outliers;            /* computed exactly on the CPU and added (shadow outliers) */
+    int64_t dev_outliers_unprofiled; /* of those, in channels the calibration never saw beyond the clip */
+    int64_t dev_outliers_pruned;     /* beyond the clip in layers prune= took the shadow from (quantized at
+                                        the input's own amax scale instead) */
+    double dev_outlier_ms;           /* CPU time finding and adding them */
 } ts_stats;
 
 /* Same thread as ctx. */
 TS_API ts_status ts_context_get_stats(const ts_context *ctx, ts_stats *out);
+
+/* ---- calibration (per-tensor INT8 with shadow outliers) -------------------- */
+
+/* Gathers the activations of every matmul input of a model's layers for
+ * `--prefill-device amx,act=int8,calib=FILE` (docs/ENGINE.md "Calibration").
+ * Call ts_calib_begin while the model has no context open (and no other
+ * calibration): the CPU forward of every context created after it adds
+ * each evaluated token's inputs (slower) until ts_calib_free, which frees
+ * the calibration and, once the model's contexts are closed, stops the
+ * gathering for contexts created after it. Free a calibration before its
+ * model. ts_calib_end_chunk closes one calibration chunk (a sample of which
+ * channels went beyond the clip); ts_calib_write picks each input's clip
+ * as the `percentile` of |x| over everything gathered and writes the
+ * sidecar, filling stats[n_layer * 4] (may be NULL). ts_calib_edit copies a
+ * sidecar with one layer's outlier handling pruned (clip_layer >= 0; -1: none)
+ * and/or the layers' importance set (n_layer values, or NULL). Not
+ * thread-safe against the model's contexts. */
+typedef struct ts_calib ts_calib;
+typedef struct ts_calib_input_stats {
+    int32_t layer, input; /* input: 0 q/k/v, 1 o, 2 gate/up, 3 down */
+    int32_t n_in;
+    float clip, amax;       /* the clip, and the largest |x| seen */
+    float frac_beyond;      /* fraction of the elements beyond the clip */
+    int32_t hot_channels;   /* channels beyond the clip in at least one chunk */
+    int32_t stable_channels; /* ... in at least half of the chunks */
+} ts_calib_input_stats;
+TS_API ts_status ts_calib_begin(ts_model *model, ts_calib **out, ts_error *err);
+TS_API ts_status ts_calib_end_chunk(ts_calib *calib);
+TS_API ts_status ts_calib_write(ts_calib *calib, float percentile, const char *path, ts_calib_input_stats *stats,
+                                ts_error *err);
+TS_API ts_status ts_calib_edit(const char *in_path, const char *out_path, int32_t clip_layer, const float *importance,
+                               ts_error *err);
+TS_API void ts_calib_free(ts_calib *calib);
 
 /* ---- compute devices ------------------------------------------------------ */
 

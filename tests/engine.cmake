@@ -86,10 +86,26 @@ foreach(pf_mode ${pf_amx_breaks})
            ${TS_MODELS_DIR}/SmolLM2-135M-Instruct.Q4_1.gguf)
   set_tests_properties(prefill_${pf_mode}_SmolLM2 PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
 endforeach()
+# Calibrated per-tensor INT8 with shadow outliers on the CPU (seed 003;
+# tests/test_calib.c): calibrate on GPL-2 through ts_calib_*, evaluate on
+# GPL-3 on the amx tile emulator against the exact CPU, the emptied profile
+# and prune=1 bit-identities, and the refusals (gemma 3: another model).
+# TS_CALIB_BREAK=1 shows the gate failing. Under the sanitizers too: the
+# sidecar reader parses an untrusted file.
+if(TRUE)
+  add_executable(test_calib ${CMAKE_CURRENT_LIST_DIR}/test_calib.c)
+  target_include_directories(test_calib PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests)
+  target_compile_definitions(test_calib PRIVATE _GNU_SOURCE)
+  target_link_libraries(test_calib PRIVATE tessera_core)
+  add_test(NAME test_calib COMMAND test_calib ${TS_MODELS_DIR}/SmolLM2-135M-Instruct.Q4_1.gguf
+           /usr/share/common-licenses/GPL-2 /usr/share/common-licenses/GPL-3
+           ${TS_MODELS_DIR}/gemma-3-270m-q4_k_m.gguf)
+  set_tests_properties(test_calib PROPERTIES TIMEOUT 600)
+endif()
 # The CLI side (tests/test_prefill_cli.py): flags and --stats json keys on
 # run/chat/perplexity/bench, the one fallback line (unknown device; OpenCL
 # without an ICD), and OpenCL on PoCL against the CPU (perplexity, greedy).
-foreach(pf_case fallback_nosuch fallback_no_icd commands_loop auto_min)
+foreach(pf_case fallback_nosuch fallback_no_icd commands_loop auto_min calibrate)
   add_test(NAME prefill_cli_${pf_case}
            COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_prefill_cli.py ${pf_case} $<TARGET_FILE:tessera>
                    ${TS_MODELS_DIR})

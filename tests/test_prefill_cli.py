@@ -238,6 +238,57 @@ def case_opencl_gemma():
     opencl(GEMMA, 6)
 
 
+# ---- calibration (seed 003) -------------------------------------------------
+
+def case_calibrate():
+    """`tessera calibrate` writes a sidecar the gguf package reads as we
+    document it, its tables cover every layer, and perplexity on
+    amx,act=int8,calib= (tile emulator where there is no AMX) runs the
+    shadow outliers and prunes with prune=; the refusals say what to do."""
+    m = model(SMOL)
+    rc, out, err = run(["calibrate", "--help"])
+    expect_rc(rc, 0, out, err, "calibrate --help")
+    for f in ["-m", "-f", "-o", "-c", "--chunks", "--percentile", "--importance-chunks", "--device", "-t"]:
+        if f not in out.split():
+            fail(f"calibrate --help lacks {f}")
+    rc, out, err = run(["calibrate", "-m", m])
+    expect_rc(rc, 2, out, err, "calibrate without -f")
+    if "-f" not in err:
+        fail(f"calibrate without -f does not name -f: {err}")
+    with tempfile.TemporaryDirectory() as d:
+        side = os.path.join(d, "smol.calib")
+        rc, out, err = run(["calibrate", "-m", m, "-f", "/usr/share/common-licenses/GPL-2", "-c", "64", "--chunks",
+                            "2", "--importance-chunks", "1", "-o", side, "-t", "2"])
+        expect_rc(rc, 0, out, err, "calibrate")
+        rows = [l.split() for l in out.splitlines() if l[:1] == " " and len(l.split()) == 8]
+        if len(rows) != 30 * 4 or rows[0][1] != "qkv" or rows[-1][1] != "down":
+            fail(f"calibrate: {len(rows)} input rows, want 120:\n{out[:1500]}")
+        if "p99 of |x|" not in out:
+            fail(f"calibrate: the default percentile is not 99:\n{out[:300]}")
+        import gguf
+        r = gguf.GGUFReader(side)
+        f = r.fields["general.type"]
+        if bytes(f.parts[f.data[0]]).decode() != "tessera.calib":
+            fail("sidecar general.type is not tessera.calib")
+        t = {x.name: x for x in r.tensors}
+        for name, n in (("calib.clip", 120), ("calib.n_in", 120), ("calib.frac", 120), ("calib.shadow", 30),
+                        ("calib.importance", 30), ("blk.0.hot.0", 576), ("blk.29.hot.3", 1536)):
+            if name not in t or int(np.prod(t[name].shape)) != n:
+                fail(f"sidecar tensor {name}: {t[name].shape if name in t else 'missing'}, want {n} values")
+        clips = np.asarray(t["calib.clip"].data, dtype=np.float32)
+        if not (clips > 0).all():
+            fail(f"sidecar has clips <= 0: {clips}")
+        dev = "amx,act=int8,calib=" + side + ("" if "amx" in open("/proc/cpuinfo").read() else ",emulate=1")
+        p_all, st, _ = ppl(m, ["--prefill-device", dev, "--prefill-min-tokens", "2"])
+        p_half, st2, _ = ppl(m, ["--prefill-device", dev + ",prune=0.5", "--prefill-min-tokens", "2"])
+        if st["dev_outliers"] <= 0 or st["dev_outliers_pruned"] != 0:
+            fail(f"calib= run: {st}")
+        if st2["dev_outliers_pruned"] <= 0 or st2["dev_outliers"] >= st["dev_outliers"]:
+            fail(f"prune=0.5 run: {st2}")
+        print(f"ok: ppl {p_all:.4f} (outliers {st['dev_outliers']}), prune=0.5 {p_half:.4f} "
+              f"(outliers {st2['dev_outliers']}, pruned {st2['dev_outliers_pruned']})")
+
+
 def case_auto_min():
     """--prefill-min-tokens auto: a chunk goes to the device when the CPU's
     measured time for it exceeds the device's crossings. Crossings that cost

@@ -525,5 +525,9 @@ ts_status ts_context_get_stats(const ts_context *c, ts_stats *out) {
     s.dev_window_peak = ds.window_peak;
     s.dev_weight_mib = (double)ds.weight_bytes / 1048576.0;
     s.dev_sharing = ds.weight_users;
+    s.dev_outliers = (int64_t)ds.outliers;
+    s.dev_outliers_unprofiled = (int64_t)ds.outliers_unprofiled;
+    s.dev_outliers_pruned = (int64_t)ds.outliers_pruned;
+    s.dev_outlier_ms = (double)ds.outlier_ns / 1e6;
     return ts_struct_out(out, &s, sizeof s);
 }

@@ -13,6 +13,7 @@ int cli_quantize(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_chat(int argc, char **argv);
 int cli_perplexity(int argc, char **argv);
+int cli_calibrate(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_devices(int argc, char **argv);
 int cli_diffuse(int argc, char **argv); /* cmd_diffuse.c: diffusion LLMs (llada, dream) */

@@ -2,6 +2,8 @@
 #include "cli_util.h"
 
 #include <errno.h>
+#include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -169,4 +171,46 @@ void cli_layer_shape_of(const ts_model *m, ts_layer_shape *ls) {
             return;
         }
     }
+}
+
+/* -log softmax(row)[target], in double. */
+static double token_nll(const float *row, int32_t n_vocab, int32_t target) {
+    float mx = row[0];
+    for (int32_t i = 1; i < n_vocab; i++)
+        if (row[i] > mx) mx = row[i];
+    double sum = 0.0;
+    for (int32_t i = 0; i < n_vocab; i++) sum += exp((double)row[i] - mx);
+    return -(((double)row[target] - mx) - log(sum));
+}
+
+int cli_score_window(ts_context *ctx, const int32_t *ids, int32_t n_ctx, int32_t bos, int32_t n_vocab, int32_t n_batch,
+                     int32_t *win, float *rows, cli_ppl_acc *acc) {
+    const int32_t first = n_ctx / 2;
+    memcpy(win, ids, (size_t)n_ctx * sizeof *win);
+    if (bos >= 0) win[0] = bos;
+    ts_context_kv_truncate(ctx, 0);
+    for (int32_t b = 0; b < n_ctx; b += n_batch) {
+        int32_t nb = n_ctx - b < n_batch ? n_ctx - b : n_batch;
+        bool need = b + nb > first; /* any logits at positions >= first in this batch */
+        if (ts_context_eval(ctx, win + b, nb, need ? rows : NULL) != TS_OK) {
+            fprintf(stderr, "\nerror: evaluation failed: %s\n", ts_last_error(ctx));
+            return -1;
+        }
+        if (!need) continue;
+        for (int32_t j = 0; j < nb; j++) {
+            int32_t pos = b + j;
+            if (pos < first || pos >= n_ctx - 1) continue;
+            /* targets are the file's tokens (position 0's BOS swap never is one) */
+            int32_t target = ids[pos + 1];
+            if (target < 0 || target >= n_vocab) {
+                fprintf(stderr, "\nerror: token id %d is outside the logits (%d)\n", (int)target, (int)n_vocab);
+                return -1;
+            }
+            double v = token_nll(rows + (size_t)j * n_vocab, n_vocab, target);
+            acc->nll += v;
+            acc->nll2 += v * v;
+            acc->count++;
+        }
+    }
+    return 0;
 }

@@ -35,6 +35,19 @@ int cli_parse_i32(const char *flag, const char *s, int32_t lo, int32_t *out);
 int cli_parse_f32(const char *flag, const char *s, float lo, float hi, float *out);
 int cli_parse_u64(const char *flag, const char *s, uint64_t *out);
 
+/* llama-perplexity's scoring of one window: win = ids[0 .. n_ctx) with its
+ * first token replaced by bos when bos >= 0, from an empty KV cache, in
+ * batches of n_batch (rows holds n_batch * n_vocab logits); the logits at
+ * positions n_ctx/2 .. n_ctx-2 score the next of ids. Adds each score's NLL
+ * to *nll, its square to *nll2, and counts them. 0, or -1 with a message
+ * printed. */
+typedef struct cli_ppl_acc {
+    double nll, nll2;
+    int64_t count;
+} cli_ppl_acc;
+int cli_score_window(ts_context *ctx, const int32_t *ids, int32_t n_ctx, int32_t bos, int32_t n_vocab, int32_t n_batch,
+                     int32_t *win, float *rows, cli_ppl_acc *acc);
+
 /* s as a JSON string literal (control bytes escaped, bytes >= 0x80 passed
  * through as they are: paths and names may hold any byte). */
 void cli_json_str(FILE *f, const char *s);

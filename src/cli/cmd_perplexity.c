@@ -23,16 +23,6 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* -log softmax(row)[target], in double. */
-static double token_nll(const float *row, int32_t n_vocab, int32_t target) {
-    float mx = row[0];
-    for (int32_t i = 1; i < n_vocab; i++)
-        if (row[i] > mx) mx = row[i];
-    double sum = 0.0;
-    for (int32_t i = 0; i < n_vocab; i++) sum += exp((double)row[i] - mx);
-    return -(((double)row[target] - mx) - log(sum));
-}
-
 int cli_perplexity(int argc, char **argv) {
     gen_opts o;
     int prc = gen_parse(GEN_PPL, argc, argv, &o);
@@ -71,7 +61,6 @@ int cli_perplexity(int argc, char **argv) {
     if (o.chunks > 0 && o.chunks < n_chunk) n_chunk = o.chunks;
     int32_t n_batch = ts_context_n_batch(ctx);
     if (n_batch > n_ctx) n_batch = n_ctx;
-    const int32_t first = n_ctx / 2;
     const bool add_bos = info.add_bos;
     const int32_t bos = info.token_bos;
     if (add_bos && bos < 0) {
@@ -87,41 +76,19 @@ int cli_perplexity(int argc, char **argv) {
     fprintf(stderr, "perplexity: %lld tokens, %lld chunks of %d, batch %d\n", (long long)n_tok,
             (long long)n_chunk, (int)n_ctx, (int)n_batch);
 
-    double nll = 0.0, nll2 = 0.0;
-    int64_t count = 0;
+    cli_ppl_acc acc = {0};
     for (int64_t c = 0; c < n_chunk; c++) {
-        memcpy(win, ids + c * n_ctx, (size_t)n_ctx * sizeof *win);
-        if (add_bos) win[0] = bos;
-        ts_context_kv_truncate(ctx, 0);
-        for (int32_t b = 0; b < n_ctx; b += n_batch) {
-            int32_t nb = n_ctx - b < n_batch ? n_ctx - b : n_batch;
-            bool need = b + nb > first; /* any logits at positions >= first in this batch */
-            if (ts_context_eval(ctx, win + b, nb, need ? rows : NULL) != TS_OK) {
-                fprintf(stderr, "\nerror: evaluation failed at chunk %lld: %s\n", (long long)c + 1,
-                        ts_last_error(ctx));
-                goto done;
-            }
-            if (!need) continue;
-            for (int32_t j = 0; j < nb; j++) {
-                int32_t pos = b + j;
-                if (pos < first || pos >= n_ctx - 1) continue;
-                /* targets are the file's tokens (position 0's BOS swap never is one) */
-                int32_t target = ids[c * n_ctx + pos + 1];
-                if (target < 0 || target >= n_vocab) {
-                    fprintf(stderr, "\nerror: token id %d is outside the logits (%d)\n", (int)target, (int)n_vocab);
-                    goto done;
-                }
-                double v = token_nll(rows + (size_t)j * n_vocab, n_vocab, target);
-                nll += v;
-                nll2 += v * v;
-                count++;
-            }
+        if (cli_score_window(ctx, ids + c * n_ctx, n_ctx, add_bos ? bos : -1, n_vocab, n_batch, win, rows, &acc)) {
+            fprintf(stderr, "error: at chunk %lld\n", (long long)c + 1);
+            goto done;
         }
-        fprintf(stderr, "[%lld]%.4f,", (long long)c + 1, exp(nll / (double)count));
+        fprintf(stderr, "[%lld]%.4f,", (long long)c + 1, exp(acc.nll / (double)acc.count));
         fflush(stderr);
     }
     fputc('\n', stderr);
 
+    const double nll = acc.nll, nll2 = acc.nll2;
+    const int64_t count = acc.count;
     double mean = nll / (double)count, ppl = exp(mean);
     double var = nll2 / (double)count - mean * mean;
     double unc = (var > 0.0 && count > 1) ? ppl * sqrt(var / (double)(count - 1)) : 0.0;

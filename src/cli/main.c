@@ -16,6 +16,7 @@ static const command commands[] = {
     {"diffuse", cli_diffuse, "generate with a diffusion LLM (llada, dream) by iterative unmasking"},
     {"chat", cli_chat, "interactive multi-turn chat"},
     {"perplexity", cli_perplexity, "perplexity of a model over a text file"},
+    {"calibrate", cli_calibrate, "measure activation clips and outliers for calibrated INT8 (amx,act=int8,calib=)"},
     {"tokenize", cli_tokenize, "show the tokens of a text"},
     {"inspect", cli_inspect, "print a GGUF file's metadata and tensor table"},
     {"quantize", cli_quantize, "rewrite a model's 2-D weights in another type"},

@@ -278,6 +278,10 @@ void ts_state_dev_stats_get(const ts_state *s, ts_state_dev_stats *out) {
     out->crossings = ps.run_crossings;
     out->upload_bytes = es.upload_bytes;
     out->stall_ns = es.stall_ns;
+    out->outliers = es.outliers;
+    out->outliers_unprofiled = es.outliers_unprofiled;
+    out->outliers_pruned = es.outliers_pruned;
+    out->outlier_ns = es.outlier_ns;
     out->graph_builds = ps.graph_builds;
     out->weight_bytes = ps.weight_bytes;
     out->weight_users = ps.weight_users;

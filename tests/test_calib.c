@@ -17,6 +17,8 @@
  *      outlier counted unprofiled;
  *    - calib=,prune=1 (no layer keeps its shadow): bit-identical to
  *      scale=tensor (each input at its own amax scale), nothing on the CPU;
+ *      with prune_keep=down the down inputs' outliers (and only those) on
+ *      the CPU, closer to exact than prune=1;
  *    - refusals, each naming what to do: calib= on an engine that applies
  *      no clip records, prune= without calib=, prune=0.5 on a sidecar without
  *      importance, a sidecar of another model, a file that is not one, and
@@ -198,7 +200,7 @@ int main(int argc, char **argv) {
     int32_t *ev = tokens(m, argv[3], &n_ev);
     const size_t n = (size_t)N_CTX * (size_t)info.n_vocab;
     char dev[512];
-    ts_stats st, st_pt, st_cal, st_emp, st_pr;
+    ts_stats st, st_pt, st_cal, st_emp, st_pr, st_kd;
     float *exact = window(m, NULL, ev, &st);
     float *pt = window(m, "amx,emulate=1,act=int8,scale=tensor", ev, &st_pt);
     snprintf(dev, sizeof dev, "amx,emulate=1,act=int8,calib=%s", side);
@@ -207,7 +209,9 @@ int main(int argc, char **argv) {
     float *emp = window(m, dev, ev, &st_emp);
     snprintf(dev, sizeof dev, "amx,emulate=1,act=int8,calib=%s,prune=1", side);
     float *pr = window(m, dev, ev, &st_pr);
-    CHECK(pt && cl && emp && pr, "a device run was refused: %s %s %s %s", st_pt.device_fallback,
+    snprintf(dev, sizeof dev, "amx,emulate=1,act=int8,calib=%s,prune=1,prune_keep=down", side);
+    float *kd = window(m, dev, ev, &st_kd);
+    CHECK(pt && cl && emp && pr && kd, "a device run was refused: %s %s %s %s", st_pt.device_fallback,
           st_cal.device_fallback, st_emp.device_fallback, st_pr.device_fallback);
     if (pt && cl && emp && pr) {
         const double d_pt = rms_diff(pt, exact, n), d_cl = rms_diff(cl, exact, n);
@@ -230,8 +234,18 @@ int main(int argc, char **argv) {
         CHECK(!memcmp(pr, pt, n * sizeof(float)), "prune=1 differs from scale=tensor");
         CHECK(st_pr.dev_outliers == 0 && st_pr.dev_outliers_pruned > 0, "prune=1: %lld outliers, %lld pruned",
               (long long)st_pr.dev_outliers, (long long)st_pr.dev_outliers_pruned);
+        /* prune_keep=down: only the down inputs' outliers on the CPU (the
+         * others counted pruned; their totals differ from calib='s, as the
+         * upstream arithmetic does); closer to exact than prune=1 */
+        const double d_kd = rms_diff(kd, exact, n), d_pr = rms_diff(pr, exact, n);
+        printf("prune=1: RMS %.4f; prune=1,prune_keep=down: %.4f, %lld outliers on the CPU, %lld pruned\n", d_pr, d_kd,
+               (long long)st_kd.dev_outliers, (long long)st_kd.dev_outliers_pruned);
+        CHECK(st_kd.dev_outliers > 0 && st_kd.dev_outliers < st_cal.dev_outliers && st_kd.dev_outliers_pruned > 0,
+              "prune_keep=down: %lld + %lld outliers, calibrated %lld", (long long)st_kd.dev_outliers,
+              (long long)st_kd.dev_outliers_pruned, (long long)st_cal.dev_outliers);
+        CHECK(d_kd < d_pr, "prune_keep=down %.4f is not closer to exact than prune=1 %.4f", d_kd, d_pr);
     }
-    free(exact), free(pt), free(cl), free(emp), free(pr);
+    free(exact), free(pt), free(cl), free(emp), free(pr), free(kd);
 
     /* refusals */
     snprintf(dev, sizeof dev, "loop,calib=%s", side);
@@ -249,6 +263,9 @@ int main(int argc, char **argv) {
     snprintf(dev, sizeof dev, "amx,emulate=1,act=int8,calib=%s", noimp);
     expect_fallback(m, dev, ev, noimp);
     expect_fallback(m, "amx,emulate=1,act=int8,prune=2", ev, "prune=2: expected a fraction");
+    expect_fallback(m, "amx,emulate=1,act=int8,prune_keep=up", ev, "'up' is not an input");
+    snprintf(dev, sizeof dev, "amx,emulate=1,act=int8,calib=%s,prune_keep=down", side);
+    expect_fallback(m, dev, ev, "prune_keep= needs prune=P");
     free(ev);
     ts_model_free(m);
     ts_model *other = load(argv[4]);

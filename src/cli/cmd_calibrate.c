@@ -28,7 +28,7 @@ static void usage(FILE *f) {
             "  Measure the activations of every matmul input on CORPUS and write the\n"
             "  sidecar that `--prefill-device amx,act=int8,calib=OUT` reads: per input\n"
             "  the clip of its one INT8 scale, its hot channels and their stability;\n"
-            "  per layer the perplexity cost of clipping its outliers (for prune=P).\n"
+            "  per layer the perplexity cost of not computing its outliers (for prune=P).\n"
             "  -m FILE                 the model (GGUF)\n"
             "  -f CORPUS               calibration text (a few thousand tokens or more)\n"
             "  -o OUT                  the sidecar (default: FILE with .calib for .gguf)\n"

@@ -184,6 +184,7 @@ ts_eng_place ts_eng_placement(const ts_engine *e) { return e ? (ts_eng_place)e->
 
 const char *ts_eng_calib_path(const ts_engine *e) { return e ? e->opts.calib : ""; }
 float ts_eng_prune(const ts_engine *e) { return e ? e->opts.prune : 0.0f; }
+uint32_t ts_eng_prune_keep(const ts_engine *e) { return e ? e->opts.prune_keep : 0u; }
 
 /* ---- clip records ---- */
 

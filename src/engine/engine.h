@@ -55,6 +55,9 @@
  *                     important first, that get no shadow outliers: their
  *                     inputs take one scale from their own amax (seed 003's
  *                     pruning)
+ *   prune_keep=I+...  with prune=: these inputs (qkv, o, ffn, down; none)
+ *                     keep their shadow in a pruned layer (down: the input
+ *                     whose outliers are largest; docs/FIDELITY.md)
  *   wtypes=A+B+...    restricts the matmul weight types the engine takes
  *                     (type names, e.g. f16+q8_0+q4_0): a `cpu` engine with
  *                     the NPU's types computes with the weights converted
@@ -247,6 +250,9 @@ ts_eng_place ts_eng_placement(const ts_engine *e);
 /* The calib= sidecar's path ("" when none) and prune= (0 when not set). */
 const char *ts_eng_calib_path(const ts_engine *e);
 float ts_eng_prune(const ts_engine *e);
+/* prune_keep=: bit i set when input i (ts_rt_clip_input order: q/k/v, o,
+ * gate/up, down) keeps its shadow in a pruned layer (0 when not set). */
+uint32_t ts_eng_prune_keep(const ts_engine *e);
 /* Copies the counters (window_* included). */
 void ts_eng_get_stats(const ts_engine *e, ts_eng_stats *out);
 /* Zeroes the counters except window_used; window_peak restarts at window_used. */

@@ -27,6 +27,7 @@ typedef struct ts_eng_opts {
     int threads_hint; /* ts_eng_open_params.threads: the default of engines that take threads= */
     char calib[256];  /* calib=FILE (read by the runtime), or "" */
     float prune;      /* prune=P, 0..1 */
+    uint32_t prune_keep; /* prune_keep=: bit i, input i (ts_rt_clip_input order) keeps its shadow in pruned layers */
     int n_own;
     struct {
         char key[24];

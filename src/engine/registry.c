@@ -161,6 +161,24 @@ static int parse_spec(const char *spec, const ts_eng_open_params *p, ts_eng_opts
             if (!*val || *end || !(v >= 0 && v <= 1))
                 return ts_err_set(err, "option prune=%s: expected a fraction of the layers, 0 to 1 (e.g. 0.85)", val);
             o->prune = (float)v;
+        } else if (!strcmp(key, "prune_keep")) {
+            /* "down", "o+down", "none": inputs that keep their shadow in a pruned layer */
+            static const char *const inputs[] = {"qkv", "o", "ffn", "down"};
+            char tb[64];
+            if (!*val || strlen(val) >= sizeof tb)
+                return ts_err_set(err, "option prune_keep=%s: expected none or inputs joined by '+' (qkv, o, ffn, down)", val);
+            strcpy(tb, val);
+            o->prune_keep = 0;
+            char *sv = NULL;
+            for (char *t = strtok_r(tb, "+", &sv); t; t = strtok_r(NULL, "+", &sv)) {
+                int i = 0;
+                while (i < 4 && strcmp(t, inputs[i]))
+                    i++;
+                if (i == 4 && strcmp(t, "none"))
+                    return ts_err_set(err, "option prune_keep=%s: '%s' is not an input (none, qkv, o, ffn, down)", val, t);
+                if (i < 4)
+                    o->prune_keep |= 1u << i;
+            }
         } else if (!strcmp(key, "wtypes")) {
             /* "f16+q8_0+q4_0": the types this engine may take (cut to what it takes anyway) */
             char tb[128];
@@ -202,7 +220,7 @@ static int parse_spec(const char *spec, const ts_eng_open_params *p, ts_eng_opts
             size_t len = 0;
             for (const char *const *k = b->options; k && *k && len < sizeof own; k++)
                 len += (size_t)snprintf(own + len, sizeof own - len, ", %s", *k);
-            return ts_err_set(err, "device '%s': unknown option '%s' (known: window, slots, place, calib, prune, wtypes%s)", o->base, key, own);
+            return ts_err_set(err, "device '%s': unknown option '%s' (known: window, slots, place, calib, prune, prune_keep, wtypes%s)", o->base, key, own);
         }
     }
     if (!threads_set && p && p->threads > 0 && takes_option(b, "threads"))

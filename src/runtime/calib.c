@@ -250,7 +250,7 @@ uint64_t ts_rt_clip_offsets(const int64_t n_in[TS_CLIP_N_IN], uint64_t off[TS_CL
     return total;
 }
 
-void ts_rt_calib_fill(const ts_rt_calib *c, int l, bool pruned, uint32_t extra, void *dst) {
+void ts_rt_calib_fill(const ts_rt_calib *c, int l, bool pruned, uint32_t keep, uint32_t extra, void *dst) {
     uint64_t off[N_IN];
     const int64_t *n_in = c->n_in + (size_t)l * N_IN;
     memset(dst, 0, (size_t)ts_rt_clip_offsets(n_in, off));
@@ -262,7 +262,8 @@ void ts_rt_calib_fill(const ts_rt_calib *c, int l, bool pruned, uint32_t extra, 
         r->clip = c->clip[ci];
         r->n_in = (uint32_t)n_in[i];
         r->layer = l, r->input = i;
-        r->flags = extra | (!pruned && c->shadow[l] > 0 ? TS_CLIP_SHADOW : 0u);
+        const bool shadow = c->shadow[l] > 0 && (!pruned || ((keep >> i) & 1u));
+        r->flags = extra | (shadow ? TS_CLIP_SHADOW : 0u);
         uint32_t *hot = ts_eng_clip_hot(r);
         for (int64_t k = 0; k < n_in[i]; k++)
             if (c->hot[ci][k] > 0)

@@ -56,7 +56,8 @@ int ts_rt_calib_pruned(const ts_rt_calib *c, float prune, bool *pruned, ts_err *
 uint64_t ts_rt_clip_offsets(const int64_t n_in[TS_CLIP_N_IN], uint64_t off[TS_CLIP_N_IN]);
 
 /* Writes layer l's records into dst (ts_rt_clip_offsets bytes, 8-aligned):
- * its clips, hot channels, TS_CLIP_SHADOW unless pruned; flags |= extra. */
-void ts_rt_calib_fill(const ts_rt_calib *c, int l, bool pruned, uint32_t extra, void *dst);
+ * its clips, hot channels, TS_CLIP_SHADOW unless pruned (a pruned layer's
+ * input i keeps it where bit i of keep is set); flags |= extra. */
+void ts_rt_calib_fill(const ts_rt_calib *c, int l, bool pruned, uint32_t keep, uint32_t extra, void *dst);
 
 #endif

@@ -119,7 +119,7 @@ struct ts_rt_weights {
     int users; /* ts_rt_layers attached now */
     uint8_t *calib; /* the layers' clip records (calib=, or a calibration's collect records) */
     bool calib_owned;
-    int calib_pruned; /* layers prune= clipped */
+    int calib_pruned; /* layers prune= took the shadow from */
 };
 
 struct ts_rt_layers {
@@ -195,11 +195,14 @@ static void free_plan_copies(layer_plan *lp) {
 
 /* calib=FILE: the sidecar's records for every layer, in one host block that
  * the layers' TS_LS_CALIB slots point into (uploaded with each layer's
- * vectors); prune= clips the least important layers' outliers. */
+ * vectors); prune= drops the shadow of the least important layers (but
+ * in the inputs prune_keep= names). */
 static int load_calib(ts_rt_weights *w, ts_err *err) {
     const char *path = ts_eng_calib_path(w->dev);
     const float prune = ts_eng_prune(w->dev);
     const char *name = ts_eng_describe(w->dev)->name;
+    if (ts_eng_prune_keep(w->dev) && !(prune > 0))
+        return ts_err_set(err, "prune_keep= needs prune=P (the fraction of layers it applies to)");
     if (!path[0])
         return prune > 0 ? ts_err_set(err, "prune=%g needs calib=FILE (a `tessera calibrate` sidecar)", (double)prune)
                          : 0;
@@ -245,7 +248,7 @@ static int load_calib(ts_rt_weights *w, ts_err *err) {
     }
     w->calib_owned = true;
     for (int l = 0; l < w->n_layer; l++) {
-        ts_rt_calib_fill(c, l, pruned[l], 0, w->calib + (size_t)l * stride);
+        ts_rt_calib_fill(c, l, pruned[l], ts_eng_prune_keep(w->dev), 0, w->calib + (size_t)l * stride);
         w->calib_pruned += pruned[l];
         w->slots[(size_t)l * TS_LS_COUNT + TS_LS_CALIB] =
             (ts_rt_host_slot){.data = w->calib + (size_t)l * stride, .bytes = stride};

@@ -34,6 +34,7 @@
 #include "check.h"
 #include "kernels/amx/amx.h"
 #include "kernels/amx/amx_impl.h" /* the packed layout: the int8 weights the shadow test reads back */
+#include "kernels/cpu.h"
 #include "kernels/repack.h"
 #include "quant/quant.h"
 
@@ -419,14 +420,47 @@ static double split_err(const double *wd, int64_t n_in, int64_t n_out, const flo
     return worst;
 }
 
+/* Adds the outliers of x to y with ts_amx_outliers_add (the reference),
+ * and checks that ts_amx_outliers_add_grouped gives its bits at every CPU
+ * level this machine runs (NaN for NaN), and refuses a token whose
+ * channels are not ascending. */
 static void shadow_add(const void *w, const float *x, int nt, int64_t n_in, float clip, float *y, int64_t *n_out_l) {
+    const ts_amx_hdr *h = w;
     const int64_t n = ts_amx_outliers_find(x, nt, n_in, clip, NULL, 0);
     ts_amx_outlier *o = malloc(sizeof *o * (size_t)(n ? n : 1));
     CHECK(ts_amx_outliers_find(x, nt, n_in, clip, o, n) == n, "outliers: the count changed between calls");
+    const size_t yb = sizeof(float) * (size_t)nt * (size_t)h->n_out;
+    float *y0 = malloc(yb), *yg = malloc(yb), *col = malloc(sizeof(float) * (size_t)h->n_out);
+    int32_t *idx = malloc(sizeof(int32_t) * (size_t)(n ? n : 1)), *start = malloc(sizeof(int32_t) * (size_t)n_in);
+    memcpy(y0, y, yb);
     ts_err err = {{0}};
     CHECK(ts_amx_outliers_add(w, o, n, y, &err) == 0, "outliers_add: %s", err.msg);
+    const ts_cpu_level was = ts_cpu_level_active();
+    static const ts_cpu_level lv[] = {TS_CPU_SCALAR, TS_CPU_AVX2, TS_CPU_AVX512};
+    for (int li = 0; li < 3; li++) {
+        if (!ts_kern_for_level(lv[li])) continue;
+        ts_cpu_force_level(lv[li]);
+        memcpy(yg, y0, yb);
+        CHECK(ts_amx_outliers_add_grouped(w, o, n, yg, idx, start, col, &err) == 0, "outliers_add_grouped: %s",
+              err.msg);
+        int diff = 0;
+        for (size_t i = 0; i < yb / sizeof(float); i++)
+            diff += !(isnan(y[i]) ? isnan(yg[i]) : memcmp(&y[i], &yg[i], sizeof(float)) == 0);
+        CHECK(!diff, "grouped outliers (%s, %d tokens, %lld outliers): %d outputs differ from the reference",
+              ts_cpu_level_name(lv[li]), nt, (long long)n, diff);
+    }
+    ts_cpu_force_level(was);
+    for (int64_t i = 1; i < n; i++)
+        if (o[i].t == o[i - 1].t) { /* swap two of a token's channels: refused */
+            const ts_amx_outlier tmp = o[i];
+            o[i] = o[i - 1], o[i - 1] = tmp;
+            CHECK(ts_amx_outliers_add_grouped(w, o, n, yg, idx, start, col, &err) != 0 &&
+                      strstr(err.msg, "not ascending"),
+                  "a token's channels out of order: %s", err.msg);
+            break;
+        }
     *n_out_l = n;
-    free(o);
+    free(o), free(y0), free(yg), free(col), free(idx), free(start);
 }
 
 static void test_shadow(void) {

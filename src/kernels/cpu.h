@@ -180,6 +180,7 @@ typedef struct ts_kern {
     ts_attn_block_fn attn_block;
     ts_glu_fn swiglu;
     ts_glu_fn geglu;
+    ts_axpy_fn axpy; /* NULL: ts_axpy_generic */
 } ts_kern;
 
 /* The table of the active level (never NULL). */

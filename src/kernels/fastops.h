@@ -59,6 +59,9 @@ typedef void (*ts_attn_block_fn)(const ts_attn_job *j, int kvh, int t0, int t1, 
  *           0.5 g (1 + tanh z) without tanh's cancellation near -1 */
 typedef void (*ts_glu_fn)(float *out, const float *gate, const float *up, int64_t n);
 
+/* y[i] = fmaf(a, x[i], y[i]) for i < n: the same bits at every level. */
+typedef void (*ts_axpy_fn)(float *y, float a, const float *x, int64_t n);
+
 /* Floats of per-thread scratch ts_attention_fast needs for ap. */
 int64_t ts_attention_fast_scratch(const ts_attn_params *ap);
 
@@ -82,5 +85,6 @@ void ts_glu(ts_threadpool *pool, bool gelu, bool fast, float *out, const float *
 void ts_attn_block_generic(const ts_attn_job *j, int kvh, int t0, int t1, float *scratch);
 void ts_swiglu_generic(float *out, const float *gate, const float *up, int64_t n);
 void ts_geglu_generic(float *out, const float *gate, const float *up, int64_t n);
+void ts_axpy_generic(float *y, float a, const float *x, int64_t n);
 
 #endif

@@ -120,6 +120,14 @@ void FASTOPS_NAME(geglu)(float *out, const float *gate, const float *up, int64_t
     }
 }
 
+/* y[i] = fmaf(a, x[i], y[i]): one rounding per element at every level (a
+ * fused multiply-add vectorised, or libm's fmaf), so every level gives the
+ * scalar loop's bits. */
+void FASTOPS_NAME(axpy)(float *y, float a, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        y[i] = fmaf(a, x[i], y[i]);
+}
+
 #ifndef FASTOPS_CVT_F16
 /* f16 -> f32, exact for every input: the 15 exponent+mantissa bits shifted
  * into f32 position and scaled by 2^112 (rebiases normals, normalises

@@ -63,18 +63,27 @@ typedef struct amx_eng {
 typedef struct amx_graph {
     ts_cpu_exec *cpu;
     ts_amx_ws *ws; /* NULL: the graph has no matmul */
-    ts_amx_outlier *out; /* [max matmul input]: one token's outliers */
+    ts_amx_outlier *out; /* [OUT_TOK * max matmul input]: a block of tokens' outliers */
+    int32_t *out_idx;    /* [OUT_TOK * max input]: their order by channel */
+    int32_t *out_start;  /* [max input] */
+    float *out_col;      /* [max matmul output]: one dequantized weight column */
     amx_eng *A;
     ts_engine *e;
     ts_err err; /* the last tile call's failure */
 } amx_graph;
 
+/* Tokens whose outliers are gathered and added together: each channel's
+ * weight column is read once per block (ts_amx_outliers_add_grouped). */
+#define OUT_TOK 32
+
 /* A calibrated input (act=int8 and a clip record with a clip): one scale
- * clip / 127 for the whole input, then, token by token, the elements
- * beyond the clip found in the actual input: their remainders multiplied
- * on this thread in float from the same packed weights and added
- * (TS_CLIP_SHADOW), or, in a pruned layer, only counted: the input is
- * quantized whole with the scale of its own amax (plain per-tensor). */
+ * clip / 127 for the whole input, then, OUT_TOK tokens at a time, the
+ * elements beyond the clip found in the actual input: their remainders
+ * multiplied on this thread in float from the same packed weights and
+ * added (TS_CLIP_SHADOW; each token's in ascending channel order, as the
+ * per-token reference adds them), or, in a pruned layer, only counted: the
+ * input is quantized whole with the scale of its own amax (plain
+ * per-tensor). */
 static int clipped_matmul(amx_graph *g, ts_threadpool *pool, int k, const void *const *w, float *const *y,
                           const float *x, int n_tok, const ts_eng_clip *c) {
     int64_t n_in = 0, n_out[4] = {0};
@@ -94,15 +103,18 @@ static int clipped_matmul(amx_graph *g, ts_threadpool *pool, int k, const void *
     const uint64_t t0 = ts_now_ns();
     const uint32_t *hot = ts_eng_clip_hot((ts_eng_clip *)c);
     uint64_t found = 0, unprofiled = 0;
-    for (int t = 0; t < n_tok; t++) {
-        const int64_t n = ts_amx_outliers_find(x + (size_t)t * (size_t)n_in, 1, n_in, c->clip, g->out, n_in);
+    for (int t0 = 0; t0 < n_tok; t0 += OUT_TOK) {
+        const int nb = n_tok - t0 < OUT_TOK ? n_tok - t0 : OUT_TOK;
+        const int64_t n =
+            ts_amx_outliers_find(x + (size_t)t0 * (size_t)n_in, nb, n_in, c->clip, g->out, (int64_t)nb * n_in);
         found += (uint64_t)n;
         if (!shadow || !n)
             continue;
         for (int64_t j = 0; j < n; j++)
             unprofiled += !((hot[g->out[j].k >> 5] >> (g->out[j].k & 31)) & 1u);
         for (int i = 0; i < k; i++)
-            if (ts_amx_outliers_add(w[i], g->out, n, y[i] + (size_t)t * (size_t)n_out[i], &g->err))
+            if (ts_amx_outliers_add_grouped(w[i], g->out, n, y[i] + (size_t)t0 * (size_t)n_out[i], g->out_idx,
+                                            g->out_start, g->out_col, &g->err))
                 return -1;
     }
     if (shadow) {
@@ -134,19 +146,37 @@ static int amx_run_graph(ts_engine *e, ts_eng_graph *g, ts_eng_bind *binds, uint
     return ts_cpu_exec_run(ag->cpu, A->pool, g->nodes, g->n_nodes, binds, base, pos0, n_tok, n_kv);
 }
 
-static int64_t max_matmul_in(const ts_eng_graph *g) {
+static int64_t max_matmul_dim(const ts_eng_graph *g, bool out) {
     int64_t m = 0;
     for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i].op == TS_OP_MATMUL && g->nodes[i].matmul.n_in > m)
-            m = g->nodes[i].matmul.n_in;
+        if (g->nodes[i].op == TS_OP_MATMUL) {
+            const int64_t d = out ? g->nodes[i].matmul.n_out : g->nodes[i].matmul.n_in;
+            if (d > m)
+                m = d;
+        }
     return m;
+}
+static int64_t max_matmul_in(const ts_eng_graph *g) { return max_matmul_dim(g, false); }
+
+/* the outlier lists of clipped matmuls (only graphs with clip records) */
+static bool has_clips(const ts_eng_graph *g) {
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].op == TS_OP_MATMUL && g->nodes[i].matmul.clipped)
+            return true;
+    return false;
+}
+static uint64_t outlier_bytes(const ts_eng_graph *g) {
+    if (!has_clips(g))
+        return 0;
+    const uint64_t mi = (uint64_t)max_matmul_in(g), mo = (uint64_t)max_matmul_dim(g, true);
+    return OUT_TOK * mi * (sizeof(ts_amx_outlier) + sizeof(int32_t)) + mi * sizeof(int32_t) + mo * sizeof(float);
 }
 
 static uint64_t amx_graph_scratch(const ts_engine *e, const ts_eng_graph *g) {
     const amx_eng *A = e->impl;
     const int64_t mi = max_matmul_in(g);
     return ts_cpu_exec_bytes(g->nodes, g->n_nodes, g->width, A->n_threads) +
-           (mi ? ts_amx_ws_bytes(mi, g->width) : 0);
+           (mi ? ts_amx_ws_bytes(mi, g->width) : 0) + outlier_bytes(g);
 }
 
 static void amx_graph_fini(ts_eng_graph *g) {
@@ -156,6 +186,9 @@ static void amx_graph_fini(ts_eng_graph *g) {
     ts_cpu_exec_free(ag->cpu);
     ts_amx_ws_free(ag->ws);
     free(ag->out);
+    free(ag->out_idx);
+    free(ag->out_start);
+    free(ag->out_col);
     free(ag);
 }
 
@@ -168,7 +201,11 @@ static int amx_graph_init(ts_engine *e, ts_eng_graph *g, ts_err *err) {
     ag->e = e;
     g->impl = ag;
     const int64_t mi = max_matmul_in(g);
-    if (mi && !(ag->out = malloc((size_t)mi * sizeof *ag->out))) {
+    const size_t mo = (size_t)max_matmul_dim(g, true);
+    if (has_clips(g) && (!(ag->out = malloc(OUT_TOK * (size_t)mi * sizeof *ag->out)) ||
+                         !(ag->out_idx = malloc(OUT_TOK * (size_t)mi * sizeof *ag->out_idx)) ||
+                         !(ag->out_start = malloc((size_t)mi * sizeof *ag->out_start)) ||
+                         !(ag->out_col = malloc(mo * sizeof *ag->out_col)))) {
         ts_err_set(err, "out of memory building a graph");
         amx_graph_fini(g);
         g->impl = NULL;

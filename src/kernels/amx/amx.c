@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu.h"
+#include "kernels/fastops.h"
 #include "kernels/repack.h"
 #include "kernels/rp_layout.h"
 #include "quant/quant.h"
@@ -506,6 +508,54 @@ int ts_amx_outliers_add(const void *w, const ts_amx_outlier *o, int64_t n, float
             for (int rr = 0; rr < nr; rr++)
                 yt[16 * p + rr] = fmaf(r, wsc[rr] * (float)(int8_t)col[4 * rr], yt[16 * p + rr]);
         }
+    }
+    return 0;
+}
+
+int ts_amx_outliers_add_grouped(const void *w, const ts_amx_outlier *o, int64_t n, float *y, int32_t *idx,
+                                int32_t *start, float *col, ts_err *err) {
+    const ts_amx_hdr *h = w;
+    if (!h || h->magic != TS_AMX_MAGIC || h->path != TS_AMX_PATH_I8)
+        return ts_err_set(err, "amx: outliers need a matrix packed act=int8");
+    if (n > INT32_MAX)
+        return ts_err_set(err, "amx: %lld outliers in one call (at most 2^31 - 1)", (long long)n);
+    for (int64_t i = 0; i < n; i++) {
+        if (o[i].t < 0 || o[i].k < 0 || o[i].k >= h->n_in)
+            return ts_err_set(err, "amx: outlier %lld (token %d, channel %d) outside the matrix's %lld inputs",
+                              (long long)i, (int)o[i].t, (int)o[i].k, (long long)h->n_in);
+        if (i && o[i].t == o[i - 1].t && o[i].k <= o[i - 1].k)
+            return ts_err_set(err, "amx: outlier %lld: token %d's channels are not ascending (%d after %d)",
+                              (long long)i, (int)o[i].t, (int)o[i].k, (int)o[i - 1].k);
+    }
+    /* counting sort by channel, stable: start[k] ends as the end of k's run */
+    memset(start, 0, (size_t)h->n_in * sizeof *start);
+    for (int64_t i = 0; i < n; i++)
+        start[o[i].k]++;
+    int32_t acc = 0;
+    for (int64_t k = 0; k < h->n_in; k++) {
+        const int32_t c = start[k];
+        start[k] = acc;
+        acc += c;
+    }
+    for (int64_t i = 0; i < n; i++)
+        idx[start[o[i].k]++] = (int32_t)i;
+    void (*axpy)(float *, float, const float *, int64_t) = ts_kern_get()->axpy ? ts_kern_get()->axpy : ts_axpy_generic;
+    int32_t b = 0;
+    for (int64_t k = 0; k < h->n_in; k++) {
+        const int32_t e = start[k];
+        if (e == b)
+            continue;
+        for (int64_t p = 0; p < h->n_rt; p++) {
+            /* channel k of the tile's 16 rows: bytes 4 apart in one 64-byte vector */
+            const uint8_t *rt = ts_amx_rt(h, p), *cb = rt + (size_t)(k / 4) * 64 + (size_t)(k % 4);
+            const float *wsc = (const float *)(const void *)(rt + h->off_wd);
+            const int nr = h->n_out - 16 * p < 16 ? (int)(h->n_out - 16 * p) : 16;
+            for (int rr = 0; rr < nr; rr++)
+                col[16 * p + rr] = wsc[rr] * (float)(int8_t)cb[4 * rr];
+        }
+        for (int32_t j = b; j < e; j++)
+            axpy(y + (int64_t)o[idx[j]].t * h->n_out, o[idx[j]].r, col, h->n_out);
+        b = e;
     }
     return 0;
 }

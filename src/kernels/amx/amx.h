@@ -144,6 +144,17 @@ int64_t ts_amx_outliers_find(const float *x, int n_tok, int64_t n_in, float clip
  * its shape (k >= n_in, t < 0). */
 int ts_amx_outliers_add(const void *w, const ts_amx_outlier *o, int64_t n, float *y, ts_err *err);
 
+/* ts_amx_outliers_add's sums bit for bit, for a list in which each token's
+ * outliers are in ascending channel order (what ts_amx_outliers_find
+ * writes; -1 with err otherwise): the outliers grouped by channel, each
+ * channel's column of w read and dequantized once for all its tokens (the
+ * per-outlier walk reads a 64-byte line per 16 rows for every outlier,
+ * mostly the same lines again), then added to each token's row with the
+ * active level's axpy (kernels/fastops.h: fmaf, the same bits). Scratch:
+ * idx [n] and start [n_in] int32, col [n_out] floats. */
+int ts_amx_outliers_add_grouped(const void *w, const ts_amx_outlier *o, int64_t n, float *y, int32_t *idx,
+                                int32_t *start, float *col, ts_err *err);
+
 /* ---- references, for tests ---- */
 
 /* ts_amx_matmul_pt's definition with scalar loops (clip > 0, or <= 0 for

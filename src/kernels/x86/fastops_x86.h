@@ -9,8 +9,10 @@
 void ts_attn_block_avx2(const ts_attn_job *j, int kvh, int t0, int t1, float *scratch);
 void ts_swiglu_avx2(float *out, const float *gate, const float *up, int64_t n);
 void ts_geglu_avx2(float *out, const float *gate, const float *up, int64_t n);
+void ts_axpy_avx2(float *y, float a, const float *x, int64_t n);
 void ts_attn_block_avx512(const ts_attn_job *j, int kvh, int t0, int t1, float *scratch);
 void ts_swiglu_avx512(float *out, const float *gate, const float *up, int64_t n);
 void ts_geglu_avx512(float *out, const float *gate, const float *up, int64_t n);
+void ts_axpy_avx512(float *y, float a, const float *x, int64_t n);
 
 #endif

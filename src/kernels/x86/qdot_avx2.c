@@ -24,5 +24,6 @@ const ts_kern ts_kern_tab_avx2 = {
     .rp_quant = ts_rp_quant_avx2,
     .attn_block = ts_attn_block_avx2,
     .swiglu = ts_swiglu_avx2,
+    .axpy = ts_axpy_avx2,
     .geglu = ts_geglu_avx2,
 };

@@ -91,5 +91,6 @@ const ts_kern ts_kern_tab_avx512 = {
     .rp_quant = ts_rp_quant_avx512,
     .attn_block = ts_attn_block_avx512,
     .swiglu = ts_swiglu_avx512,
+    .axpy = ts_axpy_avx512,
     .geglu = ts_geglu_avx512,
 };

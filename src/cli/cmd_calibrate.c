@@ -208,10 +208,8 @@ int cli_calibrate(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", e.message);
         goto done;
     }
-    ts_calib_free(cal);
+    ts_calib_free(cal); /* the model's contexts from here on gather nothing */
     cal = NULL;
-    ts_model_free(m); /* the calibrating model's CPU graphs gather; the importance runs need a plain one */
-    m = r.m = NULL;
 
     /* what was gathered */
     printf("# %s: clip = p%g of |x|, %lld windows of %d\n", out, (double)pct, (long long)n_chunk, (int)n_ctx);
@@ -230,11 +228,6 @@ int cli_calibrate(int argc, char **argv) {
 
     /* 2. importance of each layer's outlier handling */
     if (imp_chunks > 0) {
-        if (ts_model_load(model, &mp, &m, &e) != TS_OK) {
-            fprintf(stderr, "error: %s\n", e.message);
-            goto done;
-        }
-        r.m = m;
         const size_t tl = strlen(out) + 16;
         tmp = malloc(tl);
         imp = calloc((size_t)info.n_layer, sizeof *imp);

@@ -544,6 +544,11 @@ typedef struct ts_stats {
     int64_t dev_outliers_pruned;     /* beyond the clip in layers prune= took the shadow from (quantized at
                                         the input's own amax scale instead) */
     double dev_outlier_ms;           /* CPU time finding and adding them */
+    /* The device's compute unit running this run's graphs, measured on
+     * the device's thread (loop's slow= included); 0 where the device does
+     * not measure it (opencl). Prefill wall time minus this is the time
+     * the device sat idle or crossing. */
+    double dev_busy_ms;
 } ts_stats;
 
 /* Same thread as ctx. */

@@ -18,7 +18,7 @@ SMOL = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA = "gemma-3-270m-q4_k_m.gguf"
 GPL = "/usr/share/common-licenses/GPL-3"
 DEV_KEYS = ["prefill_dev_tokens", "prefill_dev_nodes", "prefill_cpu_tokens", "dev_upload_mib", "dev_stall_ms",
-            "graph_builds", "crossings", "device"]
+            "dev_busy_ms", "graph_builds", "crossings", "device"]
 # what the OpenCL device's matmul takes (tessera devices): the CPU computing
 # with the weights converted to these types is the like-for-like reference
 OCL_TYPES = "cpu,wtypes=f32+f16+q4_0+q4_1+q8_0"
@@ -149,6 +149,12 @@ def case_commands_loop():
     p_loop, pst, _ = ppl(m, ["--prefill-device", "loop"], c=64, chunks=2, chunk=32)
     if p_cpu != p_loop or pst["prefill_dev_tokens"] != 128 or pst["device"] != "loop":
         fail(f"perplexity on loop {p_loop} vs cpu {p_cpu}: {pst}")
+    # slow=3: the same arithmetic, the device's compute unit held 3x as
+    # long (dev_busy_ms, measured on its thread: ~3x, at least 2x)
+    p_slow, sst, _ = ppl(m, ["--prefill-device", "loop,slow=3"], c=64, chunks=2, chunk=32)
+    if p_slow != p_loop or not pst["dev_busy_ms"] > 0 or not sst["dev_busy_ms"] >= 2 * pst["dev_busy_ms"]:
+        fail(f"loop,slow=3: ppl {p_slow} vs {p_loop}, dev_busy_ms {sst['dev_busy_ms']} vs {pst['dev_busy_ms']}")
+    print(f"ok: dev_busy_ms {pst['dev_busy_ms']:.1f} on loop, {sst['dev_busy_ms']:.1f} with slow=3")
     # bench: the backend and the device fields of the JSON
     rc, out, err = run(["bench", "-m", m, "-p", "64", "-n", "0", "-r", "1", "-t", "2", "--prefill-device",
                         "loop:npu,delay_us=0", "--chunk", "32", "--json"])

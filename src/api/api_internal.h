@@ -54,6 +54,7 @@ typedef struct ts_run {
     /* prefill on a device: this run's share (deltas of ts_state_dev_stats) */
     int64_t dev_tokens, dev_nodes, crossings;
     uint64_t stall_ns;
+    uint64_t busy_ns;
 } ts_run;
 
 struct ts_context {

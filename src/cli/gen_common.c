@@ -283,9 +283,11 @@ int gen_load(const gen_opts *o, ts_model **m, ts_context **ctx) {
 void gen_print_dev_json(FILE *f, const ts_stats *st) {
     fprintf(f,
             ",\"prefill_dev_tokens\":%lld,\"prefill_dev_nodes\":%lld,\"prefill_cpu_tokens\":%lld,"
-            "\"dev_upload_mib\":%.3f,\"dev_stall_ms\":%.3f,\"graph_builds\":%lld,\"crossings\":%lld,",
+            "\"dev_upload_mib\":%.3f,\"dev_stall_ms\":%.3f,\"dev_busy_ms\":%.3f,\"graph_builds\":%lld,"
+            "\"crossings\":%lld,",
             (long long)st->prefill_dev_tokens, (long long)st->prefill_dev_nodes, (long long)st->prefill_cpu_tokens,
-            st->dev_upload_mib, st->dev_stall_ms, (long long)st->graph_builds, (long long)st->crossings);
+            st->dev_upload_mib, st->dev_stall_ms, st->dev_busy_ms, (long long)st->graph_builds,
+            (long long)st->crossings);
     if (st->dev_outliers || st->dev_outliers_pruned)
         fprintf(f, "\"dev_outliers\":%lld,\"dev_outliers_unprofiled\":%lld,\"dev_outliers_pruned\":%lld,"
                    "\"dev_outlier_ms\":%.3f,",

@@ -209,6 +209,8 @@ typedef struct ts_eng_stats {
                                  that memory is simply shared) */
     uint64_t stall_ns;        /* queues blocked in waits flagged TS_WAIT_WEIGHTS */
     uint64_t wait_ns;         /* queues blocked in other waits */
+    uint64_t busy_ns;         /* the compute unit running graphs (hostdev engines: measured on its
+                                 thread, slow= included; 0 where not measured) */
     uint64_t crossings;       /* batches handed to the device */
     uint64_t nodes;           /* graph nodes computed on the device */
     uint64_t graph_builds;    /* graphs built (one per shape, ideally) */

@@ -278,6 +278,7 @@ void ts_state_dev_stats_get(const ts_state *s, ts_state_dev_stats *out) {
     out->crossings = ps.run_crossings;
     out->upload_bytes = es.upload_bytes;
     out->stall_ns = es.stall_ns;
+    out->busy_ns = es.busy_ns;
     out->outliers = es.outliers;
     out->outliers_unprofiled = es.outliers_unprofiled;
     out->outliers_pruned = es.outliers_pruned;

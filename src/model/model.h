@@ -140,6 +140,7 @@ typedef struct ts_state_dev_stats {
     uint64_t weight_bytes;   /* the weights' device copy (resident; 0 when streaming), shared */
     int32_t weight_users;    /* states sharing that device session now (this one included) */
     uint64_t stall_ns;       /* device waiting on weight uploads */
+    uint64_t busy_ns;        /* the device computing graphs (ts_eng_stats.busy_ns) */
     /* clip records (calib=): the session's counters, as ts_eng_stats */
     uint64_t outliers, outliers_unprofiled, outliers_pruned, outlier_ns;
     uint64_t graph_builds;   /* chunk graphs built (at setup only) */

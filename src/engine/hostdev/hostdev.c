@@ -103,7 +103,12 @@ static int run_graph(ts_engine *e, hd_cmd *c) {
     for (int s = 0; s < g->n_slots; s++)
         base[s] = c->binds[s].buf ? (uint8_t *)c->binds[s].buf->impl + c->binds[s].off : NULL;
     pthread_mutex_lock(&L->compute);
+    const uint64_t t0 = ts_now_ns();
     const int rc = L->run_graph(e, g, c->binds, base, c->pos0, c->n_tok, c->n_kv);
+    const uint64_t dt = ts_now_ns() - t0;
+    if (L->slow > 1)
+        sleep_us((int64_t)((uint64_t)(L->slow - 1) * dt / 1000u));
+    TS_ENG_COUNT(e, busy_ns, ts_now_ns() - t0);
     pthread_mutex_unlock(&L->compute);
     if (base != stack_base)
         free(base);

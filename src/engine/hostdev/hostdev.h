@@ -36,6 +36,11 @@ typedef struct ts_hostdev {
      * most copy_mbps MB/s (the rest slept after the memcpy: the emulated
      * device's staging bandwidth, e.g. a phone NPU's mapped-buffer path) */
     int64_t copy_mbps;
+    /* > 1: every graph occupies the compute unit slow times as long as its
+     * computation took (the rest slept, holding the unit): a device that
+     * much slower than the host's kernels, for sweeping the device's
+     * relative speed (loop's slow=) */
+    int64_t slow;
     /* Runs graph g over n_tok tokens; base[s] is the host address of slot s
      * (buffer + offset), binds the run's own copy (the engine may rewrite
      * it). Called on the queue's worker under `compute`. 0, or -1 when it

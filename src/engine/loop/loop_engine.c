@@ -9,7 +9,9 @@
  * Profiles: "loop" takes every op and weight type the CPU does, any width,
  * a 2 GiB window, no crossing delay. "loop:npu" is NPU-like: matmul only,
  * widths of exactly 32/64/128/256 tokens, F16/Q8_0/Q4_0 weights, a 256 MiB
- * window, 300 us per crossing. Options override window and delay.
+ * window, 300 us per crossing. Options override window and delay;
+ * slow=N makes every graph take N times its computation (the device's
+ * relative speed, for the scheduling sweeps; ts_eng_stats.busy_ns counts it).
  *
  * nowait=1 breaks the device on purpose: its queues skip every wait, so a
  * graph can run before the upload it depends on. The ordering gate uses it
@@ -107,10 +109,11 @@ static const ts_eng_vt loop_vt = {
 };
 
 static ts_engine *loop_open(const ts_eng_opts *o, ts_err *err) {
-    long long threads = 1, delay_us = -1, copy_mbps = 0, nowait = 0, own_layout = 0;
+    long long threads = 1, delay_us = -1, copy_mbps = 0, slow = 1, nowait = 0, own_layout = 0;
     if (ts_eng_opt_int(o, "threads", 1, 256, o->threads_hint > 0 ? o->threads_hint : 1, &threads, err) ||
         ts_eng_opt_int(o, "delay_us", 0, 10000000, -1, &delay_us, err) ||
         ts_eng_opt_int(o, "copy_mbps", 0, 1000000000, 0, &copy_mbps, err) ||
+        ts_eng_opt_int(o, "slow", 1, 1000, 1, &slow, err) ||
         ts_eng_opt_int(o, "nowait", 0, 1, 0, &nowait, err) || ts_eng_opt_int(o, "own_layout", 0, 1, 0, &own_layout, err))
         return NULL;
     ts_engine *e = ts_eng_alloc(&loop_vt, o, err);
@@ -130,6 +133,7 @@ static ts_engine *loop_open(const ts_eng_opts *o, ts_err *err) {
     L->own_layout = own_layout != 0; /* likewise */
     L->hd.delay_us = delay_us >= 0 ? delay_us : (L->npu ? 300 : 0);
     L->hd.copy_mbps = copy_mbps;
+    L->hd.slow = slow;
     L->n_threads = (int)threads;
     L->pool = ts_threadpool_new(L->n_threads, err);
     if (!L->pool) {
@@ -165,9 +169,10 @@ static ts_engine *loop_open(const ts_eng_opts *o, ts_err *err) {
     if (o->window) d->window_bytes = o->window; /* emulated: any size can be asked for */
     d->max_buf_bytes = d->window_bytes;
     snprintf(d->detail, sizeof d->detail,
-             "loopback test device: the CPU's %s kernels behind a queue thread, %d thread%s%s%s%s",
+             "loopback test device: the CPU's %s kernels behind a queue thread, %d thread%s%s%s%s%s",
              ts_cpu_level_name(ts_cpu_level_active()), L->n_threads, L->n_threads == 1 ? "" : "s",
              L->npu ? "; NPU profile" : "", copy_mbps ? "; copies at most copy_mbps MB/s" : "",
+             slow > 1 ? "; slowed" : "",
              L->hd.nowait ? "; NOWAIT (broken on purpose)" : "");
     return e;
 }
@@ -178,7 +183,7 @@ static int loop_check_variant(const char *variant, ts_err *err) {
     return 0;
 }
 
-static const char *const loop_options[] = {"threads", "delay_us", "copy_mbps",
+static const char *const loop_options[] = {"threads", "delay_us", "copy_mbps", "slow",
 #ifdef TS_TEST_HOOKS
                                            "nowait", "own_layout",
 #endif

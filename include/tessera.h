@@ -549,6 +549,11 @@ typedef struct ts_stats {
      * not measure it (opencl). Prefill wall time minus this is the time
      * the device sat idle or crossing. */
     double dev_busy_ms;
+    /* sched=ooo (docs/ENGINE.md "Out-of-order prefill"): prompt chunks this
+     * run computed several in flight, and the time the CPU thread sat
+     * blocked on the device with none of its own units ready */
+    int64_t dev_ooo_chunks;
+    double dev_host_wait_ms;
 } ts_stats;
 
 /* Same thread as ctx. */

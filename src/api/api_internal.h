@@ -55,6 +55,8 @@ typedef struct ts_run {
     int64_t dev_tokens, dev_nodes, crossings;
     uint64_t stall_ns;
     uint64_t busy_ns;
+    int64_t ooo_chunks;      /* sched=ooo: chunks run several in flight */
+    uint64_t host_wait_ns;   /* the CPU thread blocked on the device in those runs */
 } ts_run;
 
 struct ts_context {

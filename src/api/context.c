@@ -268,6 +268,8 @@ static ts_status prefill(ts_context *c, const int32_t *tokens, int32_t n, float 
         c->run.crossings += (int64_t)(d1.crossings - d0.crossings);
         c->run.stall_ns += d1.stall_ns - d0.stall_ns;
         c->run.busy_ns += d1.busy_ns - d0.busy_ns;
+        c->run.ooo_chunks += (int64_t)(d1.ooo_chunks - d0.ooo_chunks);
+        c->run.host_wait_ns += d1.ooo_host_wait_ns - d0.ooo_host_wait_ns;
         if (frc < 0) {
             c->run.prefill_ms += ts_now_ms() - t0;
             return ts_ctx_fail(c, TS_ERR_INTERNAL, "eval: %s", e.msg);
@@ -531,5 +533,7 @@ ts_status ts_context_get_stats(const ts_context *c, ts_stats *out) {
     s.dev_outliers_pruned = (int64_t)ds.outliers_pruned;
     s.dev_outlier_ms = (double)ds.outlier_ns / 1e6;
     s.dev_busy_ms = (double)c->run.busy_ns / 1e6;
+    s.dev_ooo_chunks = c->run.ooo_chunks;
+    s.dev_host_wait_ms = (double)c->run.host_wait_ns / 1e6;
     return ts_struct_out(out, &s, sizeof s);
 }

@@ -214,3 +214,21 @@ int cli_score_window(ts_context *ctx, const int32_t *ids, int32_t n_ctx, int32_t
     }
     return 0;
 }
+
+const char *cli_device_sched(const char *cmd, const char *dev, const char *sched, char *buf, size_t n) {
+    if (!sched) return dev;
+    if (strcmp(sched, "inorder") && strcmp(sched, "ooo")) {
+        fprintf(stderr, "tessera %s: --sched: '%s' is not a schedule (inorder or ooo)\n", cmd, sched);
+        return NULL;
+    }
+    if (!dev || !strcmp(dev, "none")) {
+        fprintf(stderr, "tessera %s: --sched schedules prefill on a device: give --prefill-device too\n", cmd);
+        return NULL;
+    }
+    const int len = snprintf(buf, n, "%s,sched=%s", dev, sched);
+    if (len < 0 || (size_t)len >= n) {
+        fprintf(stderr, "tessera %s: --prefill-device '%s' is too long\n", cmd, dev);
+        return NULL;
+    }
+    return buf;
+}

@@ -32,6 +32,11 @@ int32_t *cli_tokenize_text(const ts_model *m, const char *text, size_t len, bool
  * Integers in [lo, INT32_MAX]; floats in [lo, hi] (NaN refused); unsigned
  * 64-bit integers in any base strtoull takes (a leading '-' refused). */
 int cli_parse_i32(const char *flag, const char *s, int32_t lo, int32_t *out);
+/* --sched S with --prefill-device DEV: "DEV,sched=S" in buf (the engine
+ * option the runtime reads), or DEV itself when S is NULL. NULL with a
+ * message on stderr when S is given without a device, is not inorder or
+ * ooo, or does not fit. */
+const char *cli_device_sched(const char *cmd, const char *dev, const char *sched, char *buf, size_t n);
 int cli_parse_f32(const char *flag, const char *s, float lo, float hi, float *out);
 int cli_parse_u64(const char *flag, const char *s, uint64_t *out);
 

@@ -147,6 +147,7 @@ static void usage(FILE *f) {
                "              backend column says so and the JSON adds prefill_device, dev_stall_ms\n"
                "              (mean per run) and prefill_dev_tokens (per run)\n"
                "  --chunk N   tokens per device chunk (default 256)\n"
+               "  --sched S   inorder (default) or ooo: prompt chunks out of order on the device\n"
                "  --prefill-min-tokens N  narrower chunks stay on the CPU (default 32)\n",
             BENCH_MAX_REPS);
 }
@@ -162,6 +163,8 @@ typedef struct {
     bool json;
     int_list pp, tg, th;
     const char *prefill_device; /* --prefill-device, or NULL */
+    const char *sched;          /* --sched, or NULL */
+    char device_buf[512];
     int chunk, prefill_min;     /* 0: library defaults */
 } bench_opts;
 
@@ -186,7 +189,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         const bool known = !strcmp(a, "-m") || !strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "-t") ||
                            !strcmp(a, "-r") || !strcmp(a, "-b") || !strcmp(a, "-o") ||
                            !strcmp(a, "--prefill-device") || !strcmp(a, "--chunk") ||
-                           !strcmp(a, "--prefill-min-tokens");
+                           !strcmp(a, "--prefill-min-tokens") || !strcmp(a, "--sched");
         if (!known) {
             fprintf(stderr, "tessera bench: unknown option '%s'\n", a);
             usage(stderr);
@@ -203,6 +206,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             o->models[o->n_models++] = v;
         } else if (!strcmp(a, "--prefill-device")) {
             o->prefill_device = v;
+        } else if (!strcmp(a, "--sched")) {
+            o->sched = v;
         } else if (!strcmp(a, "--chunk") || !strcmp(a, "--prefill-min-tokens")) {
             long x = strtol(v, &end, 10);
             if (end == v || *end || x < 1 || x > 65536) return bad_arg(a, v, "expected a token count 1..65536");
@@ -237,6 +242,9 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         fprintf(stderr, "tessera bench: nothing to run (-p 0 and -n 0)\n");
         return 2;
     }
+    if (o->sched &&
+        !(o->prefill_device = cli_device_sched("bench", o->prefill_device, o->sched, o->device_buf, sizeof o->device_buf)))
+        return 2;
     return 0;
 }
 

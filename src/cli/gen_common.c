@@ -71,6 +71,8 @@ static void print_help(enum gen_cmd cmd, FILE *f) {
                "                           a device that will not open: one line on stderr, CPU run\n"
                "      --chunk N            tokens per device chunk (default 256; a device requiring\n"
                "                           widths gets the largest of them <= N)\n"
+               "      --sched S            inorder (default) or ooo: several prompt chunks in flight, the\n"
+               "                           CPU's work overlapping the device's (docs/ENGINE.md)\n"
                "      --prefill-min-tokens N  narrower chunks (the tail) stay on the CPU (default 32); auto: a chunk\n"
                "                              goes to the device when the CPU's measured time for it exceeds the\n"
                "                              device's crossing cost\n");
@@ -152,7 +154,7 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
                      FLAG("-b", "--batch-size") || FLAG("-f", "--file") ||
                      (cmd == GEN_PPL && (!strcmp(name, "--chunks") || !strcmp(name, "--stats"))) ||
                      !strcmp(name, "--prefill-device") || !strcmp(name, "--chunk") ||
-                     !strcmp(name, "--prefill-min-tokens") ||
+                     !strcmp(name, "--prefill-min-tokens") || !strcmp(name, "--sched") ||
                      (cmd != GEN_PPL &&
                       (FLAG("-n", "--n-predict") || !strcmp(name, "--temp") || !strcmp(name, "--top-k") ||
                        !strcmp(name, "--top-p") || !strcmp(name, "--min-p") || !strcmp(name, "--repeat-penalty") ||
@@ -191,6 +193,7 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
         else if (FLAG("-b", "--batch-size")) rc = cli_parse_i32(name, val, 1, &o->n_batch);
         else if (!strcmp(name, "--chunks")) rc = cli_parse_i32(name, val, 1, &o->chunks);
         else if (!strcmp(name, "--prefill-device")) o->prefill_device = val;
+        else if (!strcmp(name, "--sched")) o->sched = val;
         else if (!strcmp(name, "--chunk")) {
             rc = cli_parse_i32(name, val, 1, &o->chunk);
             if (!rc && o->chunk > 65536) {
@@ -217,6 +220,9 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
         if (rc < 0) return -1;
     }
     if (o->sp.repeat_penalty == 0.0f) o->sp.repeat_penalty = 1.0f;
+    if (o->sched && !(o->prefill_device =
+                          cli_device_sched(cmdname, o->prefill_device, o->sched, o->device_buf, sizeof o->device_buf)))
+        return -1;
 
     if (!o->model) {
         fprintf(stderr, "tessera %s: -m MODEL is required (see tessera %s --help)\n", cmdname, cmdname);
@@ -288,6 +294,9 @@ void gen_print_dev_json(FILE *f, const ts_stats *st) {
             (long long)st->prefill_dev_tokens, (long long)st->prefill_dev_nodes, (long long)st->prefill_cpu_tokens,
             st->dev_upload_mib, st->dev_stall_ms, st->dev_busy_ms, (long long)st->graph_builds,
             (long long)st->crossings);
+    if (st->dev_ooo_chunks)
+        fprintf(f, "\"dev_ooo_chunks\":%lld,\"dev_host_wait_ms\":%.3f,", (long long)st->dev_ooo_chunks,
+                st->dev_host_wait_ms);
     if (st->dev_outliers || st->dev_outliers_pruned)
         fprintf(f, "\"dev_outliers\":%lld,\"dev_outliers_unprofiled\":%lld,\"dev_outliers_pruned\":%lld,"
                    "\"dev_outlier_ms\":%.3f,",

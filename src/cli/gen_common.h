@@ -28,6 +28,8 @@ typedef struct gen_opts {
     bool seed_set;
     ts_sampling_params sp;
     const char *prefill_device; /* --prefill-device, or NULL */
+    const char *sched;          /* --sched inorder|ooo, or NULL */
+    char device_buf[512];       /* prefill_device with ",sched=" */
     int32_t chunk;              /* --chunk; 0 = library default (256) */
     int32_t prefill_min_tokens; /* --prefill-min-tokens; 0 = library default (32) */
 } gen_opts;

@@ -58,6 +58,8 @@
  *   prune_keep=I+...  with prune=: these inputs (qkv, o, ffn, down; none)
  *                     keep their shadow in a pruned layer (down: the input
  *                     whose outliers are largest; docs/FIDELITY.md)
+ *   sched=S           how the runtime schedules a prompt's chunks
+ *                     (ts_eng_sched): inorder (default) or ooo
  *   wtypes=A+B+...    restricts the matmul weight types the engine takes
  *                     (type names, e.g. f16+q8_0+q4_0): a `cpu` engine with
  *                     the NPU's types computes with the weights converted
@@ -74,6 +76,10 @@
  *                     events; exists so a gate can prove it notices
  *   own_layout=1      loop: its own weight layout (rows padded to 64 bytes,
  *                     ts_eng_pack), so the runtime's packing path is tested
+ *   ooo_nowait=1      any engine, runtime only, with sched=ooo: BROKEN ON
+ *                     PURPOSE - a chunk's attention does not wait for the
+ *                     previous chunk's K/V rows of that layer (and ties go
+ *                     to the later chunk, so the race is certain)
  *   nodrain=1         any engine, runtime only: BROKEN ON PURPOSE - a layer
  *                     run returns without waiting for the device, so the
  *                     CPU reads the residual stream and KV rows before the
@@ -249,6 +255,20 @@ int ts_eng_staging_slots(const ts_engine *e);
 /* The option place=P (any engine, read by the runtime). */
 typedef enum ts_eng_place { TS_PLACE_AUTO = 0, TS_PLACE_STREAM, TS_PLACE_PERUSE, TS_PLACE_SOMR } ts_eng_place;
 ts_eng_place ts_eng_placement(const ts_engine *e);
+/* The option sched=S (any engine, read by the runtime): how a prompt's
+ * chunks are scheduled between the device and the CPU. inorder (default):
+ * one chunk after the other, each unit of work waiting for the previous
+ * one; ooo: several chunks in flight on activation sets of their own,
+ * every ready device unit queued at once and, while the device computes,
+ * the CPU running the ready unit that unlocks the most device work (seed
+ * 003's out-of-order execution; runtime/layers.h ts_rt_layers_run_chunks). */
+typedef enum ts_eng_sched { TS_SCHED_INORDER = 0, TS_SCHED_OOO } ts_eng_sched;
+ts_eng_sched ts_eng_schedule(const ts_engine *e);
+/* The ooo_nowait=1 test hook (TS_TEST_HOOKS builds only; false elsewhere):
+ * BROKEN ON PURPOSE - sched=ooo lets a chunk's attention run before the
+ * previous chunk stored that layer's K/V rows (so a gate can prove it
+ * notices). */
+bool ts_eng_test_ooo_nowait(const ts_engine *e);
 /* The calib= sidecar's path ("" when none) and prune= (0 when not set). */
 const char *ts_eng_calib_path(const ts_engine *e);
 float ts_eng_prune(const ts_engine *e);

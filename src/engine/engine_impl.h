@@ -22,6 +22,8 @@ typedef struct ts_eng_opts {
     uint64_t window;  /* 0 = the engine's default */
     uint64_t wtypes;  /* 0 = the engine's own; else a mask applied at open */
     bool nodrain;     /* test hook (TS_TEST_HOOKS builds): the runtime skips the wait at the end of a run */
+    bool ooo_nowait;  /* test hook (TS_TEST_HOOKS builds): sched=ooo drops the KV dependency between chunks */
+    int sched;        /* sched=S: a ts_eng_sched (engine.h), read by the runtime */
     int slots;        /* slots=N: weight staging slots for the runtime (0: its default) */
     int place;        /* place=P: a ts_eng_place (engine.h), read by the runtime */
     int threads_hint; /* ts_eng_open_params.threads: the default of engines that take threads= */

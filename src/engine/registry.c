@@ -25,7 +25,7 @@ static const ts_eng_backend *const registry[] = {
 
 /* Options that exist only in a TS_TEST_HOOKS build (named in the refusal
  * elsewhere, so a user is told why rather than "unknown"). */
-static const char *const test_hooks[] = {"nowait", "nodrain", "own_layout"};
+static const char *const test_hooks[] = {"nowait", "nodrain", "own_layout", "ooo_nowait"};
 
 static const ts_eng_backend *find_backend(const char *base) {
     for (size_t i = 0; i < N_REGISTRY; i++)
@@ -150,7 +150,19 @@ static int parse_spec(const char *spec, const ts_eng_open_params *p, ts_eng_opts
             if (parse_int(key, val, 0, 1, &v, err))
                 return -1;
             o->nodrain = v != 0;
+        } else if (!strcmp(key, "ooo_nowait")) {
+            long long v = 0;
+            if (parse_int(key, val, 0, 1, &v, err))
+                return -1;
+            o->ooo_nowait = v != 0;
 #endif
+        } else if (!strcmp(key, "sched")) {
+            if (!strcmp(val, "inorder"))
+                o->sched = TS_SCHED_INORDER;
+            else if (!strcmp(val, "ooo"))
+                o->sched = TS_SCHED_OOO;
+            else
+                return ts_err_set(err, "option sched=%s: expected inorder or ooo", val);
         } else if (!strcmp(key, "calib")) {
             if (!*val || strlen(val) >= sizeof o->calib)
                 return ts_err_set(err, "option calib=%s: expected the path of a `tessera calibrate` sidecar", val);
@@ -220,7 +232,7 @@ static int parse_spec(const char *spec, const ts_eng_open_params *p, ts_eng_opts
             size_t len = 0;
             for (const char *const *k = b->options; k && *k && len < sizeof own; k++)
                 len += (size_t)snprintf(own + len, sizeof own - len, ", %s", *k);
-            return ts_err_set(err, "device '%s': unknown option '%s' (known: window, slots, place, calib, prune, prune_keep, wtypes%s)", o->base, key, own);
+            return ts_err_set(err, "device '%s': unknown option '%s' (known: window, slots, place, sched, calib, prune, prune_keep, wtypes%s)", o->base, key, own);
         }
     }
     if (!threads_set && p && p->threads > 0 && takes_option(b, "threads"))

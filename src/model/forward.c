@@ -85,6 +85,9 @@ static void pf_open(ts_state *s, const ts_state_params *p) {
     /* the narrowest chunk worth a crossing: asked for, else the device's own
      * min_width where it names one, else 32 */
     s->want_sets = p->n_act_sets < 1 ? 1 : p->n_act_sets > 4 ? 4 : p->n_act_sets;
+    /* sched=ooo: two chunks in flight (one on the device while the CPU
+     * works on the other's units) */
+    if (ts_eng_schedule(s->pf_dev) == TS_SCHED_OOO && s->want_sets < 2) s->want_sets = 2;
     s->pf_auto = p->prefill_min_tokens < 0;
     s->pf_min = p->prefill_min_tokens > 0 ? p->prefill_min_tokens
                 : d->min_width > 1        ? d->min_width
@@ -291,6 +294,8 @@ void ts_state_dev_stats_get(const ts_state *s, ts_state_dev_stats *out) {
     out->converted = ps.converted;
     out->resident_layers = ps.n_resident;
     out->streamed_layers = ps.n_streamed;
+    out->ooo_chunks = s->ooo_chunks;
+    out->ooo_host_wait_ns = s->ooo_host_wait_ns;
 }
 
 const char *ts_state_dev_fallback(const ts_state *s) { return s && s->pf_fallback[0] ? s->pf_fallback : NULL; }
@@ -607,6 +612,70 @@ static int window_pad(const ts_state *s, int n, int32_t pos0, int32_t n_kv) {
     return pf_worth(s, n) ? s->pf_width - n : 0;
 }
 
+/* ---- several chunks out of order (sched=ooo) ---------------------------- */
+
+typedef struct ooo_ctx {
+    ts_state *s;
+    const int32_t *tokens; /* of the first chunk */
+    float *logits_all;     /* of the first chunk's first row, or NULL */
+    bool last;             /* the last chunk ends the forward's tokens */
+    int n, width;
+} ooo_ctx;
+
+static float *set_act(ts_state *s, int set, int slot) {
+    if (set == 0) return slot == TS_LS_X ? s->x : s->xn;
+    return s->sets[set - 1].act[slot];
+}
+
+static int ooo_begin(void *user, int c, int set, ts_err *err) {
+    (void)err;
+    ooo_ctx *o = user;
+    const int nb = (c + 1) * o->width <= o->n ? o->width : o->n - c * o->width;
+    stage_embed_into(o->s, set_act(o->s, set, TS_LS_X), o->tokens + (int64_t)c * o->width, nb, 0);
+    return 0;
+}
+
+static int ooo_end(void *user, int c, int set, ts_err *err) {
+    (void)err;
+    ooo_ctx *o = user;
+    ts_state *s = o->s;
+    const int nb = (c + 1) * o->width <= o->n ? o->width : o->n - c * o->width;
+    const bool last = o->last && (c + 1) * o->width >= o->n;
+    float *out = o->logits_all ? o->logits_all + (int64_t)c * o->width * s->m->hp.n_vocab : NULL;
+    finish_logits_from(s, set_act(s, set, TS_LS_X), set_act(s, set, TS_LS_XN), nb, out, last, (logit_sel){NULL, 0});
+    return 0;
+}
+
+/* The device chunks of tokens[0, n) from s->n_past, several in flight on
+ * the state's activation sets (ts_rt_layers_run_chunks). Returns how many
+ * tokens it ran: 0 when fewer than two chunks go to the device (the caller
+ * runs them one by one), -1 on failure. */
+static int32_t forward_ooo(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all, bool last, ts_err *err) {
+    enum { MAX_CH = 64 };
+    int64_t pos0[MAX_CH];
+    int n_tok[MAX_CH];
+    int nc = 0;
+    int32_t run = 0;
+    while (nc < MAX_CH && run < n) {
+        const int w = n - run < s->pf_width ? n - run : s->pf_width;
+        if (!pf_takes(s, w)) break;
+        pos0[nc] = s->n_past + run, n_tok[nc] = w;
+        nc++, run += w;
+    }
+    if (nc < 2) return 0;
+    ts_rt_layers *sets[5] = {s->pf};
+    for (int i = 0; i < s->n_sets && i < 4; i++) sets[i + 1] = s->sets[i].pf;
+    ooo_ctx o = {s, tokens, logits_all, last && run == n, run, s->pf_width};
+    ts_rt_chunks ch = {.n_chunks = nc, .pos0 = pos0, .n_tok = n_tok, .begin = ooo_begin, .end = ooo_end, .user = &o};
+    if (ts_rt_layers_run_chunks(sets, 1 + (s->n_sets < 4 ? s->n_sets : 4), &ch, err)) return -1;
+    s->ooo_chunks += (uint64_t)nc;
+    s->ooo_wall_ns += ch.wall_ns;
+    s->ooo_busy_ns += ch.dev_busy_ns;
+    s->ooo_host_wait_ns += ch.host_wait_ns;
+    s->n_past += run;
+    return run;
+}
+
 int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all, ts_err *err) {
     if (!s) return ts_err_set(err, "state is NULL");
     if (n < 0) return ts_err_set(err, "token count %d is negative", n);
@@ -622,6 +691,14 @@ int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all,
     for (int32_t done = 0; done < n;) {
         int nb = n - done < s->n_batch ? n - done : s->n_batch;
         float *out = logits_all ? logits_all + (int64_t)done * n_vocab : NULL;
+        if (s->pf && s->n_sets > 0 && ts_eng_schedule(s->pf_dev) == TS_SCHED_OOO) {
+            const int32_t ran = forward_ooo(s, tokens + done, n - done, out, true, err);
+            if (ran < 0) return -1;
+            if (ran > 0) {
+                done += ran;
+                continue;
+            }
+        }
         if (s->pf) {
             /* the prompt in chunks of the device's width: full ones (and, where
              * widths are free, a tail of at least the minimum) on the device,

@@ -153,6 +153,9 @@ typedef struct ts_state_dev_stats {
     uint64_t dev_pad_tokens; /* of dev_window_tokens: padding rows (windows narrower than a required width) */
     int32_t resident_layers; /* layers whose weights stay on the device */
     int32_t streamed_layers; /* layers staged through the slots every run */
+    /* sched=ooo: chunks run several in flight, and the calling thread's
+     * time blocked on the device with no unit of its own ready */
+    uint64_t ooo_chunks, ooo_host_wait_ns;
 } ts_state_dev_stats;
 void ts_state_dev_stats_get(const ts_state *s, ts_state_dev_stats *out);
 /* The one line a front end prints when the device asked for did not open

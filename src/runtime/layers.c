@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "kernels/linear.h"
 #include "kernels/repack.h"
 #include "quant/quant.h"
@@ -1373,6 +1374,243 @@ int ts_rt_layers_run_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n
         return 0;
     }
     return ts_rt_layers_wait(pf, err);
+}
+
+/* ---- several chunks out of order (ts_rt_layers_run_chunks) ------------- */
+
+/* Whether segment seg of layer l has a node of op. */
+static bool seg_has(const ts_rt_layers *pf, int l, int seg, ts_op op) {
+    const variant *V = &pf->vars[pf->layer_var[l]];
+    for (int k = V->segs[seg].first; k < V->segs[seg].first + V->segs[seg].count; k++)
+        if (V->nodes[k].op == op)
+            return true;
+    return false;
+}
+
+/* One chunk in flight. */
+typedef struct ch_run {
+    int set;
+    int next;         /* its next task (the chain issues in order) */
+    int done;         /* tasks complete: [0, done) */
+    bool begun, ended;
+    bool dev_dirty;   /* device tasks issued since the last sync back */
+    ts_eng_event *ev; /* marker after its last device run and the syncs back; done then = ev_upto */
+    int ev_upto;
+    uint64_t ev_seq;  /* enqueue order of ev, for the oldest wait */
+} ch_run;
+
+/* Task t's place in the chain, for the policy: how many CPU tasks from t
+ * (inclusive) until the next device task, and how many device tasks that
+ * run has (0: none before the chain's end). */
+static void cpu_to_dev(const ts_rt_layers *pf, int t, int *n_cpu, int *n_dev) {
+    int i = t;
+    while (i < pf->n_tasks && !pf->tasks[i].on_device)
+        i++;
+    *n_cpu = i - t;
+    int j = i;
+    while (j < pf->n_tasks && pf->tasks[j].on_device)
+        j++;
+    *n_dev = j - i;
+}
+
+int ts_rt_layers_run_chunks(ts_rt_layers *const *sets, int n_sets, ts_rt_chunks *ch, ts_err *err) {
+    if (!sets || n_sets < 1 || !ch || ch->n_chunks < 1 || !ch->pos0 || !ch->n_tok)
+        return ts_err_set(err, "prefill chunks: bad arguments");
+    ts_rt_layers *p0 = sets[0];
+    if (!p0 || !p0->dev)
+        return ts_err_set(err, "prefill chunks: no device");
+    for (int i = 0; i < n_sets; i++) {
+        if (!sets[i] || (i > 0 && sets[i]->share != p0) || sets[i]->in_flight)
+            return ts_err_set(err, "prefill chunks: set %d is not an idle activation set of the first", i);
+        if (sets[i]->streaming)
+            return ts_err_set(err, "prefill chunks: the weights stream; several chunks in flight need them resident");
+    }
+    for (int v = 0; v < p0->n_vars; v++)
+        if (p0->vars[v].kv_on_device != p0->vars[v].kv_read_device)
+            return ts_err_set(err, "prefill chunks: kv_store and attention run on different sides");
+    const bool widths = ts_eng_describe(p0->dev)->widths_required;
+    for (int c = 0; c < ch->n_chunks; c++) {
+        if (ch->n_tok[c] < 1 || ch->n_tok[c] > p0->width || (widths && ch->n_tok[c] != p0->width) ||
+            ch->pos0[c] < 0 || (c > 0 && ch->pos0[c] != ch->pos0[c - 1] + ch->n_tok[c - 1]))
+            return ts_err_set(err, "prefill chunks: chunk %d (%d tokens at %lld) does not fit width %d or follow the last",
+                              c, ch->n_tok[c], (long long)ch->pos0[c], p0->width);
+    }
+    const bool nowait = ts_eng_test_ooo_nowait(p0->dev);
+    const int n = ch->n_chunks, nt = p0->n_tasks;
+    ch_run *cr = calloc((size_t)n, sizeof *cr);
+    int *kvt = malloc(sizeof(int) * (size_t)p0->n_layer);  /* task of layer l's kv_store */
+    bool *reads = calloc((size_t)nt, 1);                   /* task t runs attention */
+    int *ncpu = malloc(sizeof(int) * (size_t)nt), *ndev = malloc(sizeof(int) * (size_t)nt);
+    if (!cr || !kvt || !reads || !ncpu || !ndev) {
+        free(cr), free(kvt), free(reads), free(ncpu), free(ndev);
+        return ts_err_set(err, "out of memory");
+    }
+    for (int l = 0; l < p0->n_layer; l++)
+        kvt[l] = -1;
+    for (int t = 0; t < nt; t++) {
+        const rt_task *T = &p0->tasks[t];
+        if (seg_has(p0, T->layer, T->seg, TS_OP_KV_STORE))
+            kvt[T->layer] = t;
+        reads[t] = seg_has(p0, T->layer, T->seg, TS_OP_ATTENTION);
+        cpu_to_dev(p0, t, &ncpu[t], &ndev[t]);
+    }
+    for (int c = 0; c < n; c++)
+        cr[c].set = c % n_sets;
+    const uint64_t t_start = ts_now_ns();
+    ts_eng_stats before = {0}, after = {0};
+    ts_eng_get_stats(p0->dev, &before);
+    uint64_t seq = 0;
+    int rc = -1, n_ended = 0;
+    /* the rows before the first chunk that a device-side attention reads and
+     * the device does not hold (the CPU decode's, a truncated cache's) */
+    if (p0->kv_mapped_dev) {
+        int64_t ma[TS_RT_KV_MAX_RANGES + 2], mb[TS_RT_KV_MAX_RANGES + 2];
+        int nm = ch->pos0[0] > 0 ? ts_rt_kv_missing(p0->kv_held, 0, ch->pos0[0], ma, mb, TS_RT_KV_MAX_RANGES + 2) : 0;
+        if (nm > TS_RT_KV_MAX_RANGES + 2)
+            nm = 1, ma[0] = 0, mb[0] = ch->pos0[0];
+        for (int i = 0; i < nm; i++) {
+            for (int l = 0; l < p0->n_layer; l++)
+                if (p0->vars[p0->layer_var[l]].kv_read_device && sync_kv(p0, l, ma[i], mb[i], TS_SYNC_TO_DEVICE, err))
+                    goto done;
+            ts_rt_kv_add(p0->kv_held, ma[i], mb[i]);
+        }
+    }
+    while (n_ended < n) {
+        bool progress = false;
+        /* markers: what the device finished */
+        for (int c = 0; c < n; c++)
+            if (cr[c].ev && ts_eng_event_done(cr[c].ev)) {
+                if (ts_eng_event_wait(cr[c].ev, err)) /* done: returns at once, with the queue's failure if any */
+                    goto done;
+                ts_eng_event_free(cr[c].ev);
+                cr[c].ev = NULL;
+                cr[c].done = cr[c].ev_upto;
+            }
+        /* chunks whose set is free begin (the host's embeddings: cheap) */
+        for (int c = 0; c < n; c++)
+            if (!cr[c].begun && (c < n_sets || cr[c - n_sets].ended)) {
+                if (ch->begin && ch->begin(ch->user, c, cr[c].set, err))
+                    goto done;
+                cr[c].begun = progress = true;
+            }
+        /* every ready device task, oldest chunk first: the device runs its
+         * queue in this order */
+        for (int c = 0; c < n; c++) {
+            ch_run *R = &cr[c];
+            ts_rt_layers *pf = sets[R->set];
+            while (R->begun && R->next < nt && pf->tasks[R->next].on_device) {
+                const int t = R->next;
+                const rt_task *T = &pf->tasks[t];
+                /* a CPU task before it is complete (the CPU queue is synchronous) */
+                if (t > 0 && !pf->tasks[t - 1].on_device && R->done < t)
+                    break;
+                /* its attention reads the previous chunk's rows of this layer:
+                 * their kv_store is queued before it (the queue runs in order) */
+                if (!nowait && reads[t] && c > 0 && !cr[c - 1].ended && cr[c - 1].next <= kvt[T->layer])
+                    break;
+                if (!R->dev_dirty && sync_acts(pf, ch->n_tok[c], TS_SYNC_TO_DEVICE, err))
+                    goto done;
+                if (ts_eng_enqueue_bound(pf->dq, pf->bsets[(size_t)T->layer * TS_LS_MAX_NODES + T->seg], ch->pos0[c],
+                                         ch->n_tok[c], 0, err))
+                    goto done;
+                R->dev_dirty = p0->dq_pending = true;
+                R->next++;
+                ch->dev_units++;
+                progress = true;
+                if (R->next == nt || !pf->tasks[R->next].on_device) {
+                    /* the crossing back: what the CPU's next task reads */
+                    if (sync_acts(pf, ch->n_tok[c], TS_SYNC_TO_HOST, err))
+                        goto done;
+                    for (int l = 0; l < pf->n_layer; l++)
+                        if (pf->vars[pf->layer_var[l]].kv_on_device && (R->next == nt || l == T->layer) &&
+                            sync_kv(pf, l, ch->pos0[c], ch->pos0[c] + ch->n_tok[c], TS_SYNC_TO_HOST, err))
+                            goto done;
+                    if (!(R->ev = ts_eng_enqueue_marker(p0->dq, err)) || ts_eng_queue_flush(p0->dq, err))
+                        goto done;
+                    R->ev_upto = R->next;
+                    R->ev_seq = seq++;
+                    R->dev_dirty = false;
+                }
+            }
+        }
+        /* the CPU: the ready task that feeds the device soonest */
+        int best = -1, best_cpu = 0, best_dev = 0;
+        for (int c0 = 0; c0 < n; c0++) {
+            const int c = nowait ? n - 1 - c0 : c0; /* the hook: ties to the later chunk */
+            const ch_run *R = &cr[c];
+            const ts_rt_layers *pf = sets[R->set];
+            if (!R->begun || R->ended || R->done != R->next)
+                continue;
+            const int t = R->next;
+            if (t < nt) {
+                if (pf->tasks[t].on_device)
+                    continue;
+                if (!nowait && reads[t] && c > 0 && !cr[c - 1].ended && cr[c - 1].done <= kvt[pf->tasks[t].layer])
+                    continue;
+            }
+            /* the end (t == nt) and tasks that reach no device work rank last */
+            const int nc = t < nt && ndev[t] ? ncpu[t] : INT32_MAX, nd = t < nt ? ndev[t] : 0;
+            if (best < 0 || nc < best_cpu || (nc == best_cpu && nd > best_dev))
+                best = c, best_cpu = nc, best_dev = nd;
+        }
+        if (best >= 0) {
+            ch_run *R = &cr[best];
+            ts_rt_layers *pf = sets[R->set];
+            if (R->next == nt) {
+                if (ch->end && ch->end(ch->user, best, R->set, err))
+                    goto done;
+                R->ended = true;
+                n_ended++;
+            } else {
+                const rt_task *T = &pf->tasks[R->next];
+                if (ts_eng_enqueue_bound(pf->cq, pf->bsets[(size_t)T->layer * TS_LS_MAX_NODES + T->seg], ch->pos0[best],
+                                         ch->n_tok[best], 0, err))
+                    goto done;
+                R->next++;
+                R->done = R->next;
+                ch->cpu_units++;
+            }
+            continue;
+        }
+        if (progress)
+            continue;
+        /* nothing ready on the host: wait for the device's oldest marker */
+        int oldest = -1;
+        for (int c = 0; c < n; c++)
+            if (cr[c].ev && (oldest < 0 || cr[c].ev_seq < cr[oldest].ev_seq))
+                oldest = c;
+        if (oldest < 0) {
+            ts_err_set(err, "prefill chunks: nothing ready and nothing on the device (%d of %d chunks ended)", n_ended, n);
+            goto done;
+        }
+        const uint64_t w0 = ts_now_ns();
+        if (ts_eng_event_wait(cr[oldest].ev, err))
+            goto done;
+        ch->host_wait_ns += ts_now_ns() - w0;
+    }
+    rc = 0;
+done:
+    if (rc) {
+        (void)ts_eng_queue_finish(p0->dq, NULL);
+        ts_rt_kv_clear(p0->kv_held);
+    }
+    for (int c = 0; c < n; c++)
+        ts_eng_event_free(cr[c].ev);
+    p0->dq_pending = false;
+    ts_eng_get_stats(p0->dev, &after);
+    ch->wall_ns = ts_now_ns() - t_start;
+    ch->dev_busy_ns = after.busy_ns - before.busy_ns;
+    if (!rc) {
+        ts_rt_kv_add(p0->kv_held, ch->pos0[0], ch->pos0[n - 1] + ch->n_tok[n - 1]);
+        p0->st.run_crossings += after.crossings - before.crossings;
+        p0->st.run_nodes += after.nodes - before.nodes;
+        for (int c = 0; c < n; c++) {
+            p0->st.tokens += (uint64_t)ch->n_tok[c];
+            p0->st.runs++;
+        }
+    }
+    free(cr), free(kvt), free(reads), free(ncpu), free(ndev);
+    return rc;
 }
 
 void ts_rt_layers_kv_truncate(ts_rt_layers *pf, int64_t n) {

@@ -155,6 +155,41 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
 int ts_rt_layers_wait(ts_rt_layers *pf, ts_err *err); /* 0 at once when nothing is in flight */
 bool ts_rt_layers_done(ts_rt_layers *pf);             /* the submitted run has finished (non-blocking) */
 
+/* Several chunks of one prompt, out of order (seed 003; the engine option
+ * sched=ooo): chunk c runs on activation set sets[c % n_sets] (sets[0] the
+ * first set, the others sharing its device queue: ts_rt_layers_params.share)
+ * over n_tok[c] tokens at positions pos0[c] (consecutive: pos0[c + 1] =
+ * pos0[c] + n_tok[c]; n_tok[c] <= width). Every (chunk, layer, segment) is a
+ * unit with its real dependencies: the chain of its own chunk, and a
+ * chunk's attention on the previous chunk's kv_store of the same layer.
+ * Device units are queued as soon as they are ready (the device runs them
+ * in that order); while it computes, the calling thread runs the ready CPU
+ * unit that unlocks device work soonest (fewest CPU units before the next
+ * device unit, then the longest run of device units after it, then the
+ * older chunk), and the hosts' own work when nothing feeds the device.
+ * begin(user, c, set, err) fills set's x (the embeddings) before chunk c's
+ * first unit, once that set's previous chunk has ended; end(user, c, set,
+ * err) reads it (the logits) after chunk c's last unit; both run on the
+ * calling thread, as units of the schedule. The order of independent work
+ * changes, never the arithmetic: the result is bit-identical to the
+ * chunks run one after the other (ts_rt_layers_run).
+ * Needs resident weights, and kv_store and attention on the same side in
+ * every layer (the device, or the CPU). */
+typedef struct ts_rt_chunks {
+    int n_chunks;
+    const int64_t *pos0; /* [n_chunks] */
+    const int *n_tok;    /* [n_chunks] */
+    int (*begin)(void *user, int c, int set, ts_err *err);
+    int (*end)(void *user, int c, int set, ts_err *err);
+    void *user;
+    /* out: what the run measured */
+    uint64_t wall_ns;      /* the call, begin to end */
+    uint64_t dev_busy_ns;  /* the device's compute unit running graphs in it (engine stats) */
+    uint64_t host_wait_ns; /* the calling thread blocked on the device, nothing ready to run */
+    uint64_t cpu_units, dev_units;
+} ts_rt_chunks;
+int ts_rt_layers_run_chunks(ts_rt_layers *const *sets, int n_sets, ts_rt_chunks *ch, ts_err *err);
+
 /* The host wrote cache rows [a, b) itself (the CPU's layers ran there): the
  * device's copy of them is stale until a run syncs them again. */
 void ts_rt_layers_kv_host_wrote(ts_rt_layers *pf, int64_t a, int64_t b);

@@ -24,6 +24,12 @@
  *   emulate=1          the tiles of the scalar emulator: the whole engine
  *                      runs and is tested on machines without AMX (slow)
  *   threads=N          tile and kernel threads (default: the caller's)
+ *   ops=all|matmul     the nodes it takes: all (default; the other nodes
+ *                      on its own threads with the CPU's kernels) or only
+ *                      the matmuls, an NPU's profile: norms, RoPE and
+ *                      attention then run on the state's `cpu` engine, the
+ *                      split that sched=ooo overlaps (one core on the
+ *                      tiles, the other on the CPU's units of work)
  *   min_width=N        narrowest graph worth the device (default: measured
  *                      at open, below)
  *   nowait=1           test builds: waits skipped (hostdev.h)
@@ -359,15 +365,17 @@ static uint64_t types_mask(ts_amx_act act) {
 
 static const char *const act_names[] = {"exact", "q8", "int8", NULL};
 static const char *const scale_names[] = {"token", "tensor", NULL};
+static const char *const ops_names[] = {"all", "matmul", NULL};
 
 static ts_engine *amx_open(const ts_eng_opts *o, ts_err *err) {
     long long threads = 1, emulate = 0, nowait = 0, min_width = -1;
-    int act = 0, scale = 0;
+    int act = 0, scale = 0, ops = 0;
     if (ts_eng_opt_int(o, "threads", 1, 256, o->threads_hint > 0 ? o->threads_hint : 1, &threads, err) ||
         ts_eng_opt_int(o, "emulate", 0, 1, 0, &emulate, err) || ts_eng_opt_int(o, "nowait", 0, 1, 0, &nowait, err) ||
         ts_eng_opt_int(o, "min_width", 1, 4096, -1, &min_width, err) ||
         ts_eng_opt_choice(o, "act", act_names, 0, &act, err) ||
-        ts_eng_opt_choice(o, "scale", scale_names, 0, &scale, err))
+        ts_eng_opt_choice(o, "scale", scale_names, 0, &scale, err) ||
+        ts_eng_opt_choice(o, "ops", ops_names, 0, &ops, err))
         return NULL;
     if (scale == 1 && act != TS_AMX_INT8) {
         ts_err_set(err, "amx: scale=tensor is the int8 mode's (act=int8,scale=tensor); act=%s has its own scales",
@@ -408,7 +416,7 @@ static ts_engine *amx_open(const ts_eng_opts *o, ts_err *err) {
     d->window_bytes = o->window ? o->window : (uint64_t)8 << 30; /* host memory: a cap, not a size */
     d->max_buf_bytes = d->window_bytes;
     d->max_width = 2048;
-    d->ops = (1u << TS_OP_COUNT) - 1;
+    d->ops = ops ? 1u << TS_OP_MATMUL : (1u << TS_OP_COUNT) - 1;
     d->weight_types = types_mask(A->act);
     d->cpu_layouts = true; /* what it does not pack runs on the CPU kernels */
     d->stall_measured = true;
@@ -429,9 +437,9 @@ static ts_engine *amx_open(const ts_eng_opts *o, ts_err *err) {
     d->min_width = mw;
     d->crossing_ns = measure_crossing(e);
     /* a detail past its 160 bytes is cut (the longest, emulated with nowait, fits) */
-    const int dl = snprintf(d->detail, sizeof d->detail, "Intel AMX tiles%s, act=%s%s, %d thread%s, min_width %d (%s)%s",
+    const int dl = snprintf(d->detail, sizeof d->detail, "Intel AMX tiles%s, act=%s%s%s, %d thread%s, min_width %d (%s)%s",
              emulate ? " (EMULATED)" : "", ts_amx_act_name(A->act),
-             A->per_tensor ? " (per tensor)" : "", A->n_threads,
+             A->per_tensor ? " (per tensor)" : "", ops ? ", matmuls only" : "", A->n_threads,
              A->n_threads == 1 ? "" : "s", mw, how, A->hd.nowait ? "; NOWAIT (broken on purpose)" : "");
     (void)dl;
     return e;
@@ -439,12 +447,12 @@ static ts_engine *amx_open(const ts_eng_opts *o, ts_err *err) {
 
 static int amx_check_variant(const char *variant, ts_err *err) {
     if (variant[0])
-        return ts_err_set(err, "device 'amx' has no variant '%s' (options: act=, scale=, emulate=1, threads=, min_width=)",
+        return ts_err_set(err, "device 'amx' has no variant '%s' (options: act=, scale=, ops=, emulate=1, threads=, min_width=)",
                           variant);
     return 0;
 }
 
-static const char *const amx_options[] = {"threads", "act", "scale", "emulate", "min_width",
+static const char *const amx_options[] = {"threads", "act", "scale", "ops", "emulate", "min_width",
 #ifdef TS_TEST_HOOKS
                                           "nowait",
 #endif

@@ -54,6 +54,17 @@ foreach(pf_mode break-upload break-drain)
   # 77: skipped in a build without TS_TEST_HOOKS (the breaks are not there)
   set_tests_properties(prefill_${pf_mode}_SmolLM2 PROPERTIES SKIP_RETURN_CODE 77)
 endforeach()
+# Out-of-order prefill (sched=ooo, seed 003): several chunks in flight give
+# the in-order bits on loop, loop:npu and amx (emulated without AMX), on
+# both models; ooo_nowait=1 (a chunk's attention not waiting for the
+# previous chunk's K/V rows) must change them.
+foreach(pf_model SmolLM2-135M-Instruct.Q4_1 gemma-3-270m-q4_k_m)
+  string(REGEX REPLACE "[-.].*" "" pf_short ${pf_model})
+  add_test(NAME prefill_gate_ooo_${pf_short} COMMAND test_prefill_device gate-ooo ${TS_MODELS_DIR}/${pf_model}.gguf)
+  set_tests_properties(prefill_gate_ooo_${pf_short} PROPERTIES TIMEOUT 600)
+  add_test(NAME prefill_break_ooo_${pf_short} COMMAND test_prefill_device break-ooo ${TS_MODELS_DIR}/${pf_model}.gguf)
+  set_tests_properties(prefill_break_ooo_${pf_short} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+endforeach()
 # The same gates on the amx engine (src/engine/amx) through its tile
 # emulator, and on the real unit where the machine has AMX (the test says
 # which it ran): act=exact against the CPU, act=q8 against the CPU's own

@@ -32,6 +32,17 @@
  *                 it): bit-identical.
  *   break-upload-amx, break-drain-amx  the two breaks on the amx engine
  *                 (emulated): MUST differ.
+ *   gate-ooo      sched=ooo (several chunks in flight, out of order):
+ *                 `loop,sched=ooo` against the CPU, `loop:npu,sched=ooo`
+ *                 against `loop:npu` in order, and on the real unit where
+ *                 present `amx,ops=matmul,threads=1,sched=ooo` (act=exact
+ *                 against the CPU; act=int8 against itself in order):
+ *                 (elsewhere `amx,emulate=1,ops=matmul,...` against the
+ *                 CPU) bit-identical, with the multi-chunk step's 3 chunks
+ *                 counted as run out of order.
+ *   break-ooo     `loop:npu,sched=ooo,ooo_nowait=1` (a chunk's attention
+ *                 does not wait for the previous chunk's K/V rows):
+ *                 MUST differ from loop:npu in order.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -280,6 +291,10 @@ static void gate(const ts_model *m, int32_t n_vocab, const char *ref_dev, const 
         CHECK(same_tok, "%s: generated tokens differ", dev);
         check_counters(dev, d, name);
         print_steps(dev, d);
+        if (strstr(dev, "sched=ooo")) /* step 3: 3 chunks of 32 + a CPU tail of 7 */
+            CHECK(d->n_st == 4 && d->st[2].dev_ooo_chunks == 3 && d->st[1].dev_ooo_chunks == 0,
+                  "%s: chunks run out of order per step %lld / %lld, expected 0 / 3", dev,
+                  (long long)d->st[1].dev_ooo_chunks, (long long)d->st[2].dev_ooo_chunks);
         const ts_stats *s = &d->st[d->n_st - 1];
         if (expect_stream) /* each run re-uploads the layers: far more than the window */
             CHECK(s->dev_upload_mib * 1048576.0 > (double)s->dev_window_bytes &&
@@ -309,8 +324,9 @@ static bool amx_here(void) {
     return known == 1;
 }
 
-static void expect_broken(const ts_model *m, int32_t n_vocab, const char *dev, const char *what) {
-    record *ref = run_on(m, NULL, n_vocab);
+static void expect_broken_vs(const ts_model *m, int32_t n_vocab, const char *ref_dev, const char *dev,
+                             const char *what) {
+    record *ref = run_on(m, ref_dev, n_vocab);
     record *d = run_on(m, dev, n_vocab);
     CHECK(ref && d, "runs failed");
     if (ref && d) {
@@ -319,19 +335,23 @@ static void expect_broken(const ts_model *m, int32_t n_vocab, const char *dev, c
         const int diff = compare(ref, d, &first, &same_tok);
         int top_diff = 0;
         for (int i = 0; i < ref->n && i < d->n; i++) top_diff += ref->argmax[i] != d->argmax[i];
-        printf("%s (%s, broken on purpose): %d of %d positions' logits differ from the CPU (first at %d), %d argmax, "
+        printf("%s (%s, broken on purpose): %d of %d positions' logits differ from %s (first at %d), %d argmax, "
                "tokens %s\n",
-               dev, what, diff, ref->n, first, top_diff, same_tok ? "identical" : "differ");
+               dev, what, diff, ref->n, ref_dev ? ref_dev : "the CPU", first, top_diff, same_tok ? "identical" : "differ");
         CHECK(diff > 0, "%s: the broken ordering went unnoticed (logits bit-identical)", dev);
     }
     free(ref);
     free(d);
 }
 
+static void expect_broken(const ts_model *m, int32_t n_vocab, const char *dev, const char *what) {
+    expect_broken_vs(m, n_vocab, NULL, dev, what);
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: test_prefill_device gate1|gate2|break-upload|break-drain|gate1-amx|gate1-amx-q8|"
-                        "break-upload-amx|break-drain-amx MODEL.gguf\n");
+                        "break-upload-amx|break-drain-amx|gate-ooo|break-ooo MODEL.gguf\n");
         return 2;
     }
     const char *mode = argv[1], *path = argv[2];
@@ -389,6 +409,20 @@ int main(int argc, char **argv) {
                 printf("%s: not run (TS_GATE_QUICK: the emulated streamed case runs in the plain build)\n", str);
         }
         free(ref);
+    } else if (!strcmp(mode, "gate-ooo")) {
+        record *ref = run_on(m, NULL, V);
+        CHECK(ref, "cpu run failed");
+        if (ref) gate(m, V, NULL, "loop,sched=ooo", "loop", ref, false, info.size_bytes);
+        gate(m, V, "loop:npu,window=1G", "loop:npu,window=1G,sched=ooo", "loop:npu", NULL, false, info.size_bytes);
+        if (ref && amx_here()) {
+            gate(m, V, NULL, "amx,ops=matmul,threads=1,sched=ooo", "amx", ref, false, info.size_bytes);
+            gate(m, V, NULL, "amx,threads=1,sched=ooo", "amx", ref, false, info.size_bytes);
+            gate(m, V, "amx,act=int8,ops=matmul,threads=1", "amx,act=int8,ops=matmul,threads=1,sched=ooo", "amx",
+                 NULL, false, info.size_bytes);
+        } else if (ref) { /* the matmul-only amx and the schedule over it, on the emulator */
+            gate(m, V, NULL, "amx,emulate=1,ops=matmul,threads=1,sched=ooo", "amx", ref, false, info.size_bytes);
+        }
+        free(ref);
     } else if (!strncmp(mode, "break-", 6) && !TS_HOOKS_BUILT) {
         printf("skipped: %s needs the break-on-purpose hooks (configure with -DTS_TEST_HOOKS=ON)\n", mode);
         ts_model_free(m);
@@ -399,6 +433,9 @@ int main(int argc, char **argv) {
         expect_broken(m, V, dev, "no wait between a layer's upload and its use");
     } else if (!strcmp(mode, "break-drain")) {
         expect_broken(m, V, "loop,nodrain=1,delay_us=20000", "no wait between device prefill and CPU decode");
+    } else if (!strcmp(mode, "break-ooo")) {
+        expect_broken_vs(m, V, "loop:npu,window=1G", "loop:npu,window=1G,sched=ooo,ooo_nowait=1",
+                         "a chunk's attention before the previous chunk's K/V rows");
     } else if (!strcmp(mode, "break-upload-amx")) {
         expect_broken(m, V, "amx,emulate=1,window=24M,nowait=1", "no wait between a layer's upload and its use");
         if (amx_here())

@@ -144,8 +144,8 @@ static void usage(FILE *f) {
                "  -b N        prompt micro-batch in tokens (default 512, llama-bench's n_ubatch)\n"
                "  --json      JSON array with llama-bench's field names instead of the table\n"
                "  --prefill-device DEV   prompt chunks on a device (loop, loop:npu, opencl, ...): the\n"
-               "              backend column says so and the JSON adds prefill_device, dev_stall_ms\n"
-               "              (mean per run) and prefill_dev_tokens (per run)\n"
+               "              backend column says so and the JSON adds prefill_device, dev_stall_ms,\n"
+               "              dev_busy_ms, dev_host_wait_ms (means per run) and prefill_dev_tokens (per run)\n"
                "  --chunk N   tokens per device chunk (default 256)\n"
                "  --sched S   inorder (default) or ooo: prompt chunks out of order on the device\n"
                "  --prefill-min-tokens N  narrower chunks stay on the CPU (default 32)\n",
@@ -317,12 +317,14 @@ int cli_bench(int argc, char **argv) {
                 /* warm-up (as llama-bench: the same prompt, one generated token) */
                 ts_stats rst;
                 if (run_test(ctx, n_prompt, n_gen ? 1 : 0, info.n_vocab, buf, &rng, &rst) < 0) goto done;
-                double ts[BENCH_MAX_REPS], ns[BENCH_MAX_REPS], stall_ms = 0.0;
+                double ts[BENCH_MAX_REPS], ns[BENCH_MAX_REPS], stall_ms = 0.0, busy_ms = 0.0, wait_ms = 0.0;
                 int64_t dev_tokens = 0;
                 for (int rep = 0; rep < o.reps; rep++) {
                     const double dt = run_test(ctx, n_prompt, n_gen, info.n_vocab, buf, &rng, &rst);
                     if (dt < 0) goto done;
                     stall_ms += rst.dev_stall_ms / o.reps;
+                    busy_ms += rst.dev_busy_ms / o.reps;
+                    wait_ms += rst.dev_host_wait_ms / o.reps;
                     dev_tokens = rst.prefill_dev_tokens;
                     /* a clock too coarse for a tiny test must not divide by 0 */
                     const double d = dt > 1e-9 ? dt : 1e-9;
@@ -357,8 +359,9 @@ int cli_bench(int argc, char **argv) {
                         cli_json_str(stdout, st0.device);
                     else
                         printf("null");
-                    printf(", \"prefill_dev_tokens\": %lld, \"dev_stall_ms\": %.3f}", (long long)dev_tokens,
-                           stall_ms);
+                    printf(", \"prefill_dev_tokens\": %lld, \"dev_stall_ms\": %.3f, \"dev_busy_ms\": %.3f, "
+                           "\"dev_host_wait_ms\": %.3f}",
+                           (long long)dev_tokens, stall_ms, busy_ms, wait_ms);
                     first = false;
                 } else {
                     char size[32], params[32], tps[48], test[32];

@@ -111,9 +111,10 @@ typedef struct ts_rt_layers_params {
     uint64_t kv_layer_bytes; /* bytes of one layer's cache */
     /* the schedule's policy: the runs' (layer, segment) tasks with their
      * dependencies, issued in the order it picks among the ready ones.
-     * NULL or "inorder": the only one today (an out-of-order policy is a
-     * later issue's); "nodeps" in TS_TEST_HOOKS builds ignores the
-     * dependencies on purpose, and the executor refuses its picks. */
+     * NULL or "inorder": the only one within a run (several chunks out of
+     * order are ts_rt_layers_run_chunks' units); "nodeps" in
+     * TS_TEST_HOOKS builds ignores the dependencies on purpose, and the
+     * executor refuses its picks. */
     const char *schedule;
     /* Another activation set of the same state (NULL: this is the first):
      * the runner gets its own activation buffers (act), graphs and

@@ -24,6 +24,9 @@ Configurations (a label each; a CALIB one is skipped for a model without
   shadow, shadow/ooo           npu + calib=FILE (shadow outliers)
   prune50, prune50/ooo         + prune=0.5
   prune85, prune85/ooo         + prune=0.85
+  (the /ooo rows keep two chunks in flight, inflight=2)
+  amx/ooo4, npu/ooo4, shadow/ooo4, prune85/ooo4   four chunks in flight
+                                (inflight=4, the default since) instead of two
 
 usage: bench/ooo_bench.py -m MODEL.gguf [--calib MODEL.gguf=FILE.calib]...
          [--tessera build/tessera] [-p 256,512,1024,2048] [-r 3]
@@ -50,15 +53,20 @@ CONFIGS = [
     # label, device (None: cpu), threads, needs calib, extra device options
     ("cpu", None, 2, False, ""),
     ("amx", BASE, 2, False, ""),
-    ("amx/ooo", BASE, 2, False, ",sched=ooo"),
+    ("amx/ooo", BASE, 2, False, ",sched=ooo,inflight=2"),
     ("npu", NPU, 1, False, ""),
-    ("npu/ooo", NPU, 1, False, ",sched=ooo"),
+    ("npu/ooo", NPU, 1, False, ",sched=ooo,inflight=2"),
     ("shadow", NPU, 1, True, ""),
-    ("shadow/ooo", NPU, 1, True, ",sched=ooo"),
+    ("shadow/ooo", NPU, 1, True, ",sched=ooo,inflight=2"),
     ("prune50", NPU, 1, True, ",prune=0.5"),
-    ("prune50/ooo", NPU, 1, True, ",prune=0.5,sched=ooo"),
+    ("prune50/ooo", NPU, 1, True, ",prune=0.5,sched=ooo,inflight=2"),
     ("prune85", NPU, 1, True, ",prune=0.85"),
-    ("prune85/ooo", NPU, 1, True, ",prune=0.85,sched=ooo"),
+    ("prune85/ooo", NPU, 1, True, ",prune=0.85,sched=ooo,inflight=2"),
+    # four chunks in flight instead of two (inflight=4)
+    ("amx/ooo4", BASE, 2, False, ",sched=ooo,inflight=4"),
+    ("npu/ooo4", NPU, 1, False, ",sched=ooo,inflight=4"),
+    ("shadow/ooo4", NPU, 1, True, ",sched=ooo,inflight=4"),
+    ("prune85/ooo4", NPU, 1, True, ",prune=0.85,sched=ooo,inflight=4"),
 ]
 
 
@@ -97,7 +105,7 @@ def main():
     ap.add_argument("--tessera", default=os.path.join(ROOT, "build", "tessera"))
     ap.add_argument("-p", default="256,512,1024,2048")
     ap.add_argument("-r", type=int, default=3)
-    ap.add_argument("--configs", default=",".join(c[0] for c in CONFIGS))
+    ap.add_argument("--configs", default=",".join(c[0] for c in CONFIGS if not c[0].endswith("ooo4")))
     ap.add_argument("--json")
     a = ap.parse_args()
     pp = [int(x) for x in a.p.split(",")]
@@ -135,14 +143,15 @@ def main():
                 wait = statistics.median(x[n]["wait_ms"] for x in s)
                 row[n] = {"ts": ts, "idle": idle, "wait_ms": wait, "samples": [x[n] for x in s]}
                 cells.append("%.1f | %s | %s" % (ts, "%.0f%%" % (100 * idle) if c[1] else "",
-                                                 "%.0f" % wait if c[4].endswith("ooo") else ""))
+                                                 "%.0f" % wait if "sched=ooo" in c[4] else ""))
             res[c[0]] = row
             print("| %s | %s |" % (c[0], " | ".join(cells)))
         # out of order against in order, same configuration otherwise
         print("\nooo / in order (tok/s ratio):")
         for c in cfgs:
-            if c[0].endswith("/ooo") and c[0][:-4] in res and c[0] in res:
-                base = res[c[0][:-4]]
+            stem = c[0].split("/")[0]
+            if "/ooo" in c[0] and stem in res and c[0] in res:
+                base = res[stem]
                 print("  %-12s %s" % (c[0], "  ".join("pp%d %.2fx" % (n, res[c[0]][n]["ts"] / base[n]["ts"])
                                                         for n in pp)))
         result[model] = res

@@ -181,6 +181,7 @@ const ts_eng_desc *ts_eng_describe(const ts_engine *e) { return &e->desc; }
 bool ts_eng_test_nodrain(const ts_engine *e) { return e && e->opts.nodrain; }
 bool ts_eng_test_ooo_nowait(const ts_engine *e) { return e && e->opts.ooo_nowait; }
 ts_eng_sched ts_eng_schedule(const ts_engine *e) { return e ? (ts_eng_sched)e->opts.sched : TS_SCHED_INORDER; }
+int ts_eng_inflight(const ts_engine *e) { return e && e->opts.inflight ? e->opts.inflight : 4; }
 int ts_eng_staging_slots(const ts_engine *e) { return e && e->opts.slots >= 2 ? e->opts.slots : 2; }
 ts_eng_place ts_eng_placement(const ts_engine *e) { return e ? (ts_eng_place)e->opts.place : TS_PLACE_AUTO; }
 

@@ -60,6 +60,8 @@
  *                     whose outliers are largest; docs/FIDELITY.md)
  *   sched=S           how the runtime schedules a prompt's chunks
  *                     (ts_eng_sched): inorder (default) or ooo
+ *   inflight=N        with sched=ooo: chunks in flight at once (2..4,
+ *                     default 4; an activation set each)
  *   wtypes=A+B+...    restricts the matmul weight types the engine takes
  *                     (type names, e.g. f16+q8_0+q4_0): a `cpu` engine with
  *                     the NPU's types computes with the weights converted
@@ -264,6 +266,11 @@ ts_eng_place ts_eng_placement(const ts_engine *e);
  * 003's out-of-order execution; runtime/layers.h ts_rt_layers_run_chunks). */
 typedef enum ts_eng_sched { TS_SCHED_INORDER = 0, TS_SCHED_OOO } ts_eng_sched;
 ts_eng_sched ts_eng_schedule(const ts_engine *e);
+/* The option inflight=N (2..4, default 4): with sched=ooo, how many chunks
+ * are in flight at once (one activation set each; 4 measured faster than 2
+ * on Qwen2.5-Coder-1.5B at every length, mixed on SmolLM2:
+ * docs/PERFORMANCE.md "Out-of-order prefill"). */
+int ts_eng_inflight(const ts_engine *e);
 /* The ooo_nowait=1 test hook (TS_TEST_HOOKS builds only; false elsewhere):
  * BROKEN ON PURPOSE - sched=ooo lets a chunk's attention run before the
  * previous chunk stored that layer's K/V rows (so a gate can prove it

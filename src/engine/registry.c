@@ -156,6 +156,11 @@ static int parse_spec(const char *spec, const ts_eng_open_params *p, ts_eng_opts
                 return -1;
             o->ooo_nowait = v != 0;
 #endif
+        } else if (!strcmp(key, "inflight")) {
+            long long v = 0;
+            if (parse_int(key, val, 2, 4, &v, err))
+                return -1;
+            o->inflight = (int)v;
         } else if (!strcmp(key, "sched")) {
             if (!strcmp(val, "inorder"))
                 o->sched = TS_SCHED_INORDER;
@@ -232,7 +237,7 @@ static int parse_spec(const char *spec, const ts_eng_open_params *p, ts_eng_opts
             size_t len = 0;
             for (const char *const *k = b->options; k && *k && len < sizeof own; k++)
                 len += (size_t)snprintf(own + len, sizeof own - len, ", %s", *k);
-            return ts_err_set(err, "device '%s': unknown option '%s' (known: window, slots, place, sched, calib, prune, prune_keep, wtypes%s)", o->base, key, own);
+            return ts_err_set(err, "device '%s': unknown option '%s' (known: window, slots, place, sched, inflight, calib, prune, prune_keep, wtypes%s)", o->base, key, own);
         }
     }
     if (!threads_set && p && p->threads > 0 && takes_option(b, "threads"))

@@ -85,9 +85,10 @@ static void pf_open(ts_state *s, const ts_state_params *p) {
     /* the narrowest chunk worth a crossing: asked for, else the device's own
      * min_width where it names one, else 32 */
     s->want_sets = p->n_act_sets < 1 ? 1 : p->n_act_sets > 4 ? 4 : p->n_act_sets;
-    /* sched=ooo: two chunks in flight (one on the device while the CPU
-     * works on the other's units) */
-    if (ts_eng_schedule(s->pf_dev) == TS_SCHED_OOO && s->want_sets < 2) s->want_sets = 2;
+    /* sched=ooo: inflight=N chunks in flight (default 4), an activation set
+     * each: one on the device while the CPU works on the others' units */
+    if (ts_eng_schedule(s->pf_dev) == TS_SCHED_OOO && s->want_sets < ts_eng_inflight(s->pf_dev))
+        s->want_sets = ts_eng_inflight(s->pf_dev);
     s->pf_auto = p->prefill_min_tokens < 0;
     s->pf_min = p->prefill_min_tokens > 0 ? p->prefill_min_tokens
                 : d->min_width > 1        ? d->min_width

@@ -24,7 +24,7 @@ typedef struct ts_eng_opts {
     bool nodrain;     /* test hook (TS_TEST_HOOKS builds): the runtime skips the wait at the end of a run */
     bool ooo_nowait;  /* test hook (TS_TEST_HOOKS builds): sched=ooo drops the KV dependency between chunks */
     int sched;        /* sched=S: a ts_eng_sched (engine.h), read by the runtime */
-    int inflight;     /* inflight=N: chunks in flight with sched=ooo (0: the default, 2) */
+    int inflight;     /* inflight=N: chunks in flight with sched=ooo (0: the default, 4) */
     int slots;        /* slots=N: weight staging slots for the runtime (0: its default) */
     int place;        /* place=P: a ts_eng_place (engine.h), read by the runtime */
     int threads_hint; /* ts_eng_open_params.threads: the default of engines that take threads= */

@@ -620,7 +620,8 @@ typedef struct ooo_ctx {
     const int32_t *tokens; /* of the first chunk */
     float *logits_all;     /* of the first chunk's first row, or NULL */
     bool last;             /* the last chunk ends the forward's tokens */
-    int n, width;
+    int n_chunks, width;
+    const int *n_tok; /* [n_chunks]: chunk c starts at token c * width */
 } ooo_ctx;
 
 static float *set_act(ts_state *s, int set, int slot) {
@@ -631,8 +632,7 @@ static float *set_act(ts_state *s, int set, int slot) {
 static int ooo_begin(void *user, int c, int set, ts_err *err) {
     (void)err;
     ooo_ctx *o = user;
-    const int nb = (c + 1) * o->width <= o->n ? o->width : o->n - c * o->width;
-    stage_embed_into(o->s, set_act(o->s, set, TS_LS_X), o->tokens + (int64_t)c * o->width, nb, 0);
+    stage_embed_into(o->s, set_act(o->s, set, TS_LS_X), o->tokens + (int64_t)c * o->width, o->n_tok[c], 0);
     return 0;
 }
 
@@ -640,10 +640,9 @@ static int ooo_end(void *user, int c, int set, ts_err *err) {
     (void)err;
     ooo_ctx *o = user;
     ts_state *s = o->s;
-    const int nb = (c + 1) * o->width <= o->n ? o->width : o->n - c * o->width;
-    const bool last = o->last && (c + 1) * o->width >= o->n;
     float *out = o->logits_all ? o->logits_all + (int64_t)c * o->width * s->m->hp.n_vocab : NULL;
-    finish_logits_from(s, set_act(s, set, TS_LS_X), set_act(s, set, TS_LS_XN), nb, out, last, (logit_sel){NULL, 0});
+    finish_logits_from(s, set_act(s, set, TS_LS_X), set_act(s, set, TS_LS_XN), o->n_tok[c], out,
+                       o->last && c == o->n_chunks - 1, (logit_sel){NULL, 0});
     return 0;
 }
 
@@ -651,7 +650,7 @@ static int ooo_end(void *user, int c, int set, ts_err *err) {
  * the state's activation sets (ts_rt_layers_run_chunks). Returns how many
  * tokens it ran: 0 when fewer than two chunks go to the device (the caller
  * runs them one by one), -1 on failure. */
-static int32_t forward_ooo(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all, bool last, ts_err *err) {
+static int32_t forward_ooo(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all, ts_err *err) {
     enum { MAX_CH = 64 };
     int64_t pos0[MAX_CH];
     int n_tok[MAX_CH];
@@ -664,14 +663,13 @@ static int32_t forward_ooo(ts_state *s, const int32_t *tokens, int32_t n, float 
         nc++, run += w;
     }
     if (nc < 2) return 0;
-    ts_rt_layers *sets[5] = {s->pf};
-    for (int i = 0; i < s->n_sets && i < 4; i++) sets[i + 1] = s->sets[i].pf;
-    ooo_ctx o = {s, tokens, logits_all, last && run == n, run, s->pf_width};
+    ts_rt_layers *sets[4] = {s->pf}; /* want_sets <= 4: at most 3 extra */
+    for (int i = 0; i < s->n_sets; i++) sets[i + 1] = s->sets[i].pf;
+    /* the last chunk's last row is the forward's last when the chunks take every token */
+    ooo_ctx o = {s, tokens, logits_all, run == n, nc, s->pf_width, n_tok};
     ts_rt_chunks ch = {.n_chunks = nc, .pos0 = pos0, .n_tok = n_tok, .begin = ooo_begin, .end = ooo_end, .user = &o};
-    if (ts_rt_layers_run_chunks(sets, 1 + (s->n_sets < 4 ? s->n_sets : 4), &ch, err)) return -1;
+    if (ts_rt_layers_run_chunks(sets, 1 + s->n_sets, &ch, err)) return -1;
     s->ooo_chunks += (uint64_t)nc;
-    s->ooo_wall_ns += ch.wall_ns;
-    s->ooo_busy_ns += ch.dev_busy_ns;
     s->ooo_host_wait_ns += ch.host_wait_ns;
     s->n_past += run;
     return run;
@@ -693,7 +691,7 @@ int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all,
         int nb = n - done < s->n_batch ? n - done : s->n_batch;
         float *out = logits_all ? logits_all + (int64_t)done * n_vocab : NULL;
         if (s->pf && s->n_sets > 0 && ts_eng_schedule(s->pf_dev) == TS_SCHED_OOO) {
-            const int32_t ran = forward_ooo(s, tokens + done, n - done, out, true, err);
+            const int32_t ran = forward_ooo(s, tokens + done, n - done, out, err);
             if (ran < 0) return -1;
             if (ran > 0) {
                 done += ran;

@@ -201,8 +201,9 @@ struct ts_state {
     int32_t want_sets; /* ts_state_params.n_act_sets, clamped to [1, 4] */
     int32_t n_sets;    /* extra ones that opened */
     struct ts_act_set *sets;
-    /* sched=ooo: chunks run out of order, and what those runs measured */
-    uint64_t ooo_chunks, ooo_wall_ns, ooo_busy_ns, ooo_host_wait_ns;
+    /* sched=ooo: chunks run out of order, and the time the state's thread
+     * sat blocked on the device in those runs (ts_rt_chunks.host_wait_ns) */
+    uint64_t ooo_chunks, ooo_host_wait_ns;
     char sets_note[200]; /* why fewer opened, for the info line ("" when all did) */
     char pf_info[384];
 };

@@ -57,6 +57,11 @@ typedef struct rt_task {
     bool first_dev; /* the layer's first device segment (streaming waits for its upload before it) */
     bool last_dev;  /* the layer's last device segment (streaming frees its slot after it) */
     int dep;       /* the task it needs issued first, -1 none */
+    /* for several chunks in flight (ts_rt_layers_run_chunks) */
+    bool attn;     /* it runs attention: it reads the previous chunk's K/V rows of its layer */
+    int kv_task;   /* the task of its layer that stores K/V, -1 none */
+    int n_cpu;     /* CPU tasks from it (inclusive) to the chain's next device task */
+    int n_dev;     /* device tasks in that next run (0: none before the chain's end) */
 } rt_task;
 
 /* A scheduling policy: picks the next task to issue among those not issued
@@ -814,6 +819,29 @@ static int stream_slots(ts_rt_layers *pf, ts_err *err) {
     return 0;
 }
 
+/* Whether segment seg of layer l has a node of op. */
+static bool seg_has(const ts_rt_layers *pf, int l, int seg, ts_op op) {
+    const variant *V = &pf->vars[pf->layer_var[l]];
+    for (int k = V->segs[seg].first; k < V->segs[seg].first + V->segs[seg].count; k++)
+        if (V->nodes[k].op == op)
+            return true;
+    return false;
+}
+
+/* Task t's place in the chain, for the policy: how many CPU tasks from t
+ * (inclusive) until the next device task, and how many device tasks that
+ * run has (0: none before the chain's end). */
+static void cpu_to_dev(const ts_rt_layers *pf, int t, int *n_cpu, int *n_dev) {
+    int i = t;
+    while (i < pf->n_tasks && !pf->tasks[i].on_device)
+        i++;
+    *n_cpu = i - t;
+    int j = i;
+    while (j < pf->n_tasks && pf->tasks[j].on_device)
+        j++;
+    *n_dev = j - i;
+}
+
 ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t note_size, ts_err *err) {
     if (note && note_size)
         note[0] = 0;
@@ -1067,6 +1095,18 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
                                      .last_dev = i == last_dev,
                                      .dep = t - 1};
     }
+    for (int t = 0, kv = -1, l = -1; t < pf->n_tasks; t++) {
+        rt_task *T = &pf->tasks[t];
+        if (T->layer != l) { /* a layer's kv_store task: the first of its tasks that has one */
+            l = T->layer, kv = -1;
+            for (int u = t; u < pf->n_tasks && pf->tasks[u].layer == l && kv < 0; u++)
+                if (seg_has(pf, l, pf->tasks[u].seg, TS_OP_KV_STORE))
+                    kv = u;
+        }
+        T->kv_task = kv;
+        T->attn = seg_has(pf, l, T->seg, TS_OP_ATTENTION);
+        cpu_to_dev(pf, t, &T->n_cpu, &T->n_dev);
+    }
     wt->users++;
     pf->attached = true;
     pf->st.converted = wt->converted;
@@ -1111,6 +1151,25 @@ static int sync_kv(ts_rt_layers *pf, int l, int64_t r0, int64_t r1, ts_eng_sync_
     if (ts_eng_enqueue_host_sync(pf->dq, pf->dev_kc, off, n, dir, err))
         return -1;
     return ts_eng_enqueue_host_sync(pf->dq, pf->dev_vc, off, n, dir, err);
+}
+
+/* Cache rows [a, b) a device-side attention reads that the device does not
+ * hold (the CPU decode's, a truncated cache's, a dual cache's suffix):
+ * synced to it, and held from then on. */
+static int sync_kv_missing(ts_rt_layers *pf, int64_t a, int64_t b, ts_err *err) {
+    if (!pf->kv_mapped_dev || b <= a)
+        return 0;
+    int64_t ma[TS_RT_KV_MAX_RANGES + 2], mb[TS_RT_KV_MAX_RANGES + 2];
+    int nm = ts_rt_kv_missing(pf->kv_held, a, b, ma, mb, TS_RT_KV_MAX_RANGES + 2);
+    if (nm > TS_RT_KV_MAX_RANGES + 2) /* more gaps than listed: sync the whole span */
+        nm = 1, ma[0] = a, mb[0] = b;
+    for (int i = 0; i < nm; i++) {
+        for (int l = 0; l < pf->n_layer; l++)
+            if (pf->vars[pf->layer_var[l]].kv_read_device && sync_kv(pf, l, ma[i], mb[i], TS_SYNC_TO_DEVICE, err))
+                return -1;
+        ts_rt_kv_add(pf->kv_held, ma[i], mb[i]);
+    }
+    return 0;
 }
 
 /* Waits until everything enqueued on the device queue is done (nothing to
@@ -1213,23 +1272,8 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
         goto fail;
     /* the rows the run reads that the device does not hold: before the
      * span, and (a window) the rows past it, a dual cache's suffix */
-    if (pf->kv_mapped_dev) {
-        int64_t ma[TS_RT_KV_MAX_RANGES + 2], mb[TS_RT_KV_MAX_RANGES + 2];
-        for (int part = 0; part < 2; part++) {
-            const int64_t a = part ? pos0 + n_tok : 0, b = part ? n_kv : pos0;
-            int nm = b > a ? ts_rt_kv_missing(pf->kv_held, a, b, ma, mb, TS_RT_KV_MAX_RANGES + 2) : 0;
-            if (nm > TS_RT_KV_MAX_RANGES + 2) { /* more gaps than listed: sync the whole part */
-                nm = 1, ma[0] = a, mb[0] = b;
-            }
-            for (int i = 0; i < nm; i++) {
-                for (int l = 0; l < pf->n_layer; l++)
-                    if (pf->vars[pf->layer_var[l]].kv_read_device &&
-                        sync_kv(pf, l, ma[i], mb[i], TS_SYNC_TO_DEVICE, err))
-                        goto fail;
-                ts_rt_kv_add(pf->kv_held, ma[i], mb[i]);
-            }
-        }
-    }
+    if (sync_kv_missing(pf, 0, pos0, err) || sync_kv_missing(pf, pos0 + n_tok, n_kv, err))
+        goto fail;
     /* streaming: the first n_slots streamed layers' uploads go out before
      * any compute (somr: unless the slot holds or is receiving it already) */
     if (pf->streaming)
@@ -1378,15 +1422,6 @@ int ts_rt_layers_run_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n
 
 /* ---- several chunks out of order (ts_rt_layers_run_chunks) ------------- */
 
-/* Whether segment seg of layer l has a node of op. */
-static bool seg_has(const ts_rt_layers *pf, int l, int seg, ts_op op) {
-    const variant *V = &pf->vars[pf->layer_var[l]];
-    for (int k = V->segs[seg].first; k < V->segs[seg].first + V->segs[seg].count; k++)
-        if (V->nodes[k].op == op)
-            return true;
-    return false;
-}
-
 /* One chunk in flight. */
 typedef struct ch_run {
     int set;
@@ -1398,20 +1433,6 @@ typedef struct ch_run {
     int ev_upto;
     uint64_t ev_seq;  /* enqueue order of ev, for the oldest wait */
 } ch_run;
-
-/* Task t's place in the chain, for the policy: how many CPU tasks from t
- * (inclusive) until the next device task, and how many device tasks that
- * run has (0: none before the chain's end). */
-static void cpu_to_dev(const ts_rt_layers *pf, int t, int *n_cpu, int *n_dev) {
-    int i = t;
-    while (i < pf->n_tasks && !pf->tasks[i].on_device)
-        i++;
-    *n_cpu = i - t;
-    int j = i;
-    while (j < pf->n_tasks && pf->tasks[j].on_device)
-        j++;
-    *n_dev = j - i;
-}
 
 int ts_rt_layers_run_chunks(ts_rt_layers *const *sets, int n_sets, ts_rt_chunks *ch, ts_err *err) {
     if (!sets || n_sets < 1 || !ch || ch->n_chunks < 1 || !ch->pos0 || !ch->n_tok)
@@ -1438,43 +1459,17 @@ int ts_rt_layers_run_chunks(ts_rt_layers *const *sets, int n_sets, ts_rt_chunks 
     const bool nowait = ts_eng_test_ooo_nowait(p0->dev);
     const int n = ch->n_chunks, nt = p0->n_tasks;
     ch_run *cr = calloc((size_t)n, sizeof *cr);
-    int *kvt = malloc(sizeof(int) * (size_t)p0->n_layer);  /* task of layer l's kv_store */
-    bool *reads = calloc((size_t)nt, 1);                   /* task t runs attention */
-    int *ncpu = malloc(sizeof(int) * (size_t)nt), *ndev = malloc(sizeof(int) * (size_t)nt);
-    if (!cr || !kvt || !reads || !ncpu || !ndev) {
-        free(cr), free(kvt), free(reads), free(ncpu), free(ndev);
+    if (!cr)
         return ts_err_set(err, "out of memory");
-    }
-    for (int l = 0; l < p0->n_layer; l++)
-        kvt[l] = -1;
-    for (int t = 0; t < nt; t++) {
-        const rt_task *T = &p0->tasks[t];
-        if (seg_has(p0, T->layer, T->seg, TS_OP_KV_STORE))
-            kvt[T->layer] = t;
-        reads[t] = seg_has(p0, T->layer, T->seg, TS_OP_ATTENTION);
-        cpu_to_dev(p0, t, &ncpu[t], &ndev[t]);
-    }
     for (int c = 0; c < n; c++)
         cr[c].set = c % n_sets;
-    const uint64_t t_start = ts_now_ns();
     ts_eng_stats before = {0}, after = {0};
     ts_eng_get_stats(p0->dev, &before);
     uint64_t seq = 0;
     int rc = -1, n_ended = 0;
-    /* the rows before the first chunk that a device-side attention reads and
-     * the device does not hold (the CPU decode's, a truncated cache's) */
-    if (p0->kv_mapped_dev) {
-        int64_t ma[TS_RT_KV_MAX_RANGES + 2], mb[TS_RT_KV_MAX_RANGES + 2];
-        int nm = ch->pos0[0] > 0 ? ts_rt_kv_missing(p0->kv_held, 0, ch->pos0[0], ma, mb, TS_RT_KV_MAX_RANGES + 2) : 0;
-        if (nm > TS_RT_KV_MAX_RANGES + 2)
-            nm = 1, ma[0] = 0, mb[0] = ch->pos0[0];
-        for (int i = 0; i < nm; i++) {
-            for (int l = 0; l < p0->n_layer; l++)
-                if (p0->vars[p0->layer_var[l]].kv_read_device && sync_kv(p0, l, ma[i], mb[i], TS_SYNC_TO_DEVICE, err))
-                    goto done;
-            ts_rt_kv_add(p0->kv_held, ma[i], mb[i]);
-        }
-    }
+    /* the rows before the first chunk that a device-side attention reads */
+    if (sync_kv_missing(p0, 0, ch->pos0[0], err))
+        goto done;
     while (n_ended < n) {
         bool progress = false;
         /* markers: what the device finished */
@@ -1506,7 +1501,7 @@ int ts_rt_layers_run_chunks(ts_rt_layers *const *sets, int n_sets, ts_rt_chunks 
                     break;
                 /* its attention reads the previous chunk's rows of this layer:
                  * their kv_store is queued before it (the queue runs in order) */
-                if (!nowait && reads[t] && c > 0 && !cr[c - 1].ended && cr[c - 1].next <= kvt[T->layer])
+                if (!nowait && T->attn && c > 0 && !cr[c - 1].ended && cr[c - 1].next <= T->kv_task)
                     break;
                 if (!R->dev_dirty && sync_acts(pf, ch->n_tok[c], TS_SYNC_TO_DEVICE, err))
                     goto done;
@@ -1515,7 +1510,6 @@ int ts_rt_layers_run_chunks(ts_rt_layers *const *sets, int n_sets, ts_rt_chunks 
                     goto done;
                 R->dev_dirty = p0->dq_pending = true;
                 R->next++;
-                ch->dev_units++;
                 progress = true;
                 if (R->next == nt || !pf->tasks[R->next].on_device) {
                     /* the crossing back: what the CPU's next task reads */
@@ -1545,11 +1539,12 @@ int ts_rt_layers_run_chunks(ts_rt_layers *const *sets, int n_sets, ts_rt_chunks 
             if (t < nt) {
                 if (pf->tasks[t].on_device)
                     continue;
-                if (!nowait && reads[t] && c > 0 && !cr[c - 1].ended && cr[c - 1].done <= kvt[pf->tasks[t].layer])
+                if (!nowait && pf->tasks[t].attn && c > 0 && !cr[c - 1].ended && cr[c - 1].done <= pf->tasks[t].kv_task)
                     continue;
             }
             /* the end (t == nt) and tasks that reach no device work rank last */
-            const int nc = t < nt && ndev[t] ? ncpu[t] : INT32_MAX, nd = t < nt ? ndev[t] : 0;
+            const int nc = t < nt && pf->tasks[t].n_dev ? pf->tasks[t].n_cpu : INT32_MAX,
+                      nd = t < nt ? pf->tasks[t].n_dev : 0;
             if (best < 0 || nc < best_cpu || (nc == best_cpu && nd > best_dev))
                 best = c, best_cpu = nc, best_dev = nd;
         }
@@ -1568,7 +1563,6 @@ int ts_rt_layers_run_chunks(ts_rt_layers *const *sets, int n_sets, ts_rt_chunks 
                     goto done;
                 R->next++;
                 R->done = R->next;
-                ch->cpu_units++;
             }
             continue;
         }
@@ -1598,8 +1592,6 @@ done:
         ts_eng_event_free(cr[c].ev);
     p0->dq_pending = false;
     ts_eng_get_stats(p0->dev, &after);
-    ch->wall_ns = ts_now_ns() - t_start;
-    ch->dev_busy_ns = after.busy_ns - before.busy_ns;
     if (!rc) {
         ts_rt_kv_add(p0->kv_held, ch->pos0[0], ch->pos0[n - 1] + ch->n_tok[n - 1]);
         p0->st.run_crossings += after.crossings - before.crossings;
@@ -1609,7 +1601,7 @@ done:
             p0->st.runs++;
         }
     }
-    free(cr), free(kvt), free(reads), free(ncpu), free(ndev);
+    free(cr);
     return rc;
 }
 

@@ -183,11 +183,9 @@ typedef struct ts_rt_chunks {
     int (*begin)(void *user, int c, int set, ts_err *err);
     int (*end)(void *user, int c, int set, ts_err *err);
     void *user;
-    /* out: what the run measured */
-    uint64_t wall_ns;      /* the call, begin to end */
-    uint64_t dev_busy_ns;  /* the device's compute unit running graphs in it (engine stats) */
-    uint64_t host_wait_ns; /* the calling thread blocked on the device, nothing ready to run */
-    uint64_t cpu_units, dev_units;
+    /* out: the calling thread's time blocked on the device with nothing
+     * of its own ready to run (added to) */
+    uint64_t host_wait_ns;
 } ts_rt_chunks;
 int ts_rt_layers_run_chunks(ts_rt_layers *const *sets, int n_sets, ts_rt_chunks *ch, ts_err *err);
 

@@ -25,5 +25,6 @@ add_test(NAME test_dllm_oracle
 # PyTorch forward of the same f16 weights. Skips (77) without the delta.
 add_test(NAME test_trained_dllm
          COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_trained_dllm.py
-                 $<TARGET_FILE:dllm_tool> ${TS_MODELS_DIR} ${CMAKE_CURRENT_BINARY_DIR}/trained_dllm)
+                 $<TARGET_FILE:dllm_tool> ${TS_MODELS_DIR} ${CMAKE_CURRENT_BINARY_DIR}/trained_dllm
+                 $<TARGET_FILE:tessera>)
 set_tests_properties(test_trained_dllm PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)

@@ -19,8 +19,16 @@ step-20 trial delta: 30 layers of K/V rounded to f16; the 2-layer random
 oracle sees ~3e-4). In both, the top-1 token of
 every row must agree wherever the reference's top-2 margin exceeds 1e-2 of
 the row's range. TTD_BREAK=causal makes the reference causal: must fail.
+TTD_BREAK=layout lets every row of the cached layout attend every other:
+the decode check must fail.
 
-usage: test_trained_dllm.py DLLM_TOOL MODELS_DIR WORK_DIR
+With TESSERA given, also: `tessera diffuse` (the prefix-cache block
+decoder, threshold 0.9) on the prompt generates the same text with the same
+commits per forward as train_tiny_dllm.py's generate_cached, the packed
+layout the model was trained on (cached_layout): what the training
+objective shows the model is what the decoder computes.
+
+usage: test_trained_dllm.py DLLM_TOOL MODELS_DIR WORK_DIR [TESSERA]
 """
 import os
 import subprocess
@@ -29,6 +37,7 @@ import sys
 import numpy as np
 
 TOOL, MODELS, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
+TESSERA = sys.argv[4] if len(sys.argv) > 4 else None
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tools"))
 import train_tiny_dllm as T  # noqa: E402
@@ -83,5 +92,36 @@ for label, extra, bound in (("f32 KV", ["--kv-f32"], 1e-4), ("f16 KV (default)",
     print(f"{label:17s} rows {n}: max rel err {err.max():.2e} (row {err.argmax()}, bound {bound:.0e}), "
           f"median {np.median(err):.2e}; top-1 agrees on {int(top_ok.sum())}/{n} rows "
           f"({int(sure.sum())} with a clear margin): {'ok' if good else 'FAIL'}")
+
+# The training objective (train_tiny_dllm.py's cached_layout) is what tessera's
+# default decoder computes: block decoding with the prefix cache, threshold
+# 0.9, on the same prompt. Same generated text, same commits per forward.
+if TESSERA:
+    import json
+    if os.environ.get("TTD_BREAK") == "layout":  # must fail: every row attends every other (no prefix cache)
+        _layout = T.cached_layout
+        T.cached_layout = lambda np_, blocks: (lambda p, a, n: (p, np.ones_like(a), n))(*_layout(np_, blocks))
+    text = T.tokenizer().decode(prompt)
+    r = subprocess.run([TESSERA, "tokenize", "-m", path, "-p", text, "--ids"], capture_output=True, text=True)
+    pids = json.loads(r.stdout)
+    r = subprocess.run([TESSERA, "diffuse", "-m", path, "-p", text, "-n", "64", "--block", "32", "--threshold", "0.9",
+                        "--no-early-stop", "--no-display-prompt", "--stats", "json", "-t", "2"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print("FAIL: tessera diffuse:", r.stderr.strip()[-400:])
+        sys.exit(1)
+    st = json.loads([ln for ln in r.stderr.splitlines() if ln.startswith("{")][-1])
+    got_hist = {k: c for k, c in enumerate(st["commit_per_forward_hist"]) if c}
+    with torch.no_grad():
+        x, counts = T.generate_cached(model, torch.tensor([pids]), 64, 32, 0.9)
+    ref_text = T.tokenizer().decode(x[0, len(pids):].tolist())
+    ref_hist = T.commit_stats(counts)["histogram"]
+    good = r.stdout.rstrip("\n") == ref_text.rstrip("\n") and got_hist == ref_hist
+    ok &= good
+    print(f"prefix-cache decode at 0.9: tessera {st['denoise_forwards']} forwards {got_hist}, the cached layout "
+          f"{len(counts[0])} forwards {ref_hist}; text {'identical' if r.stdout.rstrip(chr(10)) == ref_text.rstrip(chr(10)) else 'DIFFERS'}: "
+          f"{'ok' if good else 'FAIL'}")
+    if not good:
+        print(f"  tessera: {r.stdout[:200]!r}\n  layout:  {ref_text[:200]!r}")
 print("PASS" if ok else "FAIL")
 sys.exit(0 if ok else 1)

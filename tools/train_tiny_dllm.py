@@ -34,6 +34,14 @@ usage:
   train_tiny_dllm.py export [--work DIR] [--delta FILE]     # adapters -> committed .npz
   train_tiny_dllm.py distill [--distill-n N]               # the base's greedy continuations (--objective distill)
   train_tiny_dllm.py build  [--delta FILE] [-o OUT.gguf] [--qtype f16|q8_0]   # base GGUF + delta -> llada GGUF
+  train_tiny_dllm.py gpu --device cuda [--base-file F] [--out-dir D] [--train-s S] ...
+                                       # a lent GPU: continuations, the cached objective, the commit check
+  train_tiny_dllm.py import-gpu --parts A.npz B.npz   # the gpu run's adapters -> the committed delta
+
+The committed delta is the `gpu` route's (docs/DIFFUSION.md, "The GPU
+route"): fresh adapters trained on an H200 with the cached objective
+(`cached_batch`: exactly the rows tessera's prefix-cache decoder computes,
+`cached_layout`) on 29,696 greedy continuations of the base.
 """
 import argparse
 import json
@@ -169,15 +177,20 @@ def build_model(hp, w, rank, alpha, device):
             e[MASK_ID] = self.mask_row
             return e
 
-        def hidden(self, ids, key_len=None):
+        def hidden(self, ids, key_len=None, attn=None, pos=None, cache=None, causal=False):
             # key_len: (B,) keys past it are not attended (the block objective's end of sequence)
+            # attn: (B, 1, L, L) or (L, L) bool, which keys each row attends (the packed
+            # cached layout, `cached_layout`); pos: (L,) each row's position (default 0..L-1)
             B, L = ids.shape
-            am = None
+            am = attn
             if key_len is not None:
                 am = (torch.arange(L, device=ids.device)[None, :] < key_len[:, None])[:, None, None, :]
             x = F.embedding(ids, self.table())
-            ang = torch.arange(L, dtype=torch.float32, device=ids.device)[:, None] * self.inv[None, :]
-            cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]  # (L, 1, D/2) against (B, L, H, D/2)
+            if pos is None:
+                pos = torch.arange(L, device=ids.device)
+            ang = pos.to(torch.float32)[..., None] * self.inv
+            # (L, 1, D/2) or, per sequence, (B, L, 1, D/2) against (B, L, H, D/2)
+            cos, sin = ang.cos().unsqueeze(-2), ang.sin().unsqueeze(-2)
 
             def rope(t):  # adjacent pairs (GGUF layout)
                 t0, t1 = t[..., 0::2], t[..., 1::2]
@@ -185,14 +198,22 @@ def build_model(hp, w, rank, alpha, device):
 
             def rms(t, g):
                 return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + hp["eps"]) * g
-            for m in self.layers:
+            for i, m in enumerate(self.layers):
                 h = rms(x, m.n1)
                 q = rope(m.q(h).view(B, L, H, D)).transpose(1, 2)
                 k = rope(m.k(h).view(B, L, HKV, D)).transpose(1, 2)
                 v = m.v(h).view(B, L, HKV, D).transpose(1, 2)
+                if cache is not None:  # causal decoding (greedy_continue): earlier rows' K/V first
+                    if len(cache) > i:
+                        k, v = torch.cat((cache[i][0], k), 2), torch.cat((cache[i][1], v), 2)
+                        cache[i] = (k, v)
+                    else:
+                        cache.append((k, v))
                 k = k.repeat_interleave(H // HKV, 1)
                 v = v.repeat_interleave(H // HKV, 1)
-                a = F.scaled_dot_product_attention(q, k, v, attn_mask=am, is_causal=False)  # bidirectional
+                # bidirectional, except the AR base's own decoding (a square causal pass, then
+                # single rows that attend every cached key)
+                a = F.scaled_dot_product_attention(q, k, v, attn_mask=am, is_causal=causal and k.shape[2] == L)
                 x = x + m.o(a.transpose(1, 2).reshape(B, L, E))
                 h = rms(x, m.n2)
                 x = x + m.d(F.silu(m.g(h)) * m.u(h))
@@ -251,6 +272,148 @@ def distill_batch(rng, rows, B, blk=32, rate=None):
         m[b, P:P + blk] = rng.random(blk) < p[b]
         key_len[b] = P + blk
     return x, m, p, key_len
+
+
+def cached_layout(np_, blocks):
+    """What a block decoder with the prefix cache has evaluated when it
+    decodes the last of `blocks` ([(s, e), ...] in order), packed into one
+    forward: the prompt pass [0, np_) (n_kv = np_), each finished block's
+    refresh window [s-1, e) (n_kv = e), and the current block's window
+    [s-1, e) (shifted logits: position s reads row s-1). A row attends its
+    own segment and, of each earlier segment, the rows no later window
+    rewrote (a window rewrites the K/V of every row it holds, so of segment k
+    only the positions before segment k+1's first are still in the cache).
+    This is `tessera diffuse`'s default decoder (src/diffusion/decode.c:
+    the prompt once, then per block its steps and its refresh).
+    Returns pos (Lp,) each row's position, allowed (Lp, Lp) which keys each
+    row attends, and n_cur, the current window's rows (the last n_cur)."""
+    segs = [(0, np_)] + [(s - 1, e) for s, e in blocks]
+    pos = np.concatenate([np.arange(a, b) for a, b in segs])
+    seg = np.concatenate([np.full(b - a, k) for k, (a, b) in enumerate(segs)])
+    limit = np.array([segs[k + 1][0] if k + 1 < len(segs) else 1 << 30 for k in range(len(segs))])
+    qs, ks = seg[:, None], seg[None, :]
+    allowed = (qs == ks) | ((ks < qs) & (pos[None, :] < limit[seg][None, :]))
+    return pos, allowed, segs[-1][1] - segs[-1][0]
+
+
+def cached_batch(rng, rows, B, blk=32, rate=None, full_frac=0.25):
+    """The cached objective: what block decoding with the prefix cache shows
+    the model, exactly (`cached_layout`), on the base's greedy continuations
+    (each row a 64-token prompt and 64 greedy tokens). Half the sequences
+    decode the first block (64..95: the prompt pass, then its window), half
+    the second (96..127: the prompt pass, the first block's refresh with its
+    final tokens, then the window); the block's positions are masked at the
+    sequence's rate. A `full_frac` of the sequences show instead what
+    `--no-cache` shows (one bidirectional window over everything up to the
+    block's end), so that decoder is not out of distribution. Returns ids,
+    pos, allowed (B, Lp[, Lp], padded rows
+    attend only themselves), the flat indices of the rows whose logits are
+    scored, their targets and weights 1/p."""
+    L = rows.shape[1]
+    lays = [cached_layout(DISTILL_PROMPT, [(s, s + blk) for s in range(DISTILL_PROMPT, e, blk)])
+            for e in range(DISTILL_PROMPT + blk, L + 1, blk)]
+    full = [(np.arange(e), np.ones((e, e), dtype=bool), blk + 1)
+            for e in range(DISTILL_PROMPT + blk, L + 1, blk)]
+    Lp = max(len(p_) for p_, _, _ in lays + full)
+    x = rows[rng.integers(0, len(rows), size=B)].astype(np.int64)
+    p = (1 - EPS) * rng.random(B) + EPS if rate is None else np.full(B, rate)
+    ids = np.full((B, Lp), MASK_ID, dtype=np.int64)
+    pos = np.zeros((B, Lp), dtype=np.int64)
+    allowed = np.broadcast_to(np.eye(Lp, dtype=bool), (B, Lp, Lp)).copy()
+    r_idx, tgt, wgt = [], [], []
+    for b in range(B):
+        pb, ab, nc = (full if rng.random() < full_frac else lays)[int(rng.integers(0, len(lays)))]
+        n = len(pb)
+        ids[b, :n], pos[b, :n], allowed[b, :n, :n] = x[b, pb], pb, ab
+        # the window's rows: position s-1 (clean) then the block s..e-1
+        w0 = n - nc
+        s = int(pb[w0]) + 1
+        m = rng.random(nc - 1) < p[b]
+        ids[b, w0 + 1:n][m] = MASK_ID
+        for j in np.nonzero(m)[0]:
+            r_idx.append(b * Lp + w0 + j)  # row of position s+j-1 predicts s+j
+            tgt.append(x[b, s + j])
+            wgt.append(1.0 / p[b])
+    return (ids, pos, allowed[:, None], np.array(r_idx, dtype=np.int64), np.array(tgt, dtype=np.int64),
+            np.array(wgt, dtype=np.float32))
+
+
+def loss_cached(model, ids, pos, allowed, r_idx, tgt, wgt, norm=32):
+    import torch.nn.functional as F
+    hid = model.hidden(ids, attn=allowed, pos=pos)
+    lg = model.logits_at(hid, r_idx)
+    ce = F.cross_entropy(lg.float(), tgt, reduction="none")
+    return (ce * wgt).sum() / (ids.shape[0] * norm), lg
+
+
+def greedy_continue(model, x, n_gen):
+    """The base AR model's greedy continuation of the prompts x (B, P): causal,
+    with a K/V cache; special tokens (ids 0-2, the mask) are never chosen, as
+    `distill` ran transformers' generate with min_new_tokens (no end of text)."""
+    import torch
+    cache = []
+    hid = model.hidden(x, cache=cache, causal=True)
+    out = [x]
+    P = x.shape[1]
+    for j in range(n_gen):
+        lg = model.logits_at(hid[:, -1:], torch.arange(x.shape[0], device=x.device)).float()
+        lg[:, [0, 1, 2, MASK_ID]] = -float("inf")
+        nxt = lg.argmax(-1)[:, None]
+        out.append(nxt)
+        if j + 1 < n_gen:
+            hid = model.hidden(nxt, pos=torch.tensor([P + j], device=x.device), cache=cache, causal=True)
+    return torch.cat(out, 1)
+
+
+def generate_cached(model, prompts, n_gen, block, thr):
+    """Block decoding with the prefix cache and threshold commit, as `tessera
+    diffuse` runs it (every masked position of the current block whose top-1
+    probability >= thr commits; at least the most confident one), on a batch
+    of prompts of one length in lock step (`cached_layout`: one forward per
+    step for all of them; a prompt whose block is full waits). Returns the
+    canvases (N, P + n_gen) and each prompt's per-forward commit counts."""
+    import torch
+    import torch.nn.functional as F
+    dev = model.inv.device
+    N, P = prompts.shape
+    L = P + n_gen
+    x = torch.full((N, L), MASK_ID, dtype=torch.int64, device=dev)
+    x[:, :P] = prompts
+    counts = [[] for _ in range(N)]
+    blocks = []
+    for s in range(P, L, block):
+        e = min(s + block, L)
+        blocks.append((s, e))
+        pos, allowed, nc = cached_layout(P, blocks)
+        pos_t, al_t = torch.from_numpy(pos).to(dev), torch.from_numpy(allowed).to(dev)
+        while True:
+            masked = x[:, s:e] == MASK_ID
+            active = masked.any(1)
+            if not active.any():
+                break
+            hid = model.hidden(x[:, pos_t], attn=al_t, pos=pos_t)
+            lg = F.linear(hid[:, -nc:-1], model.table()).float()  # rows s-1..e-2 predict s..e-1
+            lg[..., MASK_ID] = -float("inf")
+            conf, tok = lg.softmax(-1).max(-1)
+            conf = torch.where(masked, conf, torch.full_like(conf, -1.0))
+            sel = (conf >= thr) & masked
+            none = active & ~sel.any(1)
+            sel[none, conf[none].argmax(1)] = True
+            x[:, s:e] = torch.where(sel, tok, x[:, s:e])
+            k = sel.sum(1).tolist()
+            for n in range(N):
+                if active[n]:
+                    counts[n].append(k[n])
+    return x, counts
+
+
+def commit_stats(counts):
+    h, c, f = {}, 0, 0
+    for cs in counts:
+        for k in cs:
+            h[k] = h.get(k, 0) + 1
+        c, f = c + sum(cs), f + len(cs)
+    return dict(tokens_per_forward=round(c / f, 3), forwards=f, histogram=dict(sorted(h.items())))
 
 
 def cmd_distill(a):
@@ -587,9 +750,146 @@ def cmd_eval(a):
         f.write(json.dumps(res) + "\n")
 
 
+def adapter_state(model):
+    return {k: v.detach().float().cpu() for k, v in model.state_dict().items()
+            if k.endswith((".A", ".B")) or k == "mask_row"}
+
+
+def save_parts(out, name, sd, meta):
+    """The adapters (fp16) in two files (layers below half, then the rest and
+    the mask row): the device tool brings back files of at most 16 MiB."""
+    half = max(int(k.split(".")[1]) for k in sd if k.startswith("layers.")) // 2
+    for part in (0, 1):
+        keep = {k: v.half().numpy() for k, v in sd.items()
+                if (k.startswith("layers.") and (int(k.split(".")[1]) > half) == bool(part)) or
+                (k == "mask_row" and part == 1)}
+        path = os.path.join(out, f"{name}.part{part}.npz")
+        np.savez_compressed(path + ".tmp.npz", meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **keep)
+        os.replace(path + ".tmp.npz", path)
+
+
+def cmd_gpu(a):
+    """The whole route in one bounded run on a lent GPU: the base's greedy
+    continuations (--distill-n, at most --distill-s seconds), fresh adapters
+    trained on the cached objective (`cached_batch`) for --train-s seconds
+    (the step count fixed after 30 timed steps, cosine over it), then the
+    commit histogram (`generate_cached`) of the held-out prompts. Writes the
+    adapters (`save_parts`), the continuations and a log to --out-dir;
+    `import-gpu` turns the parts into the committed delta."""
+    import torch
+    t0 = time.time()
+    dev = torch.device(a.device)
+    torch.manual_seed(SEED)
+    os.makedirs(a.out_dir, exist_ok=True)
+    logf = open(os.path.join(a.out_dir, "gpu_log.jsonl"), "a")
+
+    def note(**k):
+        k["t"] = round(time.time() - t0, 1)
+        print(json.dumps(k), flush=True)
+        logf.write(json.dumps(k) + "\n")
+        logf.flush()
+    ids = tokenize_corpus(os.path.join(a.work, "tokens.npy"))
+    held = held_out(ids)
+    train = ids[:len(ids) - len(held)]
+    hp, w = load_base(a.base_file)
+    model = build_model(hp, w, a.rank, a.alpha, dev)
+    del w
+    name = torch.cuda.get_device_name() if dev.type == "cuda" else "cpu"
+    note(stage="loaded", device=name, torch=torch.__version__)
+    ac = dict(device_type=dev.type, dtype=torch.bfloat16, enabled=a.autocast == "bf16")
+
+    # 1. the base's greedy continuations (adapters are zero: the base itself)
+    rng = np.random.default_rng(SEED + 1)
+    starts = rng.integers(0, len(train) - DISTILL_PROMPT, size=a.distill_n)
+    rows = []
+    with torch.no_grad(), torch.autocast(**ac):
+        for i in range(0, a.distill_n, a.gen_batch):
+            if time.time() - t0 > a.distill_s:
+                break
+            x = torch.from_numpy(np.stack([train[s_:s_ + DISTILL_PROMPT] for s_ in starts[i:i + a.gen_batch]])
+                                 .astype(np.int64)).to(dev)
+            rows.append(greedy_continue(model, x, DISTILL_GEN).cpu().numpy().astype(np.int32))
+    rows = np.concatenate(rows)
+    np.save(os.path.join(a.out_dir, "distill_rows.npy"), rows.astype(np.uint16))  # ids < 65536; half the bytes
+    note(stage="distilled", rows=int(rows.shape[0]), sample=rows[0, DISTILL_PROMPT:DISTILL_PROMPT + 16].tolist())
+
+    # 2. fresh adapters on the cached objective
+    params = [p_ for p_ in model.parameters() if p_.requires_grad]
+    opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.0, betas=(0.9, 0.98))
+    rng = np.random.default_rng(SEED)
+    prompts = torch.from_numpy(np.stack([held[s_:s_ + 64] for s_ in prompt_starts(held, a.prompts)])
+                               .astype(np.int64)).to(dev)
+    meta = dict(objective="cached", rank=a.rank, alpha=a.alpha, lr=a.lr, batch=a.batch, distill_rows=int(rows.shape[0]),
+                device=name, fresh=True, mask_id=MASK_ID, seed=SEED)
+
+    def quick_eval(n, thrs):
+        model.eval()
+        res = {}
+        with torch.no_grad():
+            for thr in thrs:
+                _, counts = generate_cached(model, prompts[:n], a.gen, 32, thr)
+                res[str(thr)] = commit_stats(counts)
+        model.train()
+        return res
+    step, total, t1, last_eval = 0, None, time.time(), time.time()
+    while total is None or step < total:
+        if total is None and step == 30:
+            per = (time.time() - t1) / 30
+            total = max(31, 30 + int((a.train_s - (time.time() - t1)) / per))
+            note(stage="schedule", per_step_s=round(per, 4), steps=total)
+        if time.time() - t0 > a.hard_s:
+            note(stage="hard stop", step=step)
+            break
+        tot = total or 10 ** 6
+        lr = a.lr * min(1.0, (step + 1) / a.warmup) * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, step / tot))))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        bt = cached_batch(rng, rows, a.batch)
+        if len(bt[3]) == 0:  # nothing masked in the whole batch (tiny batches only)
+            continue
+        ids_, pos_, al_, ri, tg, wg = (torch.from_numpy(v).to(dev) for v in bt)
+        with torch.autocast(**ac):
+            loss, _ = loss_cached(model, ids_, pos_, al_, ri, tg, wg)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        step += 1
+        if step % 50 == 0:
+            note(step=step, loss=round(loss.item(), 4), lr=round(lr, 7))
+        if time.time() - last_eval > a.eval_every_s:
+            meta.update(step=step, steps=total, train_s=round(time.time() - t1, 1))
+            save_parts(a.out_dir, "latest", adapter_state(model), meta)
+            note(stage="eval", step=step, commit=quick_eval(8, [0.9]))
+            last_eval = time.time()
+    meta.update(step=step, steps=total, train_s=round(time.time() - t1, 1))
+    save_parts(a.out_dir, "final", adapter_state(model), meta)
+    note(stage="trained", step=step)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    res = quick_eval(a.prompts, a.thresholds)
+    note(stage="final eval", prompts=a.prompts, commit=res)
+    x, _ = generate_cached(model.eval(), prompts[:2], a.gen, 32, 0.9)
+    note(stage="sample", tokens=x[:, 64:].tolist())
+
+
+def cmd_import_gpu(a):
+    """The GPU run's two adapter parts -> the committed delta (the CPU time of
+    the earlier routes stays recorded: the CPU budget is not reset)."""
+    out, meta = {}, None
+    for part in a.parts:
+        d = np.load(part)
+        meta = json.loads(bytes(d["meta"]).decode())
+        out.update({k: d[k] for k in d.files if k != "meta"})
+    prior = read_delta(a.delta)[0] if os.path.exists(a.delta) else {}
+    meta["cpu_s"] = prior.get("cpu_s", 0.0)
+    np.savez_compressed(a.delta, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **out)
+    print(f"{a.delta}: step {meta['step']} ({meta['device']}, {meta['train_s']} s), "
+          f"{os.path.getsize(a.delta) / 2**20:.1f} MiB", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("cmd", choices=["distill", "train", "eval", "export", "build"])
+    ap.add_argument("cmd", choices=["distill", "train", "eval", "export", "build", "gpu", "import-gpu"])
     ap.add_argument("--work", default=WORK)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")
@@ -621,8 +921,18 @@ def main():
     ap.add_argument("-o", "--out", default=OUT)
     ap.add_argument("--qtype", choices=["f16", "q8_0"], default="f16",
                     help="build: the matrices' type (f16, the tests' file; q8_0 for benchmarks: faster on the CPU)")
+    ap.add_argument("--base-file", default=BASE, help="the base GGUF (SmolLM2-135M-Instruct Q4_1)")
+    ap.add_argument("--out-dir", default=os.path.join(WORK, "gpu"), help="gpu: where adapters and the log go")
+    ap.add_argument("--distill-s", type=float, default=90, help="gpu: at most this many seconds of continuations")
+    ap.add_argument("--gen-batch", type=int, default=512, help="gpu: continuations per batch")
+    ap.add_argument("--train-s", type=float, default=300, help="gpu: training seconds")
+    ap.add_argument("--hard-s", type=float, default=520, help="gpu: stop training past this many seconds of the run")
+    ap.add_argument("--eval-every-s", type=float, default=60, help="gpu: a quick commit check and adapter dump")
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--parts", nargs="+", help="import-gpu: the adapter parts")
     a = ap.parse_args()
-    {"distill": cmd_distill, "train": cmd_train, "eval": cmd_eval, "export": cmd_export, "build": cmd_build}[a.cmd](a)
+    {"distill": cmd_distill, "train": cmd_train, "eval": cmd_eval, "export": cmd_export, "build": cmd_build,
+     "gpu": cmd_gpu, "import-gpu": cmd_import_gpu}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -248,9 +248,13 @@ static void route_ref(const float *l, int n_expert, int k, ts_moe_score score, b
     double all = 0, sel = 0;
     for (int e = 0; e < n_expert; e++) all += exp(l[e]);
     for (int j = 0; j < k; j++) sel += exp(l[order[j]]);
+    double sig = 0;
+    for (int j = 0; j < k; j++) sig += 1 / (1 + exp(-l[order[j]]));
     for (int j = 0; j < k; j++) {
         id[j] = order[j];
-        if (score == TS_MOE_TOPK_SOFTMAX)
+        if (score == TS_MOE_SIGMOID_TOPK)
+            w[j] = (1 / (1 + exp(-l[order[j]]))) / (norm ? sig : 1.0);
+        else if (score == TS_MOE_TOPK_SOFTMAX)
             w[j] = exp(l[order[j]]) / sel;
         else
             w[j] = norm ? (exp(l[order[j]]) / all) / (sel / all) : exp(l[order[j]]) / all;
@@ -270,9 +274,11 @@ static void test_route(void) {
         for (int ties = 0; ties < 2; ties++) {
             /* ties: logits on a grid of 0.5 in [-2, 2], so many are equal */
             for (int i = 0; i < NT * ne; i++) l[i] = ties ? 0.5f * (float)(int)(4.5f * frand()) : 2.5f * nrand();
-            for (int mode = 0; mode < 3; mode++) {
-                const ts_moe_score score = mode == 0 ? TS_MOE_TOPK_SOFTMAX : TS_MOE_SOFTMAX_TOPK;
-                const bool norm = mode == 2;
+            for (int mode = 0; mode < 5; mode++) {
+                /* 0 top-k softmax; 1, 2 softmax top-k as is / renormalized; 3, 4 sigmoid likewise */
+                const ts_moe_score score = mode == 0 ? TS_MOE_TOPK_SOFTMAX : mode < 3 ? TS_MOE_SOFTMAX_TOPK
+                                                                                      : TS_MOE_SIGMOID_TOPK;
+                const bool norm = mode == 2 || mode == 4;
                 ts_moe_route(l, NT, ne, k, score, norm, ids, w);
                 CHECK(guard_ok(w, (size_t)NT * k), "route wrote past weights");
                 for (int t = 0; t < NT; t++) {

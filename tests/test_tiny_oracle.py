@@ -2,7 +2,9 @@
 """test_tiny_oracle.py - tessera's forward pass against HF transformers on
 tiny random-weight models of every supported architecture variant
 (tools/gen_tiny_models.py: llama GQA / MQA+linear rope / llama3 rope_freqs,
-qwen2, qwen3, gemma3), generated at test time into WORK_DIR.
+qwen2, qwen3, gemma3, and the mixture-of-experts qwen3moe, olmoe and
+Mixtral, built from their HF config and weights: Qwen3MoeForCausalLM,
+OlmoeForCausalLM, MixtralForCausalLM), generated at test time into WORK_DIR.
 
 For each model, 40 token ids go through transformers (float32, eager
 attention) once, and through tessera (ts_model_tool) as:
@@ -88,8 +90,17 @@ for name in names:
     meta = json.load(open(os.path.join(WORK, name + ".json")))
     path = os.path.join(WORK, name + ".gguf")
     tokens, V = meta["tokens"], meta["n_vocab"]
-    hf = AutoModelForCausalLM.from_pretrained(WORK, gguf_file=name + ".gguf", dtype=torch.float32,
-                                              attn_implementation="eager", **meta["hf_overrides"])
+    if "hf_class" in meta:  # MoE: transformers' GGUF loader reads none of them; HF weights beside the file
+        import transformers
+        cls = getattr(transformers, meta["hf_class"])
+        cfg = getattr(transformers, meta["hf_class"].replace("ForCausalLM", "Config"))(**meta["hf_config"])
+        cfg._attn_implementation = "eager"
+        hf = cls(cfg)
+        sd = np.load(os.path.join(WORK, name + ".hf.npz"))
+        hf.load_state_dict({k: torch.from_numpy(sd[k]) for k in sd.files}, strict=True)
+    else:
+        hf = AutoModelForCausalLM.from_pretrained(WORK, gguf_file=name + ".gguf", dtype=torch.float32,
+                                                  attn_implementation="eager", **meta["hf_overrides"])
     hf.eval()
     with torch.no_grad():
         ref = hf(torch.tensor([tokens])).logits[0].numpy().astype(np.float64)

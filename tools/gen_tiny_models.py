@@ -57,6 +57,27 @@ SPECS = {
                    head_dim=16, rope_base=1000000.0, tied=True, qk_norm=True, swa=8, final_softcap=30.0),
 }
 
+# Mixture-of-experts models: written from HF-layout weights (NAME.hf.npz)
+# into llama.cpp's GGUF layout, because transformers' GGUF loader reads none
+# of olmoe or Mixtral-as-llama: the oracle builds the HF model from
+# NAME.json's hf_class and hf_config and loads NAME.hf.npz into it.
+# Router weights are scaled (x3) so that the top k are decided by clear
+# margins and change from token to token.
+MOE_SPECS = {
+    # qwen3 attention (per-head Q/K norms, head_dim 32 != 64/4, NeoX rope);
+    # softmax over 8 experts, top 2 renormalized; the dense width (96) is
+    # in the file but unused (every layer is sparse).
+    "qwen3moe": dict(arch="qwen3moe", hf_class="Qwen3MoeForCausalLM", n_embd=64, n_ff=96, n_ff_exp=32, n_layer=2,
+                     n_head=4, n_head_kv=2, head_dim=32, n_expert=8, n_expert_used=2, rope_base=1000000.0),
+    # full-width Q/K norms, NeoX rope; softmax over 8 experts, top 3 as they are
+    "olmoe": dict(arch="olmoe", hf_class="OlmoeForCausalLM", n_embd=64, n_ff=48, n_ff_exp=48, n_layer=2,
+                  n_head=4, n_head_kv=2, head_dim=16, n_expert=8, n_expert_used=3, rope_base=10000.0),
+    # Mixtral: llama with experts (Q/K permuted for adjacent-pair rope as
+    # llama.cpp's converter does); softmax over the top 2 of 4
+    "mixtral": dict(arch="llama", hf_class="MixtralForCausalLM", n_embd=64, n_ff=40, n_ff_exp=40, n_layer=2,
+                    n_head=4, n_head_kv=2, head_dim=16, n_expert=4, n_expert_used=2, rope_base=1000000.0),
+}
+
 TOKENIZER_SOURCES = {"smollm": "SmolLM2-135M-Instruct.Q4_1.gguf", "gemma": "gemma-3-270m-q4_k_m.gguf"}
 
 
@@ -247,6 +268,101 @@ def write_model(path, spec, tok_fields, seed, n_vocab=None, drop_keys=(), drop_t
     w.close()
 
 
+def permute_qk(w, n_head):
+    """llama.cpp's converter: HF's split-halves rope rows -> adjacent pairs."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_moe_model(out_dir, name, spec, tok_fields, seed):
+    """HF-layout random weights (NAME.hf.npz), the same weights as llama.cpp
+    writes them (NAME.gguf: router ffn_gate_inp, expert arrays
+    ffn_{gate,up,down}_exps, expert_count / expert_used_count /
+    expert_feed_forward_length), and NAME.json's hf_class and hf_config."""
+    rng = np.random.default_rng(seed)
+    arch = spec["arch"]
+    E, FE, L = spec["n_embd"], spec["n_ff_exp"], spec["n_layer"]
+    H, HKV, D, NE = spec["n_head"], spec["n_head_kv"], spec["head_dim"], spec["n_expert"]
+    V = next(len(v) for k, v, *_ in tok_fields if k == "tokenizer.ggml.tokens")
+
+    def mat(*shape, scale=None):
+        return (rng.standard_normal(shape) * (scale if scale is not None else 1.0 / math.sqrt(shape[-1]))).astype(np.float32)
+
+    def norm(n):
+        return (1.0 + 0.2 * rng.standard_normal(n)).astype(np.float32)
+    hf = {"model.embed_tokens.weight": mat(V, E, scale=1.0), "model.norm.weight": norm(E), "lm_head.weight": mat(V, E)}
+    for i in range(L):
+        p = f"model.layers.{i}."
+        hf[p + "input_layernorm.weight"] = norm(E)
+        hf[p + "post_attention_layernorm.weight"] = norm(E)
+        hf[p + "self_attn.q_proj.weight"] = mat(H * D, E)
+        hf[p + "self_attn.k_proj.weight"] = mat(HKV * D, E)
+        hf[p + "self_attn.v_proj.weight"] = mat(HKV * D, E)
+        hf[p + "self_attn.o_proj.weight"] = mat(E, H * D)
+        if arch == "qwen3moe":
+            hf[p + "self_attn.q_norm.weight"] = norm(D)
+            hf[p + "self_attn.k_norm.weight"] = norm(D)
+        if arch == "olmoe":
+            hf[p + "self_attn.q_norm.weight"] = norm(H * D)
+            hf[p + "self_attn.k_norm.weight"] = norm(HKV * D)
+        hf[p + "mlp.gate.weight"] = mat(NE, E, scale=3.0 / math.sqrt(E))
+        hf[p + "mlp.experts.gate_up_proj"] = mat(NE, 2 * FE, E)  # [gate; up] rows, as transformers chunks them
+        hf[p + "mlp.experts.down_proj"] = mat(NE, E, FE)
+    np.savez(os.path.join(out_dir, name + ".hf.npz"), **hf)
+
+    g = {"token_embd.weight": hf["model.embed_tokens.weight"], "output_norm.weight": hf["model.norm.weight"],
+         "output.weight": hf["lm_head.weight"]}
+    for i in range(L):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        q, k = hf[p + "self_attn.q_proj.weight"], hf[p + "self_attn.k_proj.weight"]
+        if arch == "llama":  # adjacent-pair rope: the converter permutes Q/K
+            q, k = permute_qk(q, H), permute_qk(k, HKV)
+        g.update({b + "attn_norm.weight": hf[p + "input_layernorm.weight"],
+                  b + "ffn_norm.weight": hf[p + "post_attention_layernorm.weight"],
+                  b + "attn_q.weight": q, b + "attn_k.weight": k,
+                  b + "attn_v.weight": hf[p + "self_attn.v_proj.weight"],
+                  b + "attn_output.weight": hf[p + "self_attn.o_proj.weight"],
+                  b + "ffn_gate_inp.weight": hf[p + "mlp.gate.weight"],
+                  b + "ffn_gate_exps.weight": np.ascontiguousarray(hf[p + "mlp.experts.gate_up_proj"][:, :FE]),
+                  b + "ffn_up_exps.weight": np.ascontiguousarray(hf[p + "mlp.experts.gate_up_proj"][:, FE:]),
+                  b + "ffn_down_exps.weight": hf[p + "mlp.experts.down_proj"]})
+        if p + "self_attn.q_norm.weight" in hf:
+            g[b + "attn_q_norm.weight"] = hf[p + "self_attn.q_norm.weight"]
+            g[b + "attn_k_norm.weight"] = hf[p + "self_attn.k_norm.weight"]
+    w = GGUFWriter(os.path.join(out_dir, name + ".gguf"), arch)
+    U32, F32 = GGUFValueType.UINT32, GGUFValueType.FLOAT32
+    kv = {"context_length": (U32, 128), "embedding_length": (U32, E), "feed_forward_length": (U32, spec["n_ff"]),
+          "block_count": (U32, L), "attention.head_count": (U32, H), "attention.head_count_kv": (U32, HKV),
+          "attention.key_length": (U32, D), "attention.value_length": (U32, D),
+          "attention.layer_norm_rms_epsilon": (F32, 1e-5), "rope.freq_base": (F32, spec["rope_base"]),
+          "rope.dimension_count": (U32, D), "vocab_size": (U32, V), "expert_count": (U32, NE),
+          "expert_used_count": (U32, spec["n_expert_used"])}
+    if spec["n_ff_exp"] != spec["n_ff"]:
+        kv["expert_feed_forward_length"] = (U32, FE)
+    for k_, (t, v) in kv.items():
+        w.add_key_value(f"{arch}.{k_}", v, t)
+    w.add_string("general.name", f"tiny-{name}")
+    for key, val, vt, sub_ in tok_fields:
+        w.add_key_value(key, val, vt, sub_type=sub_)
+    for n_, t in g.items():
+        w.add_tensor(n_, t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    rope = {"rope_type": "default", "rope_theta": spec["rope_base"]}
+    cfg = dict(vocab_size=V, hidden_size=E, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=HKV,
+               rms_norm_eps=1e-5, max_position_embeddings=128, tie_word_embeddings=False, rope_parameters=rope,
+               num_experts_per_tok=spec["n_expert_used"])
+    if arch == "qwen3moe":
+        cfg.update(intermediate_size=spec["n_ff"], moe_intermediate_size=FE, head_dim=D, num_experts=NE,
+                   norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[])
+    elif arch == "olmoe":
+        cfg.update(intermediate_size=FE, num_experts=NE, norm_topk_prob=False)
+    else:
+        cfg.update(intermediate_size=FE, num_local_experts=NE, head_dim=D)
+    return cfg
+
+
 def hf_overrides(spec):
     """Config overrides for transformers, for what its GGUF loader does not
     read from the file (checked against transformers 5.x integrations/ggml.py):
@@ -309,6 +425,22 @@ def main():
         with open(os.path.join(a.out_dir, name + ".json"), "w") as f:
             json.dump(meta, f, indent=1)
         print("wrote", path)
+    for seed, name in enumerate((n for n in MOE_SPECS if not a.only or n in a.only.split(",")), start=len(SPECS)):
+        spec = MOE_SPECS[name]
+        if "smollm" not in tok_cache:
+            src = os.path.join(a.models_dir, TOKENIZER_SOURCES["smollm"])
+            if not os.path.exists(src):
+                sys.exit(f"missing {src}: run tools/fetch_models.sh")
+            tok_cache["smollm"] = read_tokenizer_fields(src, N_VOCAB)
+        fields = tok_cache["smollm"]
+        cfg = write_moe_model(a.out_dir, name, spec, fields, seed)
+        n_vocab = next(len(v) for k, v, *_ in fields if k == "tokenizer.ggml.tokens")
+        bos = next((v for k, v, *_ in fields if k == "tokenizer.ggml.bos_token_id"), None)
+        meta = {"arch": spec["arch"], "hf_class": spec["hf_class"], "hf_config": cfg,
+                "tokens": test_tokens(seed, n_vocab, bos), "n_vocab": n_vocab}
+        with open(os.path.join(a.out_dir, name + ".json"), "w") as f:
+            json.dump(meta, f, indent=1)
+        print("wrote", os.path.join(a.out_dir, name + ".gguf"))
 
 
 if __name__ == "__main__":

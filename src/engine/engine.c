@@ -756,7 +756,8 @@ static int check_node_shape(const ts_eng_node *n, int idx, int n_slots, ts_err *
         BAD(n->route.n_expert < 1 || n->route.n_expert > 65536, "n_expert %d out of range", n->route.n_expert);
         BAD(n->route.k < 1 || n->route.k > n->route.n_expert, "k %d must be in [1, n_expert %d]", n->route.k,
             n->route.n_expert);
-        BAD(n->route.score > 1, "score %d unknown (0 top-k softmax, 1 softmax top-k)", (int)n->route.score);
+        BAD(n->route.score > 2, "score %d unknown (0 top-k softmax, 1 softmax top-k, 2 sigmoid top-k)",
+            (int)n->route.score);
         break;
     case TS_OP_MOE_MATMUL:
         BAD(n->moe.n_in < 1 || n->moe.n_in > lim, "n_in %lld out of range", (long long)n->moe.n_in);

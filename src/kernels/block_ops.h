@@ -89,10 +89,13 @@ void ts_gated_residual_f32(float *x, const float *y, const float *gate, int64_t 
  *     probabilities as they are (Qwen-MoE / DeepSeek with
  *     norm_topk_prob = false), or divided by their sum when norm_topk
  *     (norm_topk_prob = true; mathematically the weights of TS_MOE_TOPK_SOFTMAX,
- *     and the same bits in this reference). */
+ *     and the same bits in this reference);
+ *   TS_MOE_SIGMOID_TOPK: each selected logit's sigmoid, as it is or divided
+ *     by their sum when norm_topk (llama.cpp's expert_gating_func = 2). */
 typedef enum ts_moe_score {
     TS_MOE_TOPK_SOFTMAX = 0,
     TS_MOE_SOFTMAX_TOPK = 1,
+    TS_MOE_SIGMOID_TOPK = 2,
 } ts_moe_score;
 
 /* Top-k routing of n_tok tokens over n_expert experts (1 <= k <= n_expert).

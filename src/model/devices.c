@@ -62,6 +62,20 @@ static ts_rt_host_slot host_matrix(const ts_wmat *w) {
     };
 }
 
+/* An expert array in the file's rows: n_expert matrices back to back. */
+static ts_rt_host_slot host_experts(const ts_wmat *w, int32_t n_expert) {
+    const uint64_t eb = (uint64_t)w->row_bytes * (uint64_t)w->n_out;
+    return (ts_rt_host_slot){.data = w->data,
+                             .bytes = eb * (uint64_t)n_expert,
+                             .wtype = w->type,
+                             .layout = TS_WL_ROWS,
+                             .rows = w->data,
+                             .n_in = w->n_in,
+                             .n_out = w->n_out,
+                             .n_expert = n_expert,
+                             .expert_bytes = eb};
+}
+
 int ts_mdl_describe_weights(ts_mdl *m, ts_err *err) {
     const ts_hparams *hp = &m->hp;
     const int nl = hp->n_layer;
@@ -85,8 +99,8 @@ int ts_mdl_describe_weights(ts_mdl *m, ts_err *err) {
         VEC(TS_LS_BQ, L->bq, qd);
         VEC(TS_LS_BK, L->bk, kd);
         VEC(TS_LS_BV, L->bv, kd);
-        VEC(TS_LS_Q_NORM, L->q_norm, hp->head_dim);
-        VEC(TS_LS_K_NORM, L->k_norm, hp->head_dim);
+        VEC(TS_LS_Q_NORM, L->q_norm, L->n_q_norm);
+        VEC(TS_LS_K_NORM, L->k_norm, L->n_k_norm);
         VEC(TS_LS_ATTN_POST_NORM, L->attn_post_norm, hp->n_embd);
         VEC(TS_LS_FFN_POST_NORM, L->ffn_post_norm, hp->n_embd);
 #undef VEC
@@ -98,9 +112,16 @@ int ts_mdl_describe_weights(ts_mdl *m, ts_err *err) {
         S[TS_LS_WK] = host_matrix(&L->wk);
         S[TS_LS_WV] = host_matrix(&L->wv);
         S[TS_LS_WO] = host_matrix(&L->wo);
-        S[TS_LS_W_GATE] = host_matrix(&L->w_gate);
-        S[TS_LS_W_UP] = host_matrix(&L->w_up);
-        S[TS_LS_W_DOWN] = host_matrix(&L->w_down);
+        if (L->w_router.data) {
+            S[TS_LS_W_ROUTER] = host_matrix(&L->w_router);
+            S[TS_LS_W_GATE_EXPS] = host_experts(&L->w_gate_exps, hp->n_expert);
+            S[TS_LS_W_UP_EXPS] = host_experts(&L->w_up_exps, hp->n_expert);
+            S[TS_LS_W_DOWN_EXPS] = host_experts(&L->w_down_exps, hp->n_expert);
+        } else {
+            S[TS_LS_W_GATE] = host_matrix(&L->w_gate);
+            S[TS_LS_W_UP] = host_matrix(&L->w_up);
+            S[TS_LS_W_DOWN] = host_matrix(&L->w_down);
+        }
     }
     m->host_w = ts_rt_weights_new(NULL, nl, m->host_slots, err);
     return m->host_w ? 0 : -1;

@@ -46,8 +46,10 @@ static int layer_mats(ts_mdl *m, ts_wmat **out) {
     out[n++] = m->hp.tied_output ? &m->tok_embd : &m->output;
     for (int il = 0; il < m->hp.n_layer; il++) {
         ts_layer *L = &m->layers[il];
-        ts_wmat *ms[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) out[n++] = ms[i];
+        /* a MoE layer's router is a plain matrix; its expert arrays stay rows */
+        ts_wmat *ms[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->w_router};
+        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+            if (ms[i]->data) out[n++] = ms[i];
     }
     return n;
 }
@@ -64,7 +66,7 @@ static int copy_vectors(ts_mdl *m, ts_err *err) {
     for (int il = 0; il < hp->n_layer; il++) {
         const ts_layer *L = &m->layers[il];
         total += (L->attn_norm ? E : 0) + (L->ffn_norm ? E : 0) + (L->attn_post_norm ? E : 0) +
-                 (L->ffn_post_norm ? E : 0) + (L->q_norm ? hp->head_dim : 0) + (L->k_norm ? hp->head_dim : 0) +
+                 (L->ffn_post_norm ? E : 0) + (L->q_norm ? L->n_q_norm : 0) + (L->k_norm ? L->n_k_norm : 0) +
                  (L->bq ? QD : 0) + (L->bk ? KD : 0) + (L->bv ? KD : 0);
     }
     float *buf = malloc(total * sizeof(float)), *o = buf;
@@ -78,8 +80,8 @@ static int copy_vectors(ts_mdl *m, ts_err *err) {
         CP(L->ffn_norm, E);
         CP(L->attn_post_norm, E);
         CP(L->ffn_post_norm, E);
-        CP(L->q_norm, hp->head_dim);
-        CP(L->k_norm, hp->head_dim);
+        CP(L->q_norm, L->n_q_norm);
+        CP(L->k_norm, L->n_k_norm);
         CP(L->bq, QD);
         CP(L->bk, KD);
         CP(L->bv, KD);
@@ -98,7 +100,7 @@ static void drop_pages(const void *p, size_t n) {
 int ts_mdl_prepare_fast(ts_mdl *m, bool in_place, ts_err *err) {
     m->ref_kernels = env_ref_kernels();
     if (m->ref_kernels || m->hp.n_layer < 1) return 0;
-    ts_wmat **mats = malloc(sizeof *mats * ((size_t)m->hp.n_layer * 7 + 1));
+    ts_wmat **mats = malloc(sizeof *mats * ((size_t)m->hp.n_layer * 8 + 1));
     if (!mats) return ts_err_set(err, "out of memory");
     const int n = layer_mats(m, mats);
 

@@ -138,6 +138,13 @@ static ts_rt_block_shape *layer_shapes(const ts_state *s, ts_err *err) {
             return NULL;
         }
         shapes[l] = (ts_rt_block_shape){
+            .kind = L->w_router.data ? TS_BLOCK_MOE : TS_BLOCK_DECODER,
+            .n_expert = hp->n_expert,
+            .n_expert_used = hp->n_expert_used,
+            .n_ff_exp = hp->n_ff_exp,
+            .moe_score = hp->moe_score,
+            .moe_norm_topk = hp->moe_norm_topk,
+            .qk_norm_full = m->ad->qk_norm_full,
             .n_embd = hp->n_embd,
             .n_head = hp->n_head,
             .n_head_kv = hp->n_head_kv,
@@ -186,7 +193,8 @@ static ts_rt_layers *layers_new_on(ts_state *s, ts_rt_weights *w, int width, flo
 }
 
 static ts_rt_layers *layers_new(ts_state *s, ts_rt_weights *w, int width, ts_err *err) {
-    float *const act[TS_LS_N_ACT] = {s->x, s->xn, s->q, s->k, s->v, s->attn, s->o, s->gate, s->up};
+    float *const act[TS_LS_N_ACT] = {s->x,    s->xn, s->q,      s->k,             s->v,     s->attn,
+                                     s->o,    s->gate, s->up,   s->router, (float *)s->exp_ids, s->exp_w};
     return layers_new_on(s, w, width, act, NULL, err);
 }
 
@@ -213,7 +221,7 @@ static void pf_attach(ts_state *s) {
             ts_act_set *A = &s->sets[i];
             s->n_sets = i + 1;
             bool ok = true;
-            for (int k = 0; k < TS_LS_ROUTER && ok; k++)
+            for (int k = 0; k < TS_LS_N_ACT && ok; k++)
                 ok = (A->act[k] = alloc3(s->pf_width, (int64_t)rows[k], 1, 1)) != NULL;
             if (!ok || !(A->pf = layers_new_on(s, s->pf_sess->w, s->pf_width, A->act, s->pf, &e))) {
                 /* the state keeps the sets that opened; the reason goes to the info line */
@@ -346,8 +354,16 @@ ts_state *ts_state_new(const ts_mdl *m, const ts_state_params *p, ts_err *err) {
     s->attn = alloc3(B, s->n_q_dim, 1, sizeof(float));
     s->k = alloc3(B, s->n_kv_dim, 1, sizeof(float));
     s->v = alloc3(B, s->n_kv_dim, 1, sizeof(float));
-    s->gate = alloc3(B, hp->n_ff, 1, sizeof(float));
-    s->up = alloc3(B, hp->n_ff, 1, sizeof(float));
+    /* a MoE layer's gate/up hold k expert rows per token; the routing
+     * buffers are a float for a dense model (unused) */
+    const int64_t n_ff_act = hp->n_expert > 0 && (int64_t)hp->n_expert_used * hp->n_ff_exp > hp->n_ff
+                                 ? (int64_t)hp->n_expert_used * hp->n_ff_exp
+                                 : hp->n_ff;
+    s->gate = alloc3(B, n_ff_act, 1, sizeof(float));
+    s->up = alloc3(B, n_ff_act, 1, sizeof(float));
+    s->router = alloc3(B, hp->n_expert > 0 ? hp->n_expert : 1, 1, sizeof(float));
+    s->exp_ids = alloc3(B, hp->n_expert > 0 ? hp->n_expert_used : 1, 1, sizeof(int32_t));
+    s->exp_w = alloc3(B, hp->n_expert > 0 ? hp->n_expert_used : 1, 1, sizeof(float));
     s->logits = alloc3(hp->n_vocab, 1, 1, sizeof(float));
 
     /* Per-thread scratch: one dequantized weight row (the widest matmul
@@ -371,7 +387,7 @@ ts_state *ts_state_new(const ts_mdl *m, const ts_state_params *p, ts_err *err) {
     }
 
     if (!s->k_cache || !s->v_cache || !s->x || !s->xn || !s->o || !s->q || !s->attn || !s->k || !s->v ||
-        !s->gate || !s->up || !s->logits || !s->scratch) {
+        !s->gate || !s->up || !s->router || !s->exp_ids || !s->exp_w || !s->logits || !s->scratch) {
         ts_err_set(err, "out of memory allocating the state (n_ctx %d, n_batch %d)", s->n_ctx, s->n_batch);
         goto fail;
     }
@@ -402,6 +418,9 @@ void ts_state_free(ts_state *s) {
     free(s->v);
     free(s->gate);
     free(s->up);
+    free(s->router);
+    free(s->exp_ids);
+    free(s->exp_w);
     free(s->logits);
     free(s->scratch);
     free(s);

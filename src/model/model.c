@@ -19,7 +19,19 @@
  *           converter as for llama, adjacent-pair RoPE, optional Q/K/V
  *           biases), bidirectional attention;
  *   dream   diffusion LLM (Dream): the qwen2 forward (NeoX RoPE, Q/K/V
- *           biases), bidirectional attention.
+ *           biases), bidirectional attention;
+ *   qwen3moe the qwen3 attention, every FFN routed experts: softmax over the
+ *           experts, the top k renormalized;
+ *   olmoe   NeoX RoPE, Q/K RMSNorm over the whole projection (not per
+ *           head), routed experts: the top k of the softmax as they are;
+ *   llama with {arch}.expert_count > 0 (Mixtral): routed experts, softmax
+ *           over the k largest router logits.
+ * Experts as llama.cpp's converter writes them: the router
+ * blk.N.ffn_gate_inp [n_embd, n_expert] and the 3-D expert arrays
+ * blk.N.ffn_{gate,up}_exps [n_embd, n_ff_exp, n_expert], ffn_down_exps
+ * [n_ff_exp, n_embd, n_expert]; expert_count, expert_used_count and
+ * expert_feed_forward_length (else feed_forward_length) keys. Shared
+ * experts (qwen2moe's) are refused.
  * Diffusion keys: `{arch}.attention.causal` (default false for llada/dream,
  * true otherwise), `tokenizer.ggml.mask_token_id`, `diffusion.shift_logits`
  * (default true for dream, false otherwise). A causal llada/dream file and a
@@ -33,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/block_ops.h"
 #include "model/model_impl.h"
 #include "runtime/layers.h"
 #include "quant/quant.h"
@@ -45,12 +58,20 @@
  * traits is one line here (docs/ARCHITECTURE.md). */
 static const ts_arch_desc arch_table[] = {
     /* name      id              rope          qkv_b  qk_n   post_n gelu   e_sqrt swa    diff   shift  attn62 */
-    {"llama", TS_ARCH_LLAMA, TS_ROPE_NORM, false, false, false, false, false, false, false, false, false},
-    {"qwen2", TS_ARCH_QWEN2, TS_ROPE_NEOX, true, false, false, false, false, false, false, false, false},
-    {"qwen3", TS_ARCH_QWEN3, TS_ROPE_NEOX, false, true, false, false, false, false, false, false, false},
-    {"gemma3", TS_ARCH_GEMMA3, TS_ROPE_NEOX, false, true, true, true, true, true, false, false, true},
-    {"llada", TS_ARCH_LLADA, TS_ROPE_NORM, false, false, false, false, false, false, true, false, false},
-    {"dream", TS_ARCH_DREAM, TS_ROPE_NEOX, true, false, false, false, false, false, true, true, false},
+    {"llama", TS_ARCH_LLAMA, TS_ROPE_NORM, false, false, false, false, false, false, false, false, false,
+     .moe = TS_MOE_OPTIONAL, .moe_score = TS_MOE_TOPK_SOFTMAX}, /* Mixtral: softmax over the k chosen */
+    {"qwen2", TS_ARCH_QWEN2, TS_ROPE_NEOX, true, false, false, false, false, false, false, false, false, .moe = TS_MOE_NONE},
+    {"qwen3", TS_ARCH_QWEN3, TS_ROPE_NEOX, false, true, false, false, false, false, false, false, false, .moe = TS_MOE_NONE},
+    {"gemma3", TS_ARCH_GEMMA3, TS_ROPE_NEOX, false, true, true, true, true, true, false, false, true, .moe = TS_MOE_NONE},
+    {"llada", TS_ARCH_LLADA, TS_ROPE_NORM, false, false, false, false, false, false, true, false, false, .moe = TS_MOE_NONE},
+    {"dream", TS_ARCH_DREAM, TS_ROPE_NEOX, true, false, false, false, false, false, true, true, false, .moe = TS_MOE_NONE},
+    /* softmax over all experts, then the top k, renormalized (llama.cpp
+     * always renormalizes qwen3moe: HF's norm_topk_prob = true) */
+    {"qwen3moe", TS_ARCH_QWEN3MOE, TS_ROPE_NEOX, false, true, false, false, false, false, false, false, false,
+     .moe = TS_MOE_REQUIRED, .moe_score = TS_MOE_SOFTMAX_TOPK, .moe_norm_topk = true},
+    /* the top k of the softmax as they are; Q/K norms over the whole projection */
+    {"olmoe", TS_ARCH_OLMOE, TS_ROPE_NEOX, false, true, false, false, false, false, false, false, false,
+     .moe = TS_MOE_REQUIRED, .moe_score = TS_MOE_SOFTMAX_TOPK, .moe_norm_topk = false, .qk_norm_full = true},
 };
 
 /* Formats "{arch}.{suffix}" into buf (keys are short; truncation impossible
@@ -144,6 +165,29 @@ static int bind_mat(ts_mdl *m, const char *name, int64_t n_in, int64_t n_out, co
     out->n_in = n_in;
     out->n_out = n_out;
     out->row_bytes = rb;
+    return 0;
+}
+
+/* Binds expert array `name` of shape [n_in, n_out, n_expert] (GGUF ne
+ * order): out describes one expert (n_in, n_out, row_bytes), out->data the
+ * first; expert e starts n_out * row_bytes after the previous one. */
+static int bind_experts(ts_mdl *m, const char *name, int64_t n_in, int64_t n_out, int64_t n_expert, const char *what,
+                        ts_wmat *out, ts_err *err) {
+    memset(out, 0, sizeof *out);
+    const ts_gguf_tensor *t = ts_gguf_find_tensor(m->gguf, name);
+    if (!t) return ts_err_set(err, "missing tensor '%s'", name);
+    if (t->n_dims != 3 || t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n_expert) {
+        char sh[96];
+        fmt_shape(sh, sizeof sh, t);
+        return ts_err_set(err, "tensor '%s' has shape %s, expected [%lld, %lld, %lld] (%s)", name, sh,
+                          (long long)n_in, (long long)n_out, (long long)n_expert, what);
+    }
+    const ts_type_traits *tr = ts_type_info(t->type);
+    if (!tr || !tr->can_dequant)
+        return ts_err_set(err, "tensor '%s': type %s is not supported for matmul", name, tr ? tr->name : "unknown");
+    size_t rb = ts_row_size(t->type, n_in);
+    if (rb == 0) return ts_err_set(err, "tensor '%s': row of %lld elements does not fit type %s", name, (long long)n_in, tr->name);
+    *out = (ts_wmat){.type = t->type, .data = t->data, .n_in = n_in, .n_out = n_out, .row_bytes = rb};
     return 0;
 }
 
@@ -288,6 +332,35 @@ static int load_hparams(ts_mdl *m, ts_err *err) {
     hp->embd_scale = ad->embd_scale_sqrt ? sqrtf((float)hp->n_embd) : 1.0f;
     m->ffn_gelu = ad->gelu;
     if (opt_f32(m, "final_logit_softcapping", 0.0, 1e9, &hp->final_logit_softcap, err) < 0) return -1;
+    if (ad->moe != TS_MOE_NONE) {
+        if (opt_i32(m, "expert_count", 0, 65536, &hp->n_expert, err) < 0) return -1;
+        if (ad->moe == TS_MOE_REQUIRED && hp->n_expert < 1)
+            return ts_err_set(err, "%s.expert_count is missing or 0: a %s model routes to experts", hp->arch_name,
+                              hp->arch_name);
+        if (hp->n_expert > 0) {
+            if (req_i32(m, "expert_used_count", 1, hp->n_expert, &hp->n_expert_used, err)) return -1;
+            hp->n_ff_exp = hp->n_ff;
+            if (opt_i32(m, "expert_feed_forward_length", 1, 1 << 20, &hp->n_ff_exp, err) < 0) return -1;
+            /* the routing: the family's, unless the file names a gating
+             * function (llama.cpp's keys: 1 softmax, 2 sigmoid) */
+            hp->moe_score = ad->moe_score;
+            hp->moe_norm_topk = ad->moe_norm_topk;
+            int32_t gating = 0;
+            if (opt_i32(m, "expert_gating_func", 1, 2, &gating, err) < 0) return -1;
+            if (gating == 2) {
+                hp->moe_score = TS_MOE_SIGMOID_TOPK;
+                hp->moe_norm_topk = false;
+            }
+            char key[128];
+            if (ts_gguf_opt_bool(g, akey(key, sizeof key, m, "expert_weights_norm"), &hp->moe_norm_topk, err) < 0)
+                return -1;
+            int32_t shared = 0;
+            if (opt_i32(m, "expert_shared_count", 0, 65536, &shared, err) < 0) return -1;
+            if (shared > 0)
+                return ts_err_set(err, "%s.expert_shared_count = %d: shared experts are not supported", hp->arch_name,
+                                  shared);
+        }
+    }
     if (opt_f32(m, "attn_logit_softcapping", 0.0, 1e9, &hp->attn_logit_softcap, err) < 0) return -1;
 
     /* Attention scale: the file's value when given, else 1/sqrt(head_dim),
@@ -349,13 +422,26 @@ static int bind_tensors(ts_mdl *m, ts_err *err) {
         if (bind_vec(m, N("attn_v.bias"), KD, need_bias, &L->bv, err)) return -1;
         if (ts_gguf_find_tensor(m->gguf, N("attn_output.bias")))
             return ts_err_set(err, "tensor '%s' is not supported", nm);
-        if (bind_vec(m, N("attn_q_norm.weight"), hp->head_dim, need_qk_norm, &L->q_norm, err)) return -1;
-        if (bind_vec(m, N("attn_k_norm.weight"), hp->head_dim, need_qk_norm, &L->k_norm, err)) return -1;
+        L->n_q_norm = m->ad->qk_norm_full ? (int32_t)QD : hp->head_dim;
+        L->n_k_norm = m->ad->qk_norm_full ? (int32_t)KD : hp->head_dim;
+        if (bind_vec(m, N("attn_q_norm.weight"), L->n_q_norm, need_qk_norm, &L->q_norm, err)) return -1;
+        if (bind_vec(m, N("attn_k_norm.weight"), L->n_k_norm, need_qk_norm, &L->k_norm, err)) return -1;
         if (bind_vec(m, N("post_attention_norm.weight"), E, gemma, &L->attn_post_norm, err)) return -1;
         if (bind_vec(m, N("ffn_norm.weight"), E, true, &L->ffn_norm, err)) return -1;
-        if (bind_mat(m, N("ffn_gate.weight"), E, F, "n_embd, n_ff", true, &L->w_gate, err)) return -1;
-        if (bind_mat(m, N("ffn_up.weight"), E, F, "n_embd, n_ff", true, &L->w_up, err)) return -1;
-        if (bind_mat(m, N("ffn_down.weight"), F, E, "n_ff, n_embd", true, &L->w_down, err)) return -1;
+        if (hp->n_expert > 0) {
+            const int64_t NE = hp->n_expert, FE = hp->n_ff_exp;
+            if (bind_mat(m, N("ffn_gate_inp.weight"), E, NE, "n_embd, n_expert", true, &L->w_router, err)) return -1;
+            if (bind_experts(m, N("ffn_gate_exps.weight"), E, FE, NE, "n_embd, n_ff_exp, n_expert", &L->w_gate_exps, err) ||
+                bind_experts(m, N("ffn_up_exps.weight"), E, FE, NE, "n_embd, n_ff_exp, n_expert", &L->w_up_exps, err) ||
+                bind_experts(m, N("ffn_down_exps.weight"), FE, E, NE, "n_ff_exp, n_embd, n_expert", &L->w_down_exps, err))
+                return -1;
+            if (ts_gguf_find_tensor(m->gguf, N("ffn_gate_shexp.weight")))
+                return ts_err_set(err, "tensor '%s': shared experts are not supported", nm);
+        } else {
+            if (bind_mat(m, N("ffn_gate.weight"), E, F, "n_embd, n_ff", true, &L->w_gate, err)) return -1;
+            if (bind_mat(m, N("ffn_up.weight"), E, F, "n_embd, n_ff", true, &L->w_up, err)) return -1;
+            if (bind_mat(m, N("ffn_down.weight"), F, E, "n_ff, n_embd", true, &L->w_down, err)) return -1;
+        }
         if (bind_vec(m, N("post_ffw_norm.weight"), E, gemma, &L->ffn_post_norm, err)) return -1;
         L->swa = hp->n_swa > 0 && (hp->swa_pattern == 0 || il % hp->swa_pattern < hp->swa_pattern - 1);
     }

@@ -31,6 +31,8 @@ enum ts_arch {
     TS_ARCH_GEMMA3,
     TS_ARCH_LLADA, /* diffusion LLM: the llama forward, bidirectional attention */
     TS_ARCH_DREAM, /* diffusion LLM: the qwen2 forward, bidirectional attention */
+    TS_ARCH_QWEN3MOE, /* qwen3 attention, routed experts */
+    TS_ARCH_OLMOE,    /* full-width Q/K norms, routed experts */
 };
 enum ts_rope_type { TS_ROPE_NORM /* adjacent pairs */, TS_ROPE_NEOX /* split halves */ };
 
@@ -64,6 +66,15 @@ typedef struct ts_hparams {
     int32_t mask_token_id;  /* tokenizer.ggml.mask_token_id, -1 if none */
     int shift_logits;       /* diffusion.shift_logits: position p reads row p-1's
                              * logits (absent: 1 for dream, 0 otherwise) */
+    /* mixture of experts (qwen3moe, olmoe, llama with experts: Mixtral);
+     * n_expert 0 for a dense model */
+    int32_t n_expert;       /* {arch}.expert_count */
+    int32_t n_expert_used;  /* {arch}.expert_used_count: k experts per token */
+    int32_t n_ff_exp;       /* one expert's FFN width: {arch}.expert_feed_forward_length,
+                             * else feed_forward_length */
+    uint8_t moe_score;      /* ts_moe_score: the family's, or sigmoid with
+                             * {arch}.expert_gating_func = 2 */
+    bool moe_norm_topk;     /* the family's, or {arch}.expert_weights_norm */
 } ts_hparams;
 
 typedef struct ts_mdl ts_mdl;

@@ -19,8 +19,9 @@ typedef struct ts_layer {
     ts_wmat wk;                  /* [n_head_kv*head_dim][n_embd] */
     ts_wmat wv;                  /* [n_head_kv*head_dim][n_embd] */
     const float *bq, *bk, *bv;   /* qwen2 biases: [n_head*head_dim], [n_kv_dim], [n_kv_dim] */
-    const float *q_norm;         /* qwen3/gemma3 per-head RMSNorm: [head_dim] */
-    const float *k_norm;         /* [head_dim] */
+    const float *q_norm;         /* qwen3/gemma3 per-head RMSNorm: [head_dim]; olmoe: [n_head*head_dim] */
+    const float *k_norm;         /* [head_dim]; olmoe: [n_head_kv*head_dim] */
+    int32_t n_q_norm, n_k_norm;  /* their lengths */
     ts_wmat wo;                  /* [n_embd][n_head*head_dim] */
     const float *attn_post_norm; /* gemma3: [n_embd] */
     const float *ffn_norm;       /* [n_embd] */
@@ -28,6 +29,13 @@ typedef struct ts_layer {
     ts_wmat w_up;                /* [n_ff][n_embd] */
     ts_wmat w_down;              /* [n_embd][n_ff] */
     const float *ffn_post_norm;  /* gemma3: [n_embd] */
+    /* a MoE layer (w_gate/up/down absent): the router and the expert
+     * arrays, n_expert matrices each, expert e at data + e * n_out * row_bytes
+     * (n_in, n_out: one expert's shape) */
+    ts_wmat w_router;            /* [n_expert][n_embd] */
+    ts_wmat w_gate_exps;         /* [n_expert] x [n_ff_exp][n_embd] */
+    ts_wmat w_up_exps;           /* [n_expert] x [n_ff_exp][n_embd] */
+    ts_wmat w_down_exps;         /* [n_expert] x [n_embd][n_ff_exp] */
 
     bool swa;                    /* local (sliding-window) layer */
     const double *inv_freq;      /* [n_rot/2] rope angles per position for this layer */
@@ -48,7 +56,14 @@ typedef struct ts_arch_desc {
     bool diffusion;       /* a diffusion LLM: bidirectional attention, mask token */
     bool shift_logits;    /* default of diffusion.shift_logits */
     bool attn_scale_62;   /* 62 layers: attention scaled by 1/sqrt(n_embd/n_head) (Gemma 3 27B) */
+    /* mixture of experts: 0 dense; TS_MOE_OPTIONAL experts when
+     * {arch}.expert_count > 0 (llama: Mixtral); TS_MOE_REQUIRED */
+    uint8_t moe;
+    uint8_t moe_score;    /* ts_moe_score (kernels/block_ops.h) */
+    bool moe_norm_topk;   /* the k weights renormalized to sum 1 */
+    bool qk_norm_full;    /* Q/K norms over the whole projection (olmoe), not per head */
 } ts_arch_desc;
+enum { TS_MOE_NONE = 0, TS_MOE_OPTIONAL = 1, TS_MOE_REQUIRED = 2 };
 
 struct ts_mdl {
     ts_gguf *gguf;
@@ -158,8 +173,11 @@ struct ts_state {
     float *v;                    /* [n_batch][n_kv_dim] */
     float *attn;                 /* [n_batch][n_q_dim] attention output */
     float *o;                    /* [n_batch][n_embd] projection output */
-    float *gate;                 /* [n_batch][n_ff] */
-    float *up;                   /* [n_batch][n_ff] */
+    float *gate;                 /* [n_batch][n_ff], a MoE layer's [n_batch][k][n_ff_exp] when wider */
+    float *up;                   /* likewise */
+    float *router;               /* MoE: [n_batch][n_expert] router logits */
+    int32_t *exp_ids;            /* MoE: [n_batch][k] the tokens' experts */
+    float *exp_w;                /* MoE: [n_batch][k] their weights */
     float *logits;               /* [n_vocab] last evaluated token */
 
     /* the layers: the block graph (runtime/block.h) run on the state's own

@@ -52,7 +52,10 @@ static int decoder_nodes(const ts_rt_block_shape *s, ts_eng_node *out) {
         ADD(TS_OP_ADD_ROW, TS_LS_K, TS_LS_BK, KD);
         ADD(TS_OP_ADD_ROW, TS_LS_V, TS_LS_BV, KD);
     }
-    if (s->qk_norm) {
+    if (s->qk_norm && s->qk_norm_full) {
+        NORM(TS_LS_Q, TS_LS_Q, TS_LS_Q_NORM, QD, 1);
+        NORM(TS_LS_K, TS_LS_K, TS_LS_K_NORM, KD, 1);
+    } else if (s->qk_norm) {
         NORM(TS_LS_Q, TS_LS_Q, TS_LS_Q_NORM, s->head_dim, s->n_head);
         NORM(TS_LS_K, TS_LS_K, TS_LS_K_NORM, s->head_dim, s->n_head_kv);
     }

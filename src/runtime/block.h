@@ -89,7 +89,8 @@ typedef struct ts_rt_block_shape {
     int32_t n_swa;   /* 0 = full causal; a sliding-window layer is its own variant */
     bool neox;       /* rope layout */
     bool qkv_bias;   /* qwen2 */
-    bool qk_norm;    /* qwen3, gemma3 */
+    bool qk_norm;    /* qwen3, gemma3: per head */
+    bool qk_norm_full; /* olmoe: the Q/K norms over the whole projection */
     bool post_norms; /* gemma3 attn/ffn post norms */
     bool gelu;       /* GeGLU (gemma) instead of SwiGLU */
     bool kv_f16;

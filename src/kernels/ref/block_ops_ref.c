@@ -109,6 +109,15 @@ void ts_moe_route(const float *logits, int64_t n_tok, int n_expert, int k, ts_mo
             }
             id[j] = best;
         }
+        if (score == TS_MOE_SIGMOID_TOPK) {
+            double sum = 0.0;
+            for (int j = 0; j < k; j++) sum += 1.0 / (1.0 + exp(-(double)l[id[j]]));
+            for (int j = 0; j < k; j++) {
+                const double sg = 1.0 / (1.0 + exp(-(double)l[id[j]]));
+                w[j] = (float)(norm_topk ? sg / sum : sg);
+            }
+            continue;
+        }
         /* weights: exp(l - m) over the selection, divided by the sum over
          * the selection or over all experts; m is the largest logit (the
          * first pick, also the largest overall) */

@@ -141,46 +141,24 @@ static void fmt_shape(char *buf, size_t cap, const ts_gguf_tensor *t) {
     if (o > 0 && (size_t)o < cap) snprintf(buf + o, cap - (size_t)o, "]");
 }
 
-/* Binds matrix `name` of shape [n_in, n_out] (GGUF ne order). Absent and not
+/* Binds matrix `name` of shape [n_in, n_out] (GGUF ne order), or with
+ * n_expert > 0 an expert array [n_in, n_out, n_expert]: out then describes
+ * one expert (n_in, n_out, row_bytes) and out->data the first; expert e
+ * starts n_out * row_bytes after the previous one. Absent and not
  * required: out->data = NULL and 0 is returned. `what` names the expected
  * dimensions for the error message. */
-static int bind_mat(ts_mdl *m, const char *name, int64_t n_in, int64_t n_out, const char *what, bool required,
-                    ts_wmat *out, ts_err *err) {
+static int bind_weights(ts_mdl *m, const char *name, int64_t n_in, int64_t n_out, int64_t n_expert, const char *what,
+                        bool required, ts_wmat *out, ts_err *err) {
     memset(out, 0, sizeof *out);
     const ts_gguf_tensor *t = ts_gguf_find_tensor(m->gguf, name);
     if (!t) return required ? ts_err_set(err, "missing tensor '%s'", name) : 0;
-    if (t->n_dims != 2 || t->ne[0] != n_in || t->ne[1] != n_out) {
-        char sh[96];
+    if (t->n_dims != (n_expert > 0 ? 3u : 2u) || t->ne[0] != n_in || t->ne[1] != n_out ||
+        (n_expert > 0 && t->ne[2] != n_expert)) {
+        char sh[96], ex[32] = "";
         fmt_shape(sh, sizeof sh, t);
-        return ts_err_set(err, "tensor '%s' has shape %s, expected [%lld, %lld] (%s)", name, sh, (long long)n_in,
-                          (long long)n_out, what);
-    }
-    const ts_type_traits *tr = ts_type_info(t->type);
-    if (!tr || !tr->can_dequant)
-        return ts_err_set(err, "tensor '%s': type %s is not supported for matmul", name, tr ? tr->name : "unknown");
-    size_t rb = ts_row_size(t->type, n_in);
-    if (rb == 0) return ts_err_set(err, "tensor '%s': row of %lld elements does not fit type %s", name, (long long)n_in, tr->name);
-    out->type = t->type;
-    out->data = t->data;
-    out->n_in = n_in;
-    out->n_out = n_out;
-    out->row_bytes = rb;
-    return 0;
-}
-
-/* Binds expert array `name` of shape [n_in, n_out, n_expert] (GGUF ne
- * order): out describes one expert (n_in, n_out, row_bytes), out->data the
- * first; expert e starts n_out * row_bytes after the previous one. */
-static int bind_experts(ts_mdl *m, const char *name, int64_t n_in, int64_t n_out, int64_t n_expert, const char *what,
-                        ts_wmat *out, ts_err *err) {
-    memset(out, 0, sizeof *out);
-    const ts_gguf_tensor *t = ts_gguf_find_tensor(m->gguf, name);
-    if (!t) return ts_err_set(err, "missing tensor '%s'", name);
-    if (t->n_dims != 3 || t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n_expert) {
-        char sh[96];
-        fmt_shape(sh, sizeof sh, t);
-        return ts_err_set(err, "tensor '%s' has shape %s, expected [%lld, %lld, %lld] (%s)", name, sh,
-                          (long long)n_in, (long long)n_out, (long long)n_expert, what);
+        if (n_expert > 0) snprintf(ex, sizeof ex, ", %lld", (long long)n_expert);
+        return ts_err_set(err, "tensor '%s' has shape %s, expected [%lld, %lld%s] (%s)", name, sh, (long long)n_in,
+                          (long long)n_out, ex, what);
     }
     const ts_type_traits *tr = ts_type_info(t->type);
     if (!tr || !tr->can_dequant)
@@ -189,6 +167,16 @@ static int bind_experts(ts_mdl *m, const char *name, int64_t n_in, int64_t n_out
     if (rb == 0) return ts_err_set(err, "tensor '%s': row of %lld elements does not fit type %s", name, (long long)n_in, tr->name);
     *out = (ts_wmat){.type = t->type, .data = t->data, .n_in = n_in, .n_out = n_out, .row_bytes = rb};
     return 0;
+}
+
+static int bind_mat(ts_mdl *m, const char *name, int64_t n_in, int64_t n_out, const char *what, bool required,
+                    ts_wmat *out, ts_err *err) {
+    return bind_weights(m, name, n_in, n_out, 0, what, required, out, err);
+}
+
+static int bind_experts(ts_mdl *m, const char *name, int64_t n_in, int64_t n_out, int64_t n_expert, const char *what,
+                        ts_wmat *out, ts_err *err) {
+    return bind_weights(m, name, n_in, n_out, n_expert, what, true, out, err);
 }
 
 /* Binds 1-D tensor `name` of n elements as f32. Absent and not required:

@@ -112,10 +112,8 @@ void ts_moe_route(const float *logits, int64_t n_tok, int n_expert, int k, ts_mo
         if (score == TS_MOE_SIGMOID_TOPK) {
             double sum = 0.0;
             for (int j = 0; j < k; j++) sum += 1.0 / (1.0 + exp(-(double)l[id[j]]));
-            for (int j = 0; j < k; j++) {
-                const double sg = 1.0 / (1.0 + exp(-(double)l[id[j]]));
-                w[j] = (float)(norm_topk ? sg / sum : sg);
-            }
+            for (int j = 0; j < k; j++) /* the same sigmoid again: the bits of the sum's terms */
+                w[j] = (float)(1.0 / (1.0 + exp(-(double)l[id[j]])) / (norm_topk ? sum : 1.0));
             continue;
         }
         /* weights: exp(l - m) over the selection, divided by the sum over

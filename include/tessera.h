@@ -243,6 +243,18 @@ typedef struct ts_model_params {
      * the first of them is created. A context passes "none" to stay on the
      * CPU, or another name for a device of its own. */
     const char *prefill_device;
+    /* A memory budget (docs/MOE.md "Memory budget"): bytes of weights kept
+     * in memory; 0 (default) keeps them all. Everything that is not a layer
+     * matrix stays, and as many layers as fit beside it; the others stay in
+     * the file and every context streams them through two layer-sized slots
+     * of its own, filled by n_loaders threads (0: 2) while the layers
+     * before them compute. Logits are bit-identical to the model in memory.
+     * CPU only for now (a context asking for a prefill device falls back).
+     * Needs use_mmap. stream_options: "loaders=N,loader_delay_us=N,direct=0"
+     * (NULL: none). */
+    uint64_t mem_budget;
+    int32_t n_loaders;
+    const char *stream_options;
 } ts_model_params;
 
 /* Defaults; thread-safe. */
@@ -554,6 +566,16 @@ typedef struct ts_stats {
      * blocked on the device with none of its own units ready */
     int64_t dev_ooo_chunks;
     double dev_host_wait_ms;
+    /* Under a memory budget (ts_model_params.mem_budget): the layers this
+     * context streams from the file, its slots, and since it was created
+     * what its loaders read, the layers they filled, and the time the
+     * forward waited at a layer whose slot was not filled yet. */
+    int32_t stream_layers;     /* 0: everything in memory */
+    int32_t stream_loaders;
+    double stream_slot_mib;    /* one of its two slots */
+    double stream_read_mib;
+    int64_t stream_fills;
+    double stream_stall_ms;
 } ts_stats;
 
 /* Same thread as ctx. */

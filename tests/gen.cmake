@@ -12,7 +12,7 @@ add_test(NAME test_chat_template_oracle
 
 # CLI smoke tests on the real models (each a separate entry; all small).
 foreach(case smollm_paris gemma_paris stats_length seed_repeatable logits_out chat_two_turns
-             chat_reset_and_gemma perplexity errors help)
+             chat_reset_and_gemma perplexity mem_budget errors help)
   add_test(NAME gen_cli_${case}
            COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_gen_cli.py ${case}
                    $<TARGET_FILE:tessera> ${TS_MODELS_DIR})

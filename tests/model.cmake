@@ -34,3 +34,21 @@ add_custom_target(oracle
                   DEPENDS ts_model_tool
                   USES_TERMINAL
                   COMMENT "Comparing tessera with HF transformers on the real models")
+
+# A memory budget (tests/test_stream.c; docs/MOE.md "Memory budget"): the
+# layers beyond it stream from the file through two slots; bit-identical to
+# the model in memory (several budgets, a slowed loader, the page cache, two
+# contexts); a skipped fill refused at the pacing point; an EIO, a short
+# read and a truncated file fail the request and the next one is served.
+add_executable(test_stream ${CMAKE_CURRENT_SOURCE_DIR}/test_stream.c)
+target_compile_definitions(test_stream PRIVATE _GNU_SOURCE)
+target_link_libraries(test_stream PRIVATE tessera_core)
+foreach(st_mode gate break-skip faults)
+  add_test(NAME stream_${st_mode}_SmolLM2 COMMAND test_stream ${st_mode} ${TS_MODELS_DIR}/SmolLM2-135M-Instruct.Q4_1.gguf)
+  set_tests_properties(stream_${st_mode}_SmolLM2 PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+endforeach()
+# the MoE families (expert arrays read one expert per read), on the tiny
+# generated models of the oracle, with 7 layers (more than the slots)
+add_test(NAME stream_gate_moe
+         COMMAND sh -c "${TS_PYTHON} ${CMAKE_SOURCE_DIR}/tools/gen_tiny_models.py --models-dir ${TS_MODELS_DIR} --only qwen3moe,mixtral --n-layer 7 ${CMAKE_CURRENT_BINARY_DIR}/stream_models >/dev/null && $<TARGET_FILE:test_stream> gate ${CMAKE_CURRENT_BINARY_DIR}/stream_models/qwen3moe.gguf && $<TARGET_FILE:test_stream> gate ${CMAKE_CURRENT_BINARY_DIR}/stream_models/mixtral.gguf")
+set_tests_properties(stream_gate_moe PROPERTIES TIMEOUT 300)

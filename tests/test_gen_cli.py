@@ -189,6 +189,40 @@ def case_perplexity():
     print("ok:", out.strip())
 
 
+def case_mem_budget():
+    """--mem-budget: perplexity and a greedy run identical to the model in
+    memory, the streaming counters in --stats json, clear errors."""
+    smol = model(SMOL)
+    ppl = ["perplexity", "-m", smol, "-f", GPL, "-c", "128", "--chunks", "2", "-t", "2"]
+    rc, out0, err = run(ppl)
+    expect_rc(rc, 0, out0, err, "perplexity in memory")
+    rc, out1, err = run(ppl + ["--mem-budget", "40M", "--loaders", "1"])
+    expect_rc(rc, 0, out1, err, "perplexity under --mem-budget 40M")
+    if out0 != out1:
+        fail(f"perplexity differs under the budget: {out0!r} vs {out1!r}")
+    gen = ["run", "-m", smol, "-p", "The capital of France is", "-n", "12", "--temp", "0", "-c", "128",
+           "--stats", "json", "-t", "2"]
+    rc, g0, err0 = run(gen)
+    expect_rc(rc, 0, g0, err0, "run in memory")
+    rc, g1, err1 = run(gen + ["--mem-budget", "40M", "--stream-opts", "loader_delay_us=200,direct=0"])
+    expect_rc(rc, 0, g1, err1, "run under --mem-budget 40M")
+    if g0 != g1:
+        fail(f"greedy text differs under the budget: {g0!r} vs {g1!r}")
+    j = json_lines(err1)
+    if not j or j[0].get("stream_layers", 0) < 1 or j[0].get("stream_read_mib", 0) <= 0:
+        fail(f"no streaming counters in --stats json: {err1!r}")
+    if "stream_layers" in json_lines(err0)[0]:
+        fail("streaming counters without a budget")
+    for args, want in ((["--mem-budget", "5M"], "below what always stays in memory"),
+                       (["--mem-budget", "lots"], "is not a size"),
+                       (["--mem-budget", "40M", "--stream-opts", "bogus=1"], "loader_delay_us"),
+                       (["--stream-opts", "direct=0"], "without a memory budget")):
+        rc, out, err = run(["run", "-m", smol, "-p", "x", "-n", "1"] + args)
+        if rc == 0 or want not in err:
+            fail(f"{args}: want a failure saying {want!r}, got rc {rc}: {err!r}")
+    print("ok: perplexity and greedy text identical under --mem-budget 40M;", out1.strip())
+
+
 def case_errors():
     smol = model(SMOL)
     # prompt longer than the context

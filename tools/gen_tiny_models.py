@@ -404,12 +404,14 @@ def main():
     ap.add_argument("out_dir")
     ap.add_argument("--models-dir", default=os.path.join(os.path.dirname(__file__), "..", "models"))
     ap.add_argument("--only", default="")
+    ap.add_argument("--n-layer", type=int, default=0,
+                    help="override every model's layer count (the streaming tests want more layers than slots)")
     a = ap.parse_args()
     os.makedirs(a.out_dir, exist_ok=True)
     names = [n for n in SPECS if not a.only or n in a.only.split(",")]
     tok_cache = {}
     for seed, name in enumerate(names):
-        spec = SPECS[name]
+        spec = dict(SPECS[name], **({"n_layer": a.n_layer} if a.n_layer else {}))
         src = os.path.join(a.models_dir, TOKENIZER_SOURCES[spec["tok"]])
         if not os.path.exists(src):
             sys.exit(f"missing {src}: run tools/fetch_models.sh")
@@ -426,7 +428,7 @@ def main():
             json.dump(meta, f, indent=1)
         print("wrote", path)
     for seed, name in enumerate((n for n in MOE_SPECS if not a.only or n in a.only.split(",")), start=len(SPECS)):
-        spec = MOE_SPECS[name]
+        spec = dict(MOE_SPECS[name], **({"n_layer": a.n_layer} if a.n_layer else {}))
         if "smollm" not in tok_cache:
             src = os.path.join(a.models_dir, TOKENIZER_SOURCES["smollm"])
             if not os.path.exists(src):

@@ -535,5 +535,13 @@ ts_status ts_context_get_stats(const ts_context *c, ts_stats *out) {
     s.dev_busy_ms = (double)c->run.busy_ns / 1e6;
     s.dev_ooo_chunks = c->run.ooo_chunks;
     s.dev_host_wait_ms = (double)c->run.host_wait_ns / 1e6;
+    ts_state_stream_stats ss;
+    ts_state_stream_stats_get(c->st, &ss);
+    s.stream_layers = ss.layers;
+    s.stream_loaders = ss.loaders;
+    s.stream_slot_mib = (double)ss.slot_bytes / 1048576.0;
+    s.stream_read_mib = (double)ss.read_bytes / 1048576.0;
+    s.stream_fills = (int64_t)ss.fills;
+    s.stream_stall_ms = (double)ss.stall_ns / 1e6;
     return ts_struct_out(out, &s, sizeof s);
 }

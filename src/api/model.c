@@ -69,7 +69,11 @@ ts_status ts_model_load(const char *path, const ts_model_params *params, ts_mode
     } else {
         ts_mdl_params mp = ts_mdl_default_params();
         mp.use_mmap = p.use_mmap;
+        mp.mem_budget = p.mem_budget;
+        mp.n_loaders = p.n_loaders;
+        mp.stream_opts = p.stream_options;
         if (!(m->mdl = ts_mdl_load(path, &mp, &e))) goto fail;
+        if (ts_mdl_stream_note(m->mdl)) ts_api_log(&lg, TS_LOG_INFO, "%s", ts_mdl_stream_note(m->mdl));
         g = ts_mdl_gguf(m->mdl);
         m->tok = ts_mdl_tokenizer(m->mdl);
         m->chat_jinja = ts_mdl_chat_template(m->mdl);

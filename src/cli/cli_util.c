@@ -139,6 +139,57 @@ int cli_parse_u64(const char *flag, const char *s, uint64_t *out) {
     return 0;
 }
 
+int cli_parse_size(const char *flag, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    const double v = strtod(s, &end);
+    double mul = 1.0;
+    if (end != s && *end) {
+        const char u = (char)(*end | 0x20);
+        mul = u == 'k' ? 1024.0 : u == 'm' ? 1048576.0 : u == 'g' ? 1073741824.0 : 0.0;
+        const char *rest = end + 1;
+        if (mul != 0.0 && (!strcmp(rest, "") || !strcmp(rest, "iB") || !strcmp(rest, "B") || !strcmp(rest, "ib")))
+            end += strlen(end);
+    }
+    if (errno || end == s || *end || !(v >= 0.0) || v * mul >= 1.8e19) {
+        fprintf(stderr, "error: %s: '%s' is not a size (a number with an optional K, M or G: 300M, 1.5G)\n", flag, s);
+        return -1;
+    }
+    *out = (uint64_t)(v * mul);
+    return 0;
+}
+
+bool cli_mem_flag(const char *name) {
+    return !strcmp(name, "--mem-budget") || !strcmp(name, "--loaders") || !strcmp(name, "--stream-opts");
+}
+
+int cli_mem_parse(const char *name, const char *val, cli_mem_opts *o) {
+    if (!strcmp(name, "--mem-budget")) {
+        if (cli_parse_size(name, val, &o->mem_budget)) return -1;
+        if (o->mem_budget == 0) {
+            fprintf(stderr, "error: --mem-budget: '%s' is zero (leave the flag out to keep every weight in memory)\n", val);
+            return -1;
+        }
+        return 0;
+    }
+    if (!strcmp(name, "--loaders")) {
+        if (cli_parse_i32(name, val, 1, &o->n_loaders)) return -1;
+        if (o->n_loaders > 64) {
+            fprintf(stderr, "error: --loaders: '%s' is above 64\n", val);
+            return -1;
+        }
+        return 0;
+    }
+    o->stream_opts = val;
+    return 0;
+}
+
+void cli_mem_apply(const cli_mem_opts *o, ts_model_params *mp) {
+    mp->mem_budget = o->mem_budget;
+    mp->n_loaders = o->n_loaders;
+    mp->stream_options = o->stream_opts;
+}
+
 /* ---- JSON output ---- */
 
 void cli_json_str(FILE *f, const char *s) {

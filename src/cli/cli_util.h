@@ -39,6 +39,29 @@ int cli_parse_i32(const char *flag, const char *s, int32_t lo, int32_t *out);
 const char *cli_device_sched(const char *cmd, const char *dev, const char *sched, char *buf, size_t n);
 int cli_parse_f32(const char *flag, const char *s, float lo, float hi, float *out);
 int cli_parse_u64(const char *flag, const char *s, uint64_t *out);
+/* A size: a number with an optional unit K, M, G (powers of 1024; KiB,
+ * MiB, GiB and KB, MB, GB read the same), e.g. "300M", "1.5G", "4096". */
+int cli_parse_size(const char *flag, const char *s, uint64_t *out);
+
+/* The memory budget flags every command that loads a model for generation
+ * takes (run, chat, perplexity, bench, serve): --mem-budget SIZE,
+ * --loaders N, --stream-opts S (ts_model_params.mem_budget, n_loaders,
+ * stream_options). */
+typedef struct cli_mem_opts {
+    uint64_t mem_budget;
+    int32_t n_loaders;
+    const char *stream_opts;
+} cli_mem_opts;
+#define CLI_MEM_HELP                                                                                           \
+    "      --mem-budget SIZE    keep at most SIZE of weights in memory (e.g. 300M, 2G); the layers beyond it\n"  \
+    "                           stay in the file and stream through two layer slots (CPU; docs/MOE.md)\n"         \
+    "      --loaders N          threads reading streamed layers (default 2)\n"                                   \
+    "      --stream-opts S      streaming options: loader_delay_us=N, direct=0 (docs/MOE.md)\n"
+/* Whether name is one of those flags. */
+bool cli_mem_flag(const char *name);
+/* Parses one of them (name, val); 0 or -1 with a message printed. */
+int cli_mem_parse(const char *name, const char *val, cli_mem_opts *o);
+void cli_mem_apply(const cli_mem_opts *o, ts_model_params *mp);
 
 /* llama-perplexity's scoring of one window: win = ids[0 .. n_ctx) with its
  * first token replaced by bos when bos >= 0, from an empty KV cache, in

@@ -148,7 +148,7 @@ static void usage(FILE *f) {
                "              dev_busy_ms, dev_host_wait_ms (means per run) and prefill_dev_tokens (per run)\n"
                "  --chunk N   tokens per device chunk (default 256)\n"
                "  --sched S   inorder (default) or ooo: prompt chunks out of order on the device\n"
-               "  --prefill-min-tokens N  narrower chunks stay on the CPU (default 32)\n",
+               "  --prefill-min-tokens N  narrower chunks stay on the CPU (default 32)\n" CLI_MEM_HELP,
             BENCH_MAX_REPS);
 }
 
@@ -166,6 +166,7 @@ typedef struct {
     const char *sched;          /* --sched, or NULL */
     char device_buf[512];
     int chunk, prefill_min;     /* 0: library defaults */
+    cli_mem_opts mem;           /* --mem-budget, --loaders, --stream-opts */
 } bench_opts;
 
 /* 0 ok, 1 help printed, 2 usage error (printed). */
@@ -189,7 +190,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         const bool known = !strcmp(a, "-m") || !strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "-t") ||
                            !strcmp(a, "-r") || !strcmp(a, "-b") || !strcmp(a, "-o") ||
                            !strcmp(a, "--prefill-device") || !strcmp(a, "--chunk") ||
-                           !strcmp(a, "--prefill-min-tokens") || !strcmp(a, "--sched");
+                           !strcmp(a, "--prefill-min-tokens") || !strcmp(a, "--sched") || cli_mem_flag(a);
         if (!known) {
             fprintf(stderr, "tessera bench: unknown option '%s'\n", a);
             usage(stderr);
@@ -208,6 +209,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             o->prefill_device = v;
         } else if (!strcmp(a, "--sched")) {
             o->sched = v;
+        } else if (cli_mem_flag(a)) {
+            if (cli_mem_parse(a, v, &o->mem)) return 2;
         } else if (!strcmp(a, "--chunk") || !strcmp(a, "--prefill-min-tokens")) {
             long x = strtol(v, &end, 10);
             if (end == v || *end || x < 1 || x > 65536) return bad_arg(a, v, "expected a token count 1..65536");
@@ -279,6 +282,7 @@ int cli_bench(int argc, char **argv) {
         ts_error err;
         ts_model_params mp = ts_model_default_params();
         mp.log = cli_log;
+        cli_mem_apply(&o.mem, &mp);
         const double t0 = now_s();
         if (ts_model_load(o.models[mi], &mp, &m, &err) != TS_OK) {
             fprintf(stderr, "tessera bench: %s\n", err.message);

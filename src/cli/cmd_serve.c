@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_util.h"
 #include "serve.h"
 
 static void serve_usage(FILE *f) {
@@ -31,7 +32,8 @@ static void serve_usage(FILE *f) {
             "  --prefill-device DEV  run prompt prefill on a device (loop, loop:npu, opencl[:N]; see\n"
             "                        `tessera devices`); decode stays on the CPU; the slots share one copy of\n"
             "                        the weights on it. /health says if it opened\n"
-            "  -v, --verbose         also print the library's informational messages\n");
+            "  -v, --verbose         also print the library's informational messages\n"
+            "every slot streams the layers beyond the budget through two slots of its own:\n" CLI_MEM_HELP);
 }
 
 static int parse_long(const char *opt, const char *s, long lo, long hi, long *out) {
@@ -71,6 +73,11 @@ int cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--chat-template")) cfg.chat_template = v;
         else if (!strcmp(a, "--alias")) cfg.alias = v;
         else if (!strcmp(a, "--prefill-device")) cfg.prefill_device = v;
+        else if (cli_mem_flag(a)) {
+            cli_mem_opts mo = {cfg.mem_budget, cfg.n_loaders, cfg.stream_opts};
+            if (cli_mem_parse(a, v, &mo)) return 2;
+            cfg.mem_budget = mo.mem_budget, cfg.n_loaders = mo.n_loaders, cfg.stream_opts = mo.stream_opts;
+        }
         else if (!strcmp(a, "--port")) {
             if (parse_long(a, v, 0, 65535, &n) < 0) return 2;
             cfg.port = (int)n;

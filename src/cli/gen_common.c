@@ -75,7 +75,7 @@ static void print_help(enum gen_cmd cmd, FILE *f) {
                "                           CPU's work overlapping the device's (docs/ENGINE.md)\n"
                "      --prefill-min-tokens N  narrower chunks (the tail) stay on the CPU (default 32); auto: a chunk\n"
                "                              goes to the device when the CPU's measured time for it exceeds the\n"
-               "                              device's crossing cost\n");
+               "                              device's crossing cost\n" CLI_MEM_HELP);
     if (cmd == GEN_PPL)
         fprintf(f, "      --stats json         print the counters (and the device's) as one JSON object on stderr\n");
     if (cmd != GEN_PPL)
@@ -154,7 +154,7 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
                      FLAG("-b", "--batch-size") || FLAG("-f", "--file") ||
                      (cmd == GEN_PPL && (!strcmp(name, "--chunks") || !strcmp(name, "--stats"))) ||
                      !strcmp(name, "--prefill-device") || !strcmp(name, "--chunk") ||
-                     !strcmp(name, "--prefill-min-tokens") || !strcmp(name, "--sched") ||
+                     !strcmp(name, "--prefill-min-tokens") || !strcmp(name, "--sched") || cli_mem_flag(name) ||
                      (cmd != GEN_PPL &&
                       (FLAG("-n", "--n-predict") || !strcmp(name, "--temp") || !strcmp(name, "--top-k") ||
                        !strcmp(name, "--top-p") || !strcmp(name, "--min-p") || !strcmp(name, "--repeat-penalty") ||
@@ -193,6 +193,7 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
         else if (FLAG("-b", "--batch-size")) rc = cli_parse_i32(name, val, 1, &o->n_batch);
         else if (!strcmp(name, "--chunks")) rc = cli_parse_i32(name, val, 1, &o->chunks);
         else if (!strcmp(name, "--prefill-device")) o->prefill_device = val;
+        else if (cli_mem_flag(name)) rc = cli_mem_parse(name, val, &o->mem);
         else if (!strcmp(name, "--sched")) o->sched = val;
         else if (!strcmp(name, "--chunk")) {
             rc = cli_parse_i32(name, val, 1, &o->chunk);
@@ -260,6 +261,7 @@ int gen_load(const gen_opts *o, ts_model **m, ts_context **ctx) {
     ts_error err;
     ts_model_params mp = ts_model_default_params();
     mp.log = cli_log;
+    cli_mem_apply(&o->mem, &mp);
     *ctx = NULL;
     if (ts_model_load(o->model, &mp, m, &err) != TS_OK) {
         fprintf(stderr, "error: cannot load model '%s': %s\n", o->model, err.message);
@@ -302,6 +304,11 @@ void gen_print_dev_json(FILE *f, const ts_stats *st) {
                    "\"dev_outlier_ms\":%.3f,",
                 (long long)st->dev_outliers, (long long)st->dev_outliers_unprofiled,
                 (long long)st->dev_outliers_pruned, st->dev_outlier_ms);
+    if (st->stream_layers)
+        fprintf(f, "\"stream_layers\":%d,\"stream_loaders\":%d,\"stream_slot_mib\":%.3f,\"stream_read_mib\":%.3f,"
+                   "\"stream_fills\":%lld,\"stream_stall_ms\":%.3f,",
+                (int)st->stream_layers, (int)st->stream_loaders, st->stream_slot_mib, st->stream_read_mib,
+                (long long)st->stream_fills, st->stream_stall_ms);
     fputs("\"device\":", f);
     if (!st->device) {
         fputs("null", f);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cli_util.h"
 #include "tessera.h"
 
 enum gen_cmd { GEN_RUN, GEN_CHAT, GEN_PPL };
@@ -32,6 +33,7 @@ typedef struct gen_opts {
     char device_buf[512];       /* prefill_device with ",sched=" */
     int32_t chunk;              /* --chunk; 0 = library default (256) */
     int32_t prefill_min_tokens; /* --prefill-min-tokens; 0 = library default (32) */
+    cli_mem_opts mem;           /* --mem-budget, --loaders, --stream-opts */
 } gen_opts;
 
 /* Parses argv (argv[0] = subcommand). Returns 0 to go on, 1 when --help was

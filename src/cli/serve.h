@@ -24,6 +24,9 @@ typedef struct tsrv_config {
     const char *alias;         /* --alias: model id reported to clients; NULL: file name */
     const char *prefill_device;/* --prefill-device: ts_context_params.prefill_device; NULL: CPU only */
     bool verbose;              /* -v: library INFO messages too */
+    uint64_t mem_budget;       /* --mem-budget: ts_model_params.mem_budget; 0: every weight in memory */
+    int32_t n_loaders;         /* --loaders */
+    const char *stream_opts;   /* --stream-opts */
 } tsrv_config;
 
 /* Defaults for every field (model_path NULL). */

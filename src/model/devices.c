@@ -122,14 +122,21 @@ int ts_mdl_describe_weights(ts_mdl *m, ts_err *err) {
             S[TS_LS_W_UP] = host_matrix(&L->w_up);
             S[TS_LS_W_DOWN] = host_matrix(&L->w_down);
         }
+        ts_mdl_stream_describe(m, l, S); /* a layer beyond the memory budget: its matrices stream */
     }
     m->host_w = ts_rt_weights_new(NULL, nl, m->host_slots, err);
-    return m->host_w ? 0 : -1;
+    return m->host_w ? ts_mdl_stream_attach(m, err) : -1;
 }
 
 ts_mdl_dev *ts_mdl_dev_acquire(const ts_mdl *m, const char *spec, int n_threads, ts_err *err) {
     struct ts_mdl_devs *ds = m->devs;
     char key[sizeof ((ts_mdl_dev *)0)->key];
+    if (ts_mdl_stream_layers(m)) {
+        ts_err_set(err, "%d layers stream from the file under the memory budget, and prefill on a device from a "
+                        "streamed model is not built yet: run on the CPU (--prefill-device none) or raise --mem-budget",
+                   ts_mdl_stream_layers(m));
+        return NULL;
+    }
     if (!spec || strlen(spec) > 256) {
         ts_err_set(err, "device name missing or longer than 256 bytes");
         return NULL;

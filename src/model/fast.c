@@ -46,6 +46,7 @@ static int layer_mats(ts_mdl *m, ts_wmat **out) {
     out[n++] = m->hp.tied_output ? &m->tok_embd : &m->output;
     for (int il = 0; il < m->hp.n_layer; il++) {
         ts_layer *L = &m->layers[il];
+        if (ts_mdl_layer_streamed(m, il)) continue; /* stays in the file: repacked as it streams in */
         /* a MoE layer's router is a plain matrix; its expert arrays stay rows */
         ts_wmat *ms[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->w_router};
         for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
@@ -85,6 +86,10 @@ static int copy_vectors(ts_mdl *m, ts_err *err) {
         CP(L->bq, QD);
         CP(L->bk, KD);
         CP(L->bv, KD);
+        /* reading the vectors mapped the neighbouring pages of this layer's
+         * matrices too (fault-around): a streamed layer's go again at once,
+         * so the load's peak stays near the budget */
+        ts_mdl_stream_drop_layer(m, il);
     }
 #undef CP
     return 0;

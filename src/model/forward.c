@@ -307,6 +307,21 @@ void ts_state_dev_stats_get(const ts_state *s, ts_state_dev_stats *out) {
     out->ooo_host_wait_ns = s->ooo_host_wait_ns;
 }
 
+void ts_state_stream_stats_get(const ts_state *s, ts_state_stream_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!s) return;
+    ts_rt_arena_stats as;
+    ts_rt_layers_arena_stats(s->cpu_layers, &as);
+    *out = (ts_state_stream_stats){.layers = as.n_stream,
+                                   .slots = as.n_slots,
+                                   .loaders = as.n_loaders,
+                                   .slot_bytes = as.slot_bytes,
+                                   .read_bytes = as.read_bytes,
+                                   .fills = as.fills,
+                                   .failed = as.failed,
+                                   .stall_ns = as.stall_ns};
+}
+
 const char *ts_state_dev_fallback(const ts_state *s) { return s && s->pf_fallback[0] ? s->pf_fallback : NULL; }
 const char *ts_state_dev_info(const ts_state *s) { return s && s->pf && s->pf_info[0] ? s->pf_info : NULL; }
 

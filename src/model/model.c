@@ -567,7 +567,9 @@ ts_mdl *ts_mdl_load(const char *path, const ts_mdl_params *p, ts_err *err) {
         ts_err_prefix(err, "tokenizer");
         goto fail;
     }
-    if (ts_mdl_prepare_fast(m, !p->use_mmap, err) || ts_mdl_describe_weights(m, err)) goto fail;
+    if (ts_mdl_stream_plan(m, path, p, err) || ts_mdl_prepare_fast(m, !p->use_mmap, err) ||
+        ts_mdl_describe_weights(m, err))
+        goto fail;
     return m;
 fail:
     ts_err_prefix(err, "%s", path);
@@ -579,6 +581,7 @@ void ts_mdl_free(ts_mdl *m) {
     if (!m) return;
     ts_mdl_devs_free(m->devs); /* every state is gone: no session is in use */
     ts_rt_weights_free(m->host_w);
+    ts_mdl_stream_free(m);
     free(m->host_slots);
     free(m->rope_packed);
     ts_mdl_release_fast(m);

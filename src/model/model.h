@@ -81,6 +81,11 @@ typedef struct ts_mdl ts_mdl;
 
 typedef struct ts_mdl_params {
     bool use_mmap;   /* default true */
+    /* model/stream.c: bytes of weights to keep in memory (0: all); the
+     * layers beyond it stream from the file through each state's arena */
+    uint64_t mem_budget;
+    int n_loaders;           /* loader threads per state (0: 2) */
+    const char *stream_opts; /* stream.c's options (loaders=, loader_delay_us=, direct=, test hooks) */
 } ts_mdl_params;
 ts_mdl_params ts_mdl_default_params(void);
 
@@ -96,6 +101,10 @@ const char *ts_mdl_chat_template(const ts_mdl *m);
 /* Total bytes of weight tensors, and parameter count. */
 uint64_t ts_mdl_size_bytes(const ts_mdl *m);
 uint64_t ts_mdl_n_params(const ts_mdl *m);
+/* Under a memory budget: what was kept and what streams (NULL: no budget),
+ * and how many layers stream. */
+const char *ts_mdl_stream_note(const ts_mdl *m);
+int ts_mdl_stream_layers(const ts_mdl *m);
 
 /* Per-sequence state: KV cache (F16 by default), activations, logits. */
 typedef struct ts_state ts_state;
@@ -169,6 +178,13 @@ typedef struct ts_state_dev_stats {
     uint64_t ooo_chunks, ooo_host_wait_ns;
 } ts_state_dev_stats;
 void ts_state_dev_stats_get(const ts_state *s, ts_state_dev_stats *out);
+/* The CPU layers' arena under a memory budget (all 0 when nothing streams):
+ * since the state was created. */
+typedef struct ts_state_stream_stats {
+    int32_t layers, slots, loaders;
+    uint64_t slot_bytes, read_bytes, fills, failed, stall_ns;
+} ts_state_stream_stats;
+void ts_state_stream_stats_get(const ts_state *s, ts_state_stream_stats *out);
 /* The one line a front end prints when the device asked for did not open
  * or could not take the model ("tessera: prefill device 'X' unavailable
  * (why); running on the CPU"), or NULL. */

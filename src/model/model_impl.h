@@ -65,6 +65,8 @@ typedef struct ts_arch_desc {
 } ts_arch_desc;
 enum { TS_MOE_NONE = 0, TS_MOE_OPTIONAL = 1, TS_MOE_REQUIRED = 2 };
 
+typedef struct ts_mdl_stream ts_mdl_stream;
+
 struct ts_mdl {
     ts_gguf *gguf;
     const ts_arch_desc *ad; /* the family (model.c's table) */
@@ -109,6 +111,9 @@ struct ts_mdl {
     size_t packed_map_size;
     size_t packed_bytes;         /* bytes of repacked matrices (in packed_map or in place) */
     float *fast_vecs;            /* owned copies of the f32 vectors of a repacked mapped model */
+    /* under a memory budget (stream.c): layers whose matrices stay in the file */
+    bool *streamed;              /* [n_layer], NULL without a budget */
+    ts_mdl_stream *stream;
 };
 
 /* Repacks the layer matrices for the fast kernels (model/fast.c); in_place
@@ -127,6 +132,17 @@ typedef struct ts_mdl_dev {
     int refs;      /* states holding it */
     struct ts_rt_weights *w;
 } ts_mdl_dev;
+
+/* stream.c: decides which layers stream under p->mem_budget (before the
+ * fast repack, which skips them); marks a streamed layer's matrix slots
+ * (describe_weights, before host_w is made); gives host_w its source. */
+int ts_mdl_stream_plan(ts_mdl *m, const char *path, const ts_mdl_params *p, ts_err *err);
+bool ts_mdl_layer_streamed(const ts_mdl *m, int l);
+/* Drops a streamed layer's matrices' pages from the mapping (advisory). */
+void ts_mdl_stream_drop_layer(const ts_mdl *m, int l);
+void ts_mdl_stream_describe(const ts_mdl *m, int l, struct ts_rt_host_slot *S);
+int ts_mdl_stream_attach(ts_mdl *m, ts_err *err);
+void ts_mdl_stream_free(ts_mdl *m);
 
 /* Builds m->host_slots, rope_packed and host_w (after the fast repack). */
 int ts_mdl_describe_weights(ts_mdl *m, ts_err *err);

@@ -12,6 +12,7 @@
 #include "kernels/linear.h"
 #include "kernels/repack.h"
 #include "quant/quant.h"
+#include "runtime/arena.h"
 #include "runtime/calib.h"
 #include "runtime/convert.h"
 #include "runtime/kvrange.h"
@@ -126,6 +127,8 @@ struct ts_rt_weights {
     uint8_t *calib; /* the layers' clip records (calib=, or a calibration's collect records) */
     bool calib_owned;
     int calib_pruned; /* layers prune= took the shadow from */
+    ts_rt_source src; /* the streamed slots' source (CPU weights) */
+    bool has_src;
 };
 
 struct ts_rt_layers {
@@ -182,6 +185,11 @@ struct ts_rt_layers {
     ts_eng_stats fl_before;
     ts_eng_event *fl_done; /* dq marker after the run's last command (NULL: nothing on the device) */
     ts_rt_layers_stats st;
+    /* the CPU's weights with streamed slots: the k-th streamed layer
+     * (arena_k[l], -1 for a layer in memory) computes from arena slot
+     * k % 2, filled by the arena's loaders */
+    ts_rt_arena *arena;
+    int *arena_k; /* [n_layer] */
 };
 
 static bool is_matrix(int s) {
@@ -303,6 +311,17 @@ ts_rt_weights *ts_rt_weights_new(ts_engine *dev, int n_layer, const ts_rt_host_s
     return w;
 }
 
+int ts_rt_weights_set_source(ts_rt_weights *w, const ts_rt_source *src, ts_err *err) {
+    pthread_mutex_lock(&w->mu);
+    const bool busy = w->users || w->planned || w->dev;
+    if (!busy) {
+        w->src = *src;
+        w->has_src = true;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return busy ? ts_err_set(err, "weights: a source is set on the CPU's weights before any state attaches") : 0;
+}
+
 int ts_rt_weights_set_calib(ts_rt_weights *w, void *records, uint64_t stride, ts_err *err) {
     pthread_mutex_lock(&w->mu);
     const bool busy = w->users || w->planned, taken = records && w->calib;
@@ -359,6 +378,8 @@ void ts_rt_layers_free(ts_rt_layers *pf) {
     }
     free(pf->order);
     free(pf->stream_k);
+    ts_rt_arena_free(pf->arena);
+    free(pf->arena_k);
     if (pf->bsets)
         for (int i = 0; i < pf->n_layer * TS_LS_MAX_NODES; i++)
             ts_eng_bindset_free(pf->bsets[i]);
@@ -585,14 +606,76 @@ static int enqueue_layer_upload(const ts_rt_weights *wt, ts_eng_queue *q, int l,
 }
 
 /* Maps the host weights of layer l into the cpu engine (no copy). */
+/* Where weight slot s of a layer goes in its arena slot: the layer's
+ * streamed slots in slot order, each 4096-aligned (a loader may read
+ * straight into them). Returns the end for s == TS_LS_COUNT. */
+static uint64_t arena_part_off(const ts_rt_host_slot *slots, int s) {
+    uint64_t off = 0;
+    for (int i = TS_LS_ROPE_FREQ; i < s; i++)
+        if (slots[i].streamed)
+            off += (slots[i].bytes + 4095) & ~(uint64_t)4095;
+    return off;
+}
+
+/* The CPU's weights with streamed slots: the arena every runner over them
+ * paces its streamed layers through. */
+static int arena_setup(ts_rt_layers *pf, ts_err *err) {
+    const ts_rt_weights *wt = pf->w;
+    const int nl = pf->n_layer;
+    int *order = malloc((size_t)nl * sizeof *order);
+    uint64_t *off = calloc((size_t)nl * TS_LS_COUNT, sizeof *off), *bytes = calloc((size_t)nl * TS_LS_COUNT, sizeof *bytes);
+    pf->arena_k = malloc((size_t)nl * sizeof *pf->arena_k);
+    int rc = -1, n = 0;
+    uint64_t slot_bytes = 0;
+    if (!order || !off || !bytes || !pf->arena_k) {
+        ts_err_set(err, "out of memory");
+        goto done;
+    }
+    for (int l = 0; l < nl; l++) {
+        const ts_rt_host_slot *S = wt->slots + (size_t)l * TS_LS_COUNT;
+        pf->arena_k[l] = -1;
+        for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++) {
+            if (!S[s].streamed)
+                continue;
+            if (pf->arena_k[l] < 0)
+                pf->arena_k[l] = n++;
+            off[(size_t)pf->arena_k[l] * TS_LS_COUNT + s] = arena_part_off(S, s);
+            bytes[(size_t)pf->arena_k[l] * TS_LS_COUNT + s] = S[s].bytes;
+        }
+        if (pf->arena_k[l] >= 0) {
+            order[pf->arena_k[l]] = l;
+            const uint64_t lb = arena_part_off(S, TS_LS_COUNT);
+            if (lb > slot_bytes)
+                slot_bytes = lb;
+        }
+    }
+    if (n == 0) {
+        free(pf->arena_k);
+        pf->arena_k = NULL;
+        rc = 0;
+        goto done;
+    }
+    pf->arena = ts_rt_arena_new(&wt->src, 2, slot_bytes, order, n, TS_LS_COUNT, off, bytes, err);
+    rc = pf->arena ? 0 : -1;
+done:
+    free(order);
+    free(off);
+    free(bytes);
+    return rc;
+}
+
 static int map_layer_cpu(ts_rt_layers *pf, int l, ts_err *err) {
     const ts_rt_host_slot *slots = pf->w->slots + (size_t)l * TS_LS_COUNT;
     ts_eng_bind *b = pf->cpu_binds + (size_t)l * TS_LS_COUNT;
+    const int k = pf->arena_k ? pf->arena_k[l] : -1;
     for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++) {
-        if (!slots[s].data)
+        const void *src = slots[s].data;
+        if (slots[s].streamed && k >= 0) /* its place in the layer's arena slot */
+            src = ts_rt_arena_slot(pf->arena, k % ts_rt_arena_n_slots(pf->arena)) + arena_part_off(slots, s);
+        if (!src)
             continue;
         /* the graph only reads weights, so read-only memory is fine */
-        ts_eng_buf *m = ts_eng_buf_map(pf->cpu, (void *)(uintptr_t)slots[s].data, (size_t)slots[s].bytes, err);
+        ts_eng_buf *m = ts_eng_buf_map(pf->cpu, (void *)(uintptr_t)src, (size_t)slots[s].bytes, err);
         if (!m)
             return -1;
         pf->cpu_maps[(size_t)l * TS_LS_COUNT + s] = m;
@@ -1006,6 +1089,14 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
             }
         wt->planned = true;
     }
+    if (!pf->dev && wt->has_src) {
+        if (p->share) {
+            ts_err_set(err, "prefill: several activation sets need the weights in memory (some stream here)");
+            goto fail_locked;
+        }
+        if (arena_setup(pf, err))
+            goto fail_locked;
+    }
     for (int l = 0; l < p->n_layer; l++) {
         ts_eng_bind *db = pf->dev_binds + (size_t)l * TS_LS_COUNT, *cb = pf->cpu_binds + (size_t)l * TS_LS_COUNT;
         for (int i = 0; i < N_ACT; i++) {
@@ -1274,6 +1365,8 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
      * span, and (a window) the rows past it, a dual cache's suffix */
     if (sync_kv_missing(pf, 0, pos0, err) || sync_kv_missing(pf, pos0 + n_tok, n_kv, err))
         goto fail;
+    if (pf->arena && ts_rt_arena_begin(pf->arena, err))
+        goto fail;
     /* streaming: the first n_slots streamed layers' uploads go out before
      * any compute (somr: unless the slot holds or is receiving it already) */
     if (pf->streaming)
@@ -1323,8 +1416,16 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
                     goto fail;
                 dev_dirty = false;
             }
+            /* a streamed layer: its weights are in its arena slot before its
+             * first graph (the pacing point), and the slot takes the next
+             * layer after its last one */
+            const int ak = pf->arena_k ? pf->arena_k[l] : -1;
+            if (ak >= 0 && i == 0 && ts_rt_arena_wait(pf->arena, ak, err))
+                goto fail;
             if (ts_eng_enqueue_bound(pf->cq, bs, pos0, n_tok, n_kv, err))
                 goto fail;
+            if (ak >= 0 && i == V->n_segs - 1)
+                ts_rt_arena_done(pf->arena, ak);
         }
         pf->issued[ti] = 1;
     }
@@ -1363,6 +1464,7 @@ fail:
     }
     pf->dq_pending = false;
     ts_rt_kv_clear(pf->kv_held);
+    ts_rt_arena_abort(pf->arena); /* the next run reads every slot again */
     return -1;
 }
 
@@ -1638,4 +1740,8 @@ void ts_rt_layers_get_stats(const ts_rt_layers *pf, ts_rt_layers_stats *out) {
     pthread_mutex_lock(&pf->w->mu);
     out->weight_users = pf->dev ? pf->w->users : 0;
     pthread_mutex_unlock(&pf->w->mu);
+}
+
+void ts_rt_layers_arena_stats(const ts_rt_layers *pf, ts_rt_arena_stats *out) {
+    ts_rt_arena_get_stats(pf ? pf->arena : NULL, out);
 }

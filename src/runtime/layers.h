@@ -55,6 +55,7 @@
 #define TS_RUNTIME_LAYERS_H
 
 #include "engine/engine.h"
+#include "runtime/arena.h"
 #include "runtime/block.h"
 
 #define TS_RT_MAX_SLOTS 8  /* most weight staging slots a state streams through */
@@ -74,6 +75,10 @@ typedef struct ts_rt_host_slot {
      * n_out * row size); 0 for one matrix */
     int32_t n_expert;
     uint64_t expert_bytes;
+    /* not in memory (data NULL): the CPU's runners stream it through their
+     * arena from the weights' source (ts_rt_weights_set_source), bytes long
+     * in `layout` */
+    bool streamed;
 } ts_rt_host_slot;
 
 typedef struct ts_rt_weights ts_rt_weights;
@@ -95,6 +100,12 @@ ts_engine *ts_rt_weights_engine(const ts_rt_weights *w);
  * records stay w's), or when w already has records and records is not
  * NULL. The engine option calib= does this itself for a device. */
 int ts_rt_weights_set_calib(ts_rt_weights *w, void *records, uint64_t stride, ts_err *err);
+
+/* The source of the slots marked streamed, for the CPU's weights (dev
+ * NULL), while no state is attached: every runner over w then gets an arena
+ * (runtime/arena.h) of two slots and src->n_loaders loader threads, and
+ * paces its streamed layers through it. src is copied. */
+int ts_rt_weights_set_source(ts_rt_weights *w, const ts_rt_source *src, ts_err *err);
 
 typedef struct ts_rt_layers ts_rt_layers;
 
@@ -225,5 +236,7 @@ typedef struct ts_rt_layers_stats {
     int weight_buffers;     /* device buffers holding the resident weights (somr: packs; else one a layer) */
 } ts_rt_layers_stats;
 void ts_rt_layers_get_stats(const ts_rt_layers *pf, ts_rt_layers_stats *out);
+/* The arena's counters (all 0 when the runner streams nothing). */
+void ts_rt_layers_arena_stats(const ts_rt_layers *pf, ts_rt_arena_stats *out);
 
 #endif

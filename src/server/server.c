@@ -461,6 +461,9 @@ int tsrv_run(const tsrv_config *cfg) {
     ts_model_params mp = ts_model_default_params();
     mp.log = model_log;
     mp.log_user_data = s;
+    mp.mem_budget = cfg->mem_budget;
+    mp.n_loaders = cfg->n_loaders;
+    mp.stream_options = cfg->stream_opts;
     if (ts_model_load(cfg->model_path, &mp, &s->model, &err) != TS_OK) {
         fprintf(stderr, "error: %s\n", err.message);
         goto done;

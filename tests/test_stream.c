@@ -1,0 +1,390 @@
+/* test_stream.c - a model under a memory budget (ts_model_params.mem_budget,
+ * model/stream.c, runtime/arena.c) through the public API.
+ *
+ *   test_stream MODE MODEL.gguf
+ *
+ * A session (one context: a short prompt, a chunk, truncation, a long
+ * prompt, reset, another prompt; greedy generations after each; every
+ * evaluated position's logits hashed) runs on the model in memory and on
+ * the same file under budgets that stream some, most or all of the layers
+ * it can.
+ *   gate       bit-identical logits and tokens for: a budget streaming one
+ *              layer, about half, and the most the file allows; with one
+ *              loader slowed by loader_delay_us=; through the page cache
+ *              (direct=0); two contexts of one streamed model in turn; and
+ *              the counters: layers streamed, fills, bytes read.
+ *   break-skip skip_fill=1 (the loaders report a layer filled without
+ *              reading it): the first eval MUST fail, naming stale bytes;
+ *              never a result.
+ *   faults     an EIO and a short read injected on one read (fault=,
+ *              fault_at=), and the file truncated under a running context:
+ *              the request fails with a message naming the tensor and the
+ *              file offset, and the same context then serves the session
+ *              again, bit-identical to the model in memory.
+ * Modes using test hooks exit 77 (skipped) in a build without them.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tessera.h"
+
+#ifdef TS_TEST_HOOKS
+#define TS_HOOKS_BUILT 1
+#else
+#define TS_HOOKS_BUILT 0
+#endif
+
+static int g_fail;
+#define CHECK(c, ...)                                                                                                  \
+    do {                                                                                                               \
+        if (!(c)) {                                                                                                    \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                       \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
+            fputc('\n', stderr);                                                                                       \
+            g_fail++;                                                                                                  \
+        }                                                                                                              \
+    } while (0)
+
+#define MAX_REC 1024
+
+typedef struct record {
+    uint64_t hash[MAX_REC];
+    int n;
+    int32_t tokens[64];
+    int n_tok;
+    ts_stats st;
+    char err[600]; /* the failing call's message */
+} record;
+
+static uint64_t fnv(const float *x, int64_t n) {
+    const uint8_t *p = (const uint8_t *)x;
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t i = 0; i < n * 4; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static void rec_row(record *r, const float *row, int32_t n_vocab) {
+    if (r->n < MAX_REC) r->hash[r->n++] = fnv(row, n_vocab);
+}
+
+static bool on_logits(const float *logits, int32_t n_vocab, void *ud) {
+    rec_row(ud, logits, n_vocab);
+    return true;
+}
+
+static bool on_token(const char *piece, size_t len, int32_t token, void *ud) {
+    (void)piece, (void)len;
+    record *r = ud;
+    if (token >= 0 && r->n_tok < 64) r->tokens[r->n_tok++] = token;
+    return true;
+}
+
+static void prompt_ids(int32_t *ids, int n, uint64_t seed, int32_t n_vocab) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    const int32_t span = n_vocab > 20000 ? 20000 : n_vocab - 300;
+    for (int i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        ids[i] = (n_vocab > 600 ? 260 : 0) + (int32_t)(s % (uint64_t)(span > 0 ? span : n_vocab));
+    }
+}
+
+static int step(ts_context *ctx, record *r, int n_prompt, uint64_t seed, int n_gen, int32_t n_vocab) {
+    int32_t ids[256];
+    prompt_ids(ids, n_prompt, seed, n_vocab);
+    float *rows = malloc((size_t)n_prompt * (size_t)n_vocab * sizeof(float));
+    if (!rows) return -1;
+    if (ts_context_eval(ctx, ids, n_prompt, rows) != TS_OK) {
+        snprintf(r->err, sizeof r->err, "%s", ts_last_error(ctx));
+        free(rows);
+        return -1;
+    }
+    for (int i = 0; i < n_prompt; i++) rec_row(r, rows + (size_t)i * (size_t)n_vocab, n_vocab);
+    free(rows);
+    ts_generate_params gp = ts_generate_default_params();
+    gp.n_predict = n_gen;
+    gp.eval_last = true;
+    gp.on_token = on_token;
+    gp.on_logits = on_logits;
+    gp.user_data = r;
+    if (ts_context_generate(ctx, &gp) != TS_OK) {
+        snprintf(r->err, sizeof r->err, "%s", ts_last_error(ctx));
+        return -1;
+    }
+    return 0;
+}
+
+static int session(ts_context *ctx, record *r, int32_t n_vocab) {
+    memset(r, 0, sizeof *r);
+    if (ts_context_reset(ctx) != TS_OK) return -1;
+    if (step(ctx, r, 6, 1, 3, n_vocab) || step(ctx, r, 40, 2, 3, n_vocab)) return -1;
+    if (ts_context_kv_truncate(ctx, 5) != TS_OK) return -1;
+    if (step(ctx, r, 100, 3, 3, n_vocab)) return -1;
+    if (ts_context_reset(ctx) != TS_OK) return -1;
+    if (step(ctx, r, 20, 4, 2, n_vocab)) return -1;
+    r->st.struct_size = sizeof r->st;
+    ts_context_get_stats(ctx, &r->st);
+    r->st.device = r->st.device_fallback = r->st.engine = NULL;
+    return 0;
+}
+
+static ts_model *load(const char *path, uint64_t budget, const char *opts, char *msg, size_t n) {
+    ts_model_params mp = ts_model_default_params();
+    mp.mem_budget = budget;
+    mp.stream_options = opts;
+    ts_model *m = NULL;
+    ts_error err;
+    if (ts_model_load(path, &mp, &m, &err) != TS_OK) {
+        if (msg) snprintf(msg, n, "%s", err.message);
+        return NULL;
+    }
+    return m;
+}
+
+static ts_context *make_ctx(const ts_model *m) {
+    static ts_sampling_params sp;
+    sp = ts_sampling_default_params();
+    sp.temp = 0.0f;
+    ts_context_params cp = ts_context_default_params();
+    cp.n_ctx = 256;
+    cp.n_batch = 32; /* several batches per long prompt */
+    cp.n_threads = 2;
+    cp.sampling = &sp;
+    cp.prefill_device = "none";
+    ts_context *ctx = NULL;
+    ts_error err;
+    if (ts_context_create(m, &cp, &ctx, &err) != TS_OK) {
+        fprintf(stderr, "context: %s\n", err.message);
+        return NULL;
+    }
+    return ctx;
+}
+
+static int32_t vocab_of(const ts_model *m) {
+    ts_model_info mi = TS_STRUCT_INIT(ts_model_info);
+    ts_model_get_info(m, &mi);
+    return mi.n_vocab;
+}
+
+static uint64_t size_of(const ts_model *m) {
+    ts_model_info mi = TS_STRUCT_INIT(ts_model_info);
+    ts_model_get_info(m, &mi);
+    return mi.size_bytes;
+}
+
+/* Runs the session on path under budget/opts into r; 0, or -1 (r->err). */
+static int run_budget(const char *path, uint64_t budget, const char *opts, record *r) {
+    char msg[600] = "";
+    ts_model *m = load(path, budget, opts, msg, sizeof msg);
+    if (!m) {
+        snprintf(r->err, sizeof r->err, "load: %s", msg);
+        return -1;
+    }
+    ts_context *ctx = make_ctx(m);
+    int rc = ctx ? session(ctx, r, vocab_of(m)) : -1;
+    ts_context_free(ctx);
+    ts_model_free(m);
+    return rc;
+}
+
+static void same(const char *what, const record *ref, const record *r) {
+    int diff = r->n != ref->n, first = -1;
+    for (int i = 0; i < r->n && i < ref->n; i++)
+        if (r->hash[i] != ref->hash[i]) {
+            if (first < 0) first = i;
+            diff++;
+        }
+    const bool tok = r->n_tok == ref->n_tok && !memcmp(r->tokens, ref->tokens, (size_t)r->n_tok * sizeof(int32_t));
+    printf("  %-44s %d positions, %s; %d layers streamed, %lld fills, %.1f MiB read, stall %.1f ms\n", what, r->n,
+           diff ? "DIFFERENT" : "bit-identical", (int)r->st.stream_layers, (long long)r->st.stream_fills,
+           r->st.stream_read_mib, r->st.stream_stall_ms);
+    CHECK(diff == 0, "%s: %d of %d positions differ (first %d)", what, diff, ref->n, first);
+    CHECK(tok, "%s: generated tokens differ", what);
+}
+
+/* The smallest budget (in steps of 1/32 of the model) the file loads under. */
+static uint64_t min_budget(const char *path, uint64_t size) {
+    uint64_t best = size;
+    for (int i = 31; i >= 1; i--) {
+        const uint64_t b = size / 32 * (uint64_t)i;
+        ts_model *m = load(path, b, NULL, NULL, 0);
+        if (!m) break;
+        ts_model_free(m);
+        best = b;
+    }
+    return best;
+}
+
+static int mode_gate(const char *path) {
+    static record ref, r;
+    if (run_budget(path, 0, NULL, &ref)) {
+        fprintf(stderr, "reference: %s\n", ref.err);
+        return 1;
+    }
+    CHECK(ref.st.stream_layers == 0, "the model in memory streams %d layers", (int)ref.st.stream_layers);
+    ts_model *m = load(path, 0, NULL, NULL, 0);
+    const uint64_t size = m ? size_of(m) : 0;
+    ts_model_free(m);
+    const uint64_t lo = min_budget(path, size);
+    printf("model %.1f MiB; smallest budget tried that loads: %.1f MiB\n", (double)size / 1048576.0,
+           (double)lo / 1048576.0);
+    struct {
+        const char *name;
+        uint64_t budget;
+        const char *opts;
+    } cases[] = {
+        {"one layer streamed (budget = size - 1)", size - 1, NULL},
+        {"about half", lo + (size - lo) / 2, NULL},
+        {"the most layers", lo, NULL},
+        {"the most, one slow loader", lo, "loaders=1,loader_delay_us=3000"},
+        {"the most, page cache (direct=0)", lo, "direct=0"},
+    };
+    int max_layers = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        if (run_budget(path, cases[i].budget, cases[i].opts, &r)) {
+            CHECK(0, "%s: %s", cases[i].name, r.err);
+            continue;
+        }
+        same(cases[i].name, &ref, &r);
+        CHECK(r.st.stream_layers > 0 && r.st.stream_fills > 0 && r.st.stream_read_mib > 0,
+              "%s: nothing streamed (%d layers, %lld fills)", cases[i].name, (int)r.st.stream_layers,
+              (long long)r.st.stream_fills);
+        if (r.st.stream_layers > max_layers) max_layers = r.st.stream_layers;
+    }
+    CHECK(max_layers >= 2, "the smallest budget streams only %d layers", max_layers);
+    /* two contexts of one streamed model, each with its own arena, in turn */
+    m = load(path, lo, NULL, NULL, 0);
+    ts_context *a = m ? make_ctx(m) : NULL, *b = m ? make_ctx(m) : NULL;
+    static record ra, rb;
+    CHECK(a && b, "two contexts of a streamed model");
+    if (a && b) {
+        const int32_t nv = vocab_of(m);
+        CHECK(!session(a, &ra, nv) && !session(b, &rb, nv) && !session(a, &ra, nv), "sessions: %s%s", ra.err,
+              rb.err);
+        same("two contexts: first (second session)", &ref, &ra);
+        same("two contexts: second", &ref, &rb);
+    }
+    ts_context_free(a);
+    ts_context_free(b);
+    ts_model_free(m);
+    return g_fail ? 1 : 0;
+}
+
+static int mode_break_skip(const char *path) {
+    if (!TS_HOOKS_BUILT) {
+        printf("skipped: skip_fill is a test hook, not in this build\n");
+        return 77;
+    }
+    ts_model *m = load(path, 0, NULL, NULL, 0);
+    const uint64_t size = m ? size_of(m) : 0;
+    ts_model_free(m);
+    static record r;
+    const int rc = run_budget(path, min_budget(path, size), "skip_fill=1", &r);
+    printf("  skip_fill=1: %s\n", rc ? r.err : "the session ran");
+    CHECK(rc != 0, "a skipped fill was computed on: the pacing check let stale bytes through");
+    CHECK(strstr(r.err, "stale bytes") != NULL, "the failure does not name the stale slot: %s", r.err);
+    return g_fail ? 1 : 0;
+}
+
+/* One failing request and the session after it, in one context. */
+static void fault_case(const char *what, const char *path, uint64_t budget, const char *opts, const record *ref,
+                       const char *want) {
+    static record r;
+    ts_model *m = load(path, budget, opts, r.err, sizeof r.err);
+    ts_context *ctx = m ? make_ctx(m) : NULL;
+    if (!ctx) {
+        CHECK(0, "%s: %s", what, r.err);
+        ts_model_free(m);
+        return;
+    }
+    const int32_t nv = vocab_of(m);
+    const int rc = session(ctx, &r, nv);
+    printf("  %s: %s\n", what, rc ? r.err : "(no failure)");
+    CHECK(rc != 0, "%s: the request did not fail", what);
+    CHECK(strstr(r.err, "reading tensor 'blk.") && strstr(r.err, "file offset") && strstr(r.err, want),
+          "%s: the message does not name the tensor, the offset and '%s': %s", what, want, r.err);
+    CHECK(!session(ctx, &r, nv), "%s: the next request failed: %s", what, r.err);
+    same("  the next request", ref, &r);
+    ts_context_free(ctx);
+    ts_model_free(m);
+}
+
+static int copy_file(const char *from, const char *to) {
+    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+    int rc = a && b ? 0 : -1;
+    char buf[1 << 16];
+    size_t n;
+    while (!rc && (n = fread(buf, 1, sizeof buf, a)) > 0)
+        if (fwrite(buf, 1, n, b) != n) rc = -1;
+    if (a) fclose(a);
+    if (b && fclose(b)) rc = -1;
+    return rc;
+}
+
+static int mode_faults(const char *path) {
+    static record ref;
+    if (run_budget(path, 0, NULL, &ref)) {
+        fprintf(stderr, "reference: %s\n", ref.err);
+        return 1;
+    }
+    ts_model *m = load(path, 0, NULL, NULL, 0);
+    const uint64_t size = m ? size_of(m) : 0;
+    ts_model_free(m);
+    const uint64_t lo = min_budget(path, size);
+    if (TS_HOOKS_BUILT) {
+        fault_case("EIO on read 5", path, lo, "fault=eio,fault_at=5", &ref, "Input/output error");
+        fault_case("short read on read 7", path, lo, "fault=short,fault_at=7", &ref, "short read");
+    } else {
+        printf("  (the injected faults are test hooks, not in this build: only the truncated file)\n");
+    }
+    /* a real fault: the file truncated while a context streams from it, then restored */
+    char tmp[] = "/tmp/ts_stream_XXXXXX";
+    const int fd = mkstemp(tmp);
+    if (fd < 0 || copy_file(path, tmp)) {
+        CHECK(0, "cannot copy the model to %s", tmp);
+        if (fd >= 0) close(fd);
+        return 1;
+    }
+    static record r;
+    m = load(tmp, lo, NULL, r.err, sizeof r.err);
+    ts_context *ctx = m ? make_ctx(m) : NULL;
+    CHECK(ctx != NULL, "load %s: %s", tmp, r.err);
+    if (ctx) {
+        const int32_t nv = vocab_of(m);
+        CHECK(!session(ctx, &r, nv), "before truncation: %s", r.err);
+        /* cut the last 1/8 of the file: the last streamed layers' matrices
+         * (everything kept in memory was copied out at load) */
+        struct stat sb;
+        CHECK(stat(path, &sb) == 0 && ftruncate(fd, sb.st_size / 8 * 7) == 0, "truncate");
+        const int rc = session(ctx, &r, nv);
+        printf("  truncated file: %s\n", rc ? r.err : "(no failure)");
+        CHECK(rc != 0, "truncated file: the request did not fail");
+        CHECK(strstr(r.err, "short read") && strstr(r.err, "file offset"),
+              "truncated file: the message does not say short read at an offset: %s", r.err);
+        close(fd);
+        CHECK(copy_file(path, tmp) == 0, "restore the file");
+        CHECK(!session(ctx, &r, nv), "after restoring the file: %s", r.err);
+        same("  after restoring the file", &ref, &r);
+    } else {
+        close(fd);
+    }
+    ts_context_free(ctx);
+    ts_model_free(m);
+    unlink(tmp);
+    return g_fail ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: test_stream gate|break-skip|faults MODEL.gguf\n");
+        return 2;
+    }
+    if (!strcmp(argv[1], "gate")) return mode_gate(argv[2]);
+    if (!strcmp(argv[1], "break-skip")) return mode_break_skip(argv[2]);
+    if (!strcmp(argv[1], "faults")) return mode_faults(argv[2]);
+    fprintf(stderr, "unknown mode %s\n", argv[1]);
+    return 2;
+}

@@ -576,6 +576,22 @@ typedef struct ts_stats {
     double stream_read_mib;
     int64_t stream_fills;
     double stream_stall_ms;
+    /* MoE layers that stream (docs/MOE.md "Routed reads"): experts read
+     * ahead of the routing node (whole layers, or those the layer's
+     * previous run routed to), read at the node because it routed to them
+     * and they were not read ahead (demand), routed to in all; of the
+     * routed experts of layers read by prediction, the fraction that was
+     * read ahead; and the layer fills that read every expert ahead. */
+    int64_t stream_experts_ahead;
+    int64_t stream_experts_demand;
+    int64_t stream_experts_routed;
+    double stream_predict_hit_rate; /* 0 when nothing was read by prediction */
+    int64_t stream_whole_layers;
+    /* The model's expert cache (stream_options cache_mb=, --cache-mb),
+     * over all its contexts since the load: expert slices found in it and
+     * read from the file instead, and its size. */
+    int64_t stream_cache_hits, stream_cache_misses;
+    double stream_cache_mib;
 } ts_stats;
 
 /* Same thread as ctx. */

@@ -51,4 +51,7 @@ endforeach()
 # generated models of the oracle, with 7 layers (more than the slots)
 add_test(NAME stream_gate_moe
          COMMAND sh -c "${TS_PYTHON} ${CMAKE_SOURCE_DIR}/tools/gen_tiny_models.py --models-dir ${TS_MODELS_DIR} --only qwen3moe,mixtral --n-layer 7 ${CMAKE_CURRENT_BINARY_DIR}/stream_models >/dev/null && $<TARGET_FILE:test_stream> gate ${CMAKE_CURRENT_BINARY_DIR}/stream_models/qwen3moe.gguf && $<TARGET_FILE:test_stream> gate ${CMAKE_CURRENT_BINARY_DIR}/stream_models/mixtral.gguf")
-set_tests_properties(stream_gate_moe PROPERTIES TIMEOUT 300)
+set_tests_properties(stream_gate_moe PROPERTIES TIMEOUT 300 FIXTURES_SETUP stream_moe)
+add_test(NAME stream_break-demand_moe
+         COMMAND test_stream break-demand ${CMAKE_CURRENT_BINARY_DIR}/stream_models/qwen3moe.gguf)
+set_tests_properties(stream_break-demand_moe PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 FIXTURES_REQUIRED stream_moe)

@@ -204,7 +204,8 @@ def case_mem_budget():
            "--stats", "json", "-t", "2"]
     rc, g0, err0 = run(gen)
     expect_rc(rc, 0, g0, err0, "run in memory")
-    rc, g1, err1 = run(gen + ["--mem-budget", "40M", "--stream-opts", "loader_delay_us=200,direct=0"])
+    rc, g1, err1 = run(gen + ["--mem-budget", "40M", "--stream-opts", "loader_delay_us=200,direct=0",
+                              "--no-prefill-routed", "--cache-mb", "8", "--prefill-routed-full", "0.5"])
     expect_rc(rc, 0, g1, err1, "run under --mem-budget 40M")
     if g0 != g1:
         fail(f"greedy text differs under the budget: {g0!r} vs {g1!r}")
@@ -216,7 +217,9 @@ def case_mem_budget():
     for args, want in ((["--mem-budget", "5M"], "below what always stays in memory"),
                        (["--mem-budget", "lots"], "is not a size"),
                        (["--mem-budget", "40M", "--stream-opts", "bogus=1"], "loader_delay_us"),
-                       (["--stream-opts", "direct=0"], "without a memory budget")):
+                       (["--stream-opts", "direct=0"], "without a memory budget"),
+                       (["--mem-budget", "40M", "--prefill-routed-full", "2"], "--prefill-routed-full"),
+                       (["--mem-budget", "40M", "--cache-mb", "-3"], "--cache-mb")):
         rc, out, err = run(["run", "-m", smol, "-p", "x", "-n", "1"] + args)
         if rc == 0 or want not in err:
             fail(f"{args}: want a failure saying {want!r}, got rc {rc}: {err!r}")

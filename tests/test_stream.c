@@ -11,8 +11,14 @@
  *   gate       bit-identical logits and tokens for: a budget streaming one
  *              layer, about half, and the most the file allows; with one
  *              loader slowed by loader_delay_us=; through the page cache
- *              (direct=0); two contexts of one streamed model in turn; and
- *              the counters: layers streamed, fills, bytes read.
+ *              (direct=0); whole MoE layers (routed=0); an expert cache
+ *              (cache_mb=1, hits and misses counted); two contexts of one
+ *              streamed model in turn; the counters: layers streamed,
+ *              fills, bytes read; on a MoE model, routed reads reading
+ *              fewer bytes than whole layers.
+ *   break-demand  skip_demand=1 (a MoE model: the routing node neither
+ *              reads nor checks the routed experts not read ahead): the
+ *              logits MUST change, so the routed gate cannot pass by luck.
  *   break-skip skip_fill=1 (the loaders report a layer filled without
  *              reading it): the first eval MUST fail, naming stale bytes;
  *              never a result.
@@ -198,9 +204,15 @@ static void same(const char *what, const record *ref, const record *r) {
             diff++;
         }
     const bool tok = r->n_tok == ref->n_tok && !memcmp(r->tokens, ref->tokens, (size_t)r->n_tok * sizeof(int32_t));
-    printf("  %-44s %d positions, %s; %d layers streamed, %lld fills, %.1f MiB read, stall %.1f ms\n", what, r->n,
+    printf("  %-44s %d positions, %s; %d layers streamed, %lld fills, %.1f MiB read, stall %.1f ms", what, r->n,
            diff ? "DIFFERENT" : "bit-identical", (int)r->st.stream_layers, (long long)r->st.stream_fills,
            r->st.stream_read_mib, r->st.stream_stall_ms);
+    if (r->st.stream_experts_routed)
+        printf("; experts: %lld ahead, %lld on demand, %lld routed, prediction hit %.2f, %lld whole",
+               (long long)r->st.stream_experts_ahead, (long long)r->st.stream_experts_demand,
+               (long long)r->st.stream_experts_routed, r->st.stream_predict_hit_rate,
+               (long long)r->st.stream_whole_layers);
+    putchar('\n');
     CHECK(diff == 0, "%s: %d of %d positions differ (first %d)", what, diff, ref->n, first);
     CHECK(tok, "%s: generated tokens differ", what);
 }
@@ -241,8 +253,12 @@ static int mode_gate(const char *path) {
         {"the most layers", lo, NULL},
         {"the most, one slow loader", lo, "loaders=1,loader_delay_us=3000"},
         {"the most, page cache (direct=0)", lo, "direct=0"},
+        {"the most, whole layers (routed=0)", lo, "routed=0"},
+        {"the most, expert cache (cache_mb=1)", lo, "cache_mb=1"},
     };
     int max_layers = 0;
+    double routed_mib = 0, whole_mib = 0;
+    bool moe = false;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         if (run_budget(path, cases[i].budget, cases[i].opts, &r)) {
             CHECK(0, "%s: %s", cases[i].name, r.err);
@@ -253,6 +269,18 @@ static int mode_gate(const char *path) {
               "%s: nothing streamed (%d layers, %lld fills)", cases[i].name, (int)r.st.stream_layers,
               (long long)r.st.stream_fills);
         if (r.st.stream_layers > max_layers) max_layers = r.st.stream_layers;
+        if (!strcmp(cases[i].name, "the most layers")) routed_mib = r.st.stream_read_mib, moe = r.st.stream_experts_routed > 0;
+        if (cases[i].opts && !strcmp(cases[i].opts, "routed=0")) whole_mib = r.st.stream_read_mib;
+        if (cases[i].opts && !strcmp(cases[i].opts, "cache_mb=1") && r.st.stream_experts_routed) {
+            printf("    expert cache: %lld hits, %lld misses, %.1f MiB\n", (long long)r.st.stream_cache_hits,
+                   (long long)r.st.stream_cache_misses, r.st.stream_cache_mib);
+            CHECK(r.st.stream_cache_hits > 0 && r.st.stream_cache_misses > 0, "the expert cache saw no hits or misses");
+        }
+    }
+    if (moe) {
+        printf("  routed reads: %.1f MiB, whole layers: %.1f MiB\n", routed_mib, whole_mib);
+        CHECK(routed_mib < whole_mib, "routed reads read %.1f MiB, not fewer than whole layers (%.1f MiB)", routed_mib,
+              whole_mib);
     }
     CHECK(max_layers >= 2, "the smallest budget streams only %d layers", max_layers);
     /* two contexts of one streamed model, each with its own arena, in turn */
@@ -286,6 +314,30 @@ static int mode_break_skip(const char *path) {
     printf("  skip_fill=1: %s\n", rc ? r.err : "the session ran");
     CHECK(rc != 0, "a skipped fill was computed on: the pacing check let stale bytes through");
     CHECK(strstr(r.err, "stale bytes") != NULL, "the failure does not name the stale slot: %s", r.err);
+    return g_fail ? 1 : 0;
+}
+
+static int mode_break_demand(const char *path) {
+    if (!TS_HOOKS_BUILT) {
+        printf("skipped: skip_demand is a test hook, not in this build\n");
+        return 77;
+    }
+    static record ref, r;
+    if (run_budget(path, 0, NULL, &ref)) {
+        fprintf(stderr, "reference: %s\n", ref.err);
+        return 1;
+    }
+    ts_model *m = load(path, 0, NULL, NULL, 0);
+    const uint64_t size = m ? size_of(m) : 0;
+    ts_model_free(m);
+    const int rc = run_budget(path, min_budget(path, size), "skip_demand=1", &r);
+    CHECK(rc == 0, "skip_demand=1: %s", r.err);
+    int diff = r.n != ref.n;
+    for (int i = 0; i < r.n && i < ref.n; i++) diff += r.hash[i] != ref.hash[i];
+    printf("  skip_demand=1: %d of %d positions differ, %lld experts routed, %lld read on demand\n", diff, ref.n,
+           (long long)r.st.stream_experts_routed, (long long)r.st.stream_experts_demand);
+    CHECK(r.st.stream_experts_routed > 0, "no routed experts: not a MoE model");
+    CHECK(diff > 0, "skipping the routing node's reads changed nothing: the routed gate could pass by luck");
     return g_fail ? 1 : 0;
 }
 
@@ -379,12 +431,13 @@ static int mode_faults(const char *path) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: test_stream gate|break-skip|faults MODEL.gguf\n");
+        fprintf(stderr, "usage: test_stream gate|break-skip|break-demand|faults MODEL.gguf\n");
         return 2;
     }
     if (!strcmp(argv[1], "gate")) return mode_gate(argv[2]);
     if (!strcmp(argv[1], "break-skip")) return mode_break_skip(argv[2]);
     if (!strcmp(argv[1], "faults")) return mode_faults(argv[2]);
+    if (!strcmp(argv[1], "break-demand")) return mode_break_demand(argv[2]);
     fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 2;
 }

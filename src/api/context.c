@@ -543,5 +543,13 @@ ts_status ts_context_get_stats(const ts_context *c, ts_stats *out) {
     s.stream_read_mib = (double)ss.read_bytes / 1048576.0;
     s.stream_fills = (int64_t)ss.fills;
     s.stream_stall_ms = (double)ss.stall_ns / 1e6;
+    s.stream_experts_ahead = (int64_t)ss.ahead;
+    s.stream_experts_demand = (int64_t)ss.demand;
+    s.stream_experts_routed = (int64_t)ss.routed;
+    s.stream_predict_hit_rate = ss.predict_n ? (double)ss.predicted / (double)ss.predict_n : 0.0;
+    s.stream_whole_layers = (int64_t)ss.whole;
+    s.stream_cache_hits = (int64_t)ss.cache_hits;
+    s.stream_cache_misses = (int64_t)ss.cache_misses;
+    s.stream_cache_mib = (double)ss.cache_bytes / 1048576.0;
     return ts_struct_out(out, &s, sizeof s);
 }

@@ -160,7 +160,8 @@ int cli_parse_size(const char *flag, const char *s, uint64_t *out) {
 }
 
 bool cli_mem_flag(const char *name) {
-    return !strcmp(name, "--mem-budget") || !strcmp(name, "--loaders") || !strcmp(name, "--stream-opts");
+    return !strcmp(name, "--mem-budget") || !strcmp(name, "--loaders") || !strcmp(name, "--stream-opts") ||
+           !strcmp(name, "--cache-mb") || !strcmp(name, "--prefill-routed-full");
 }
 
 int cli_mem_parse(const char *name, const char *val, cli_mem_opts *o) {
@@ -180,14 +181,28 @@ int cli_mem_parse(const char *name, const char *val, cli_mem_opts *o) {
         }
         return 0;
     }
+    if (!strcmp(name, "--cache-mb")) return cli_parse_i32(name, val, 0, &o->cache_mb);
+    if (!strcmp(name, "--prefill-routed-full")) return cli_parse_f32(name, val, 0.0f, 1.0f, &o->routed_full);
     o->stream_opts = val;
     return 0;
 }
 
-void cli_mem_apply(const cli_mem_opts *o, ts_model_params *mp) {
+void cli_mem_apply(cli_mem_opts *o, ts_model_params *mp) {
     mp->mem_budget = o->mem_budget;
     mp->n_loaders = o->n_loaders;
-    mp->stream_options = o->stream_opts;
+    mp->stream_options = cli_mem_stream_opts(o);
+}
+
+const char *cli_mem_stream_opts(cli_mem_opts *o) {
+    if (o->cache_mb < 0 && !o->no_routed && o->routed_full < 0.0f) return o->stream_opts;
+    int n = 0;
+    if (o->cache_mb >= 0) n += snprintf(o->buf + n, sizeof o->buf - (size_t)n, "cache_mb=%d,", (int)o->cache_mb);
+    if (o->no_routed) n += snprintf(o->buf + n, sizeof o->buf - (size_t)n, "routed=0,");
+    if (o->routed_full >= 0.0f)
+        n += snprintf(o->buf + n, sizeof o->buf - (size_t)n, "routed_full=%g,", (double)o->routed_full);
+    if (o->stream_opts) snprintf(o->buf + n, sizeof o->buf - (size_t)n, "%s", o->stream_opts);
+    else o->buf[n - 1] = 0; /* the trailing comma */
+    return o->buf;
 }
 
 /* ---- JSON output ---- */

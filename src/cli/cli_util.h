@@ -51,17 +51,30 @@ typedef struct cli_mem_opts {
     uint64_t mem_budget;
     int32_t n_loaders;
     const char *stream_opts;
+    int32_t cache_mb;    /* --cache-mb (-1: not given) */
+    bool no_routed;      /* --no-prefill-routed */
+    float routed_full;   /* --prefill-routed-full (< 0: not given) */
+    char buf[512];       /* the stream options cli_mem_apply composes */
 } cli_mem_opts;
+#define CLI_MEM_INIT {.cache_mb = -1, .routed_full = -1.0f}
 #define CLI_MEM_HELP                                                                                           \
     "      --mem-budget SIZE    keep at most SIZE of weights in memory (e.g. 300M, 2G); the layers beyond it\n"  \
     "                           stay in the file and stream through two layer slots (CPU; docs/MOE.md)\n"         \
     "      --loaders N          threads reading streamed layers (default 2)\n"                                   \
+    "      --cache-mb N         MoE: keep the N MiB of expert rows read last in memory (LRU; default 0)\n"      \
+    "      --no-prefill-routed  MoE: read streamed layers whole, not only the routed experts\n"                 \
+    "      --prefill-routed-full F  MoE: a layer routing to more than F of its experts gets the next\n"         \
+    "                           read whole (default 0.85)\n"                                                   \
     "      --stream-opts S      streaming options: loader_delay_us=N, direct=0 (docs/MOE.md)\n"
 /* Whether name is one of those flags. */
 bool cli_mem_flag(const char *name);
-/* Parses one of them (name, val); 0 or -1 with a message printed. */
+/* Parses one of them (name, val); 0 or -1 with a message printed.
+ * --no-prefill-routed takes no value: call with val NULL. */
 int cli_mem_parse(const char *name, const char *val, cli_mem_opts *o);
-void cli_mem_apply(const cli_mem_opts *o, ts_model_params *mp);
+void cli_mem_apply(cli_mem_opts *o, ts_model_params *mp);
+/* The stream options the flags make (--cache-mb and the routed flags
+ * before --stream-opts), in o->buf or --stream-opts itself; NULL: none. */
+const char *cli_mem_stream_opts(cli_mem_opts *o);
 
 /* llama-perplexity's scoring of one window: win = ids[0 .. n_ctx) with its
  * first token replaced by bos when bos >= 0, from an empty KV cache, in

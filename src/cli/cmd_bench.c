@@ -172,6 +172,7 @@ typedef struct {
 /* 0 ok, 1 help printed, 2 usage error (printed). */
 static int parse_args(int argc, char **argv, bench_opts *o) {
     memset(o, 0, sizeof *o);
+    o->mem = (cli_mem_opts)CLI_MEM_INIT;
     o->reps = 3;
     o->n_batch = 512;
     parse_list("32,128,512", 0, &o->pp);
@@ -185,6 +186,10 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         }
         if (!strcmp(a, "--json")) {
             o->json = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-prefill-routed")) {
+            o->mem.no_routed = true;
             continue;
         }
         const bool known = !strcmp(a, "-m") || !strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "-t") ||

@@ -50,6 +50,7 @@ static int parse_long(const char *opt, const char *s, long lo, long hi, long *ou
 
 int cli_serve(int argc, char **argv) {
     tsrv_config cfg = tsrv_default_config();
+    static cli_mem_opts mo = CLI_MEM_INIT; /* outlives tsrv_run: cfg.stream_opts may point into it */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -58,6 +59,10 @@ int cli_serve(int argc, char **argv) {
         }
         if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
             cfg.verbose = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-prefill-routed")) {
+            mo.no_routed = true;
             continue;
         }
         if (i + 1 >= argc) {
@@ -74,9 +79,7 @@ int cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--alias")) cfg.alias = v;
         else if (!strcmp(a, "--prefill-device")) cfg.prefill_device = v;
         else if (cli_mem_flag(a)) {
-            cli_mem_opts mo = {cfg.mem_budget, cfg.n_loaders, cfg.stream_opts};
             if (cli_mem_parse(a, v, &mo)) return 2;
-            cfg.mem_budget = mo.mem_budget, cfg.n_loaders = mo.n_loaders, cfg.stream_opts = mo.stream_opts;
         }
         else if (!strcmp(a, "--port")) {
             if (parse_long(a, v, 0, 65535, &n) < 0) return 2;
@@ -102,6 +105,9 @@ int cli_serve(int argc, char **argv) {
             return 2;
         }
     }
+    cfg.mem_budget = mo.mem_budget;
+    cfg.n_loaders = mo.n_loaders;
+    cfg.stream_opts = cli_mem_stream_opts(&mo);
     if (!cfg.model_path) {
         fprintf(stderr, "error: -m FILE is required\n");
         serve_usage(stderr);

@@ -118,6 +118,7 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
     memset(o, 0, sizeof *o);
     o->sp = ts_sampling_default_params();
     o->display_prompt = true;
+    o->mem = (cli_mem_opts)CLI_MEM_INIT;
     o->n_predict = cmd == GEN_CHAT ? -1 : 128;
     o->chunks = -1;
     if (cmd == GEN_PPL) o->n_ctx = 512;
@@ -130,6 +131,10 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
             return 1;
         }
         /* flags without a value */
+        if (!strcmp(a, "--no-prefill-routed")) {
+            o->mem.no_routed = true;
+            continue;
+        }
         if (cmd == GEN_RUN && !strcmp(a, "--chat")) {
             o->chat = true;
             continue;
@@ -257,7 +262,7 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
 
 /* ---- setup ---- */
 
-int gen_load(const gen_opts *o, ts_model **m, ts_context **ctx) {
+int gen_load(gen_opts *o, ts_model **m, ts_context **ctx) {
     ts_error err;
     ts_model_params mp = ts_model_default_params();
     mp.log = cli_log;
@@ -309,6 +314,14 @@ void gen_print_dev_json(FILE *f, const ts_stats *st) {
                    "\"stream_fills\":%lld,\"stream_stall_ms\":%.3f,",
                 (int)st->stream_layers, (int)st->stream_loaders, st->stream_slot_mib, st->stream_read_mib,
                 (long long)st->stream_fills, st->stream_stall_ms);
+    if (st->stream_experts_routed)
+        fprintf(f, "\"stream_experts_ahead\":%lld,\"stream_experts_demand\":%lld,\"stream_experts_routed\":%lld,"
+                   "\"stream_predict_hit_rate\":%.4f,\"stream_whole_layers\":%lld,",
+                (long long)st->stream_experts_ahead, (long long)st->stream_experts_demand,
+                (long long)st->stream_experts_routed, st->stream_predict_hit_rate, (long long)st->stream_whole_layers);
+    if (st->stream_cache_mib > 0)
+        fprintf(f, "\"stream_cache_hits\":%lld,\"stream_cache_misses\":%lld,\"stream_cache_mib\":%.1f,",
+                (long long)st->stream_cache_hits, (long long)st->stream_cache_misses, st->stream_cache_mib);
     fputs("\"device\":", f);
     if (!st->device) {
         fputs("null", f);

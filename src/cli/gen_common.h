@@ -42,7 +42,7 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o);
 
 /* Loads the model and creates a context from the options; prints the error
  * and returns -1 on failure (nothing to free then). */
-int gen_load(const gen_opts *o, ts_model **m, ts_context **ctx);
+int gen_load(gen_opts *o, ts_model **m, ts_context **ctx);
 
 /* The prefill-device counters of --stats json as a JSON fragment that
  * continues an object: ,"prefill_dev_tokens":N,...,"device":"loop"|null */

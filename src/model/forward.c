@@ -319,7 +319,14 @@ void ts_state_stream_stats_get(const ts_state *s, ts_state_stream_stats *out) {
                                    .read_bytes = as.read_bytes,
                                    .fills = as.fills,
                                    .failed = as.failed,
-                                   .stall_ns = as.stall_ns};
+                                   .stall_ns = as.stall_ns,
+                                   .whole = as.whole,
+                                   .ahead = as.ahead,
+                                   .demand = as.demand,
+                                   .routed = as.routed,
+                                   .predicted = as.predicted,
+                                   .predict_n = as.predict_n};
+    ts_mdl_stream_cache_stats(s->m, &out->cache_hits, &out->cache_misses, &out->cache_bytes);
 }
 
 const char *ts_state_dev_fallback(const ts_state *s) { return s && s->pf_fallback[0] ? s->pf_fallback : NULL; }

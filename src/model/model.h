@@ -183,6 +183,8 @@ void ts_state_dev_stats_get(const ts_state *s, ts_state_dev_stats *out);
 typedef struct ts_state_stream_stats {
     int32_t layers, slots, loaders;
     uint64_t slot_bytes, read_bytes, fills, failed, stall_ns;
+    uint64_t whole, ahead, demand, routed, predicted, predict_n; /* ts_rt_arena_stats */
+    uint64_t cache_hits, cache_misses, cache_bytes;              /* the model's expert cache */
 } ts_state_stream_stats;
 void ts_state_stream_stats_get(const ts_state *s, ts_state_stream_stats *out);
 /* The one line a front end prints when the device asked for did not open

@@ -143,6 +143,8 @@ void ts_mdl_stream_drop_layer(const ts_mdl *m, int l);
 void ts_mdl_stream_describe(const ts_mdl *m, int l, struct ts_rt_host_slot *S);
 int ts_mdl_stream_attach(ts_mdl *m, ts_err *err);
 void ts_mdl_stream_free(ts_mdl *m);
+/* The expert cache's counters (model-wide) and its size; zeros without one. */
+void ts_mdl_stream_cache_stats(const ts_mdl *m, uint64_t *hits, uint64_t *misses, uint64_t *bytes);
 
 /* Builds m->host_slots, rope_packed and host_w (after the fast repack). */
 int ts_mdl_describe_weights(ts_mdl *m, ts_err *err);

@@ -19,13 +19,24 @@
  *   loaders=N            loader threads per runner (default: ts_mdl_params.n_loaders, else 2)
  *   loader_delay_us=N    each fill sleeps N us first (a slow disk)
  *   direct=0             never O_DIRECT
+ *   cache_mb=N           keep the N MiB of expert rows read most recently
+ *                        (an LRU cache shared by the model's contexts: decode
+ *                        reads a hit from memory, not the file)
+ *   routed=0             MoE layers read whole (default 1: ahead of a layer's
+ *                        routing node only the experts its previous run
+ *                        routed to, the others on demand at the node)
+ *   routed_full=F        a layer routing to more than F of its experts gets
+ *                        the next layer read whole (default 0.85)
  * and in TS_TEST_HOOKS builds (broken on purpose, for the tests):
  *   skip_fill=1          the loaders report a layer filled without reading it
+ *   skip_demand=1        the routing node neither reads nor checks the
+ *                        routed experts not read ahead (results must change)
  *   fault=eio|short      the read number fault_at=N (from 0, counted over
  *                        the model) fails once with EIO, or returns short
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,15 +59,108 @@ struct ts_mdl_stream {
     atomic_bool direct_ok;
     int n_loaders;
     uint32_t delay_us;
-    bool skip_fill;
+    bool routed;       /* read ahead only the experts the previous run routed to (default) */
+    float routed_full; /* a layer routing to more than this fraction gets the next read whole (0.85) */
+    bool skip_fill, skip_demand;
     int fault;            /* 0 none, 1 EIO, 2 short */
     long long fault_at;
     atomic_llong reads;   /* reads issued (the fault hook counts them) */
     uint64_t max_read;    /* the largest single read */
     int n_streamed;
     uint64_t resident_bytes, streamed_bytes;
-    char note[256];
+    char note[384];
+    /* the expert cache (cache_mb=): the rows of recently read experts, one
+     * entry per (layer, expert array, expert), least recently used out
+     * first; shared by the model's contexts */
+    pthread_mutex_t cache_mu;
+    uint64_t cache_bytes;  /* asked for */
+    uint64_t entry_bytes;  /* one entry: the largest expert slice */
+    int n_entries, n_used;
+    uint8_t *pool;         /* [n_entries][entry_bytes] */
+    int32_t *index;        /* [n_layer][3][n_expert]: entry or -1 */
+    int32_t *key;          /* [n_entries]: index position or -1 */
+    int32_t *prev, *next;  /* LRU list over entries (head: most recent) */
+    int head, tail;
+    uint64_t hits, misses;
 };
+
+static const ts_wmat *slot_wmat(const ts_layer *L, int s);
+
+static int cache_pos(const ts_mdl *m, int layer, int s, int e) {
+    const int a = s == TS_LS_W_GATE_EXPS ? 0 : s == TS_LS_W_UP_EXPS ? 1 : 2;
+    return (layer * 3 + a) * m->hp.n_expert + e;
+}
+
+static void lru_unlink(ts_mdl_stream *st, int i) {
+    if (st->prev[i] >= 0) st->next[st->prev[i]] = st->next[i];
+    else st->head = st->next[i];
+    if (st->next[i] >= 0) st->prev[st->next[i]] = st->prev[i];
+    else st->tail = st->prev[i];
+}
+
+static void lru_front(ts_mdl_stream *st, int i) {
+    st->prev[i] = -1;
+    st->next[i] = st->head;
+    if (st->head >= 0) st->prev[st->head] = i;
+    st->head = i;
+    if (st->tail < 0) st->tail = i;
+}
+
+/* A cached expert slice into dst: true on a hit (under cache_mu). */
+static bool cache_get(ts_mdl_stream *st, int pos, void *dst, uint64_t n) {
+    const int i = st->index[pos];
+    if (i < 0) {
+        st->misses++;
+        return false;
+    }
+    memcpy(dst, st->pool + (size_t)i * st->entry_bytes, (size_t)n);
+    lru_unlink(st, i);
+    lru_front(st, i);
+    st->hits++;
+    return true;
+}
+
+/* Keeps an expert slice read from the file (under cache_mu). */
+static void cache_put(ts_mdl_stream *st, int pos, const void *src, uint64_t n) {
+    if (st->index[pos] >= 0 || n > st->entry_bytes) return;
+    int i;
+    if (st->n_used < st->n_entries) {
+        i = st->n_used++;
+    } else {
+        i = st->tail;
+        lru_unlink(st, i);
+        st->index[st->key[i]] = -1;
+    }
+    memcpy(st->pool + (size_t)i * st->entry_bytes, src, (size_t)n);
+    st->key[i] = pos;
+    st->index[pos] = i;
+    lru_front(st, i);
+}
+
+static int cache_setup(ts_mdl_stream *st, ts_err *err) {
+    const ts_mdl *m = st->m;
+    uint64_t eb = 0;
+    for (int l = 0; l < m->hp.n_layer; l++)
+        for (int s = TS_LS_W_GATE_EXPS; s <= TS_LS_W_DOWN_EXPS; s++) {
+            const ts_wmat *w = slot_wmat(&m->layers[l], s);
+            if (w && w->data && (uint64_t)w->row_bytes * (uint64_t)w->n_out > eb)
+                eb = (uint64_t)w->row_bytes * (uint64_t)w->n_out;
+        }
+    if (!eb || st->cache_bytes < eb) return 0; /* no experts, or not one fits: no cache */
+    st->entry_bytes = (eb + 63) & ~(uint64_t)63;
+    st->n_entries = (int)(st->cache_bytes / st->entry_bytes > 1000000 ? 1000000 : st->cache_bytes / st->entry_bytes);
+    const size_t ni = (size_t)m->hp.n_layer * 3 * (size_t)m->hp.n_expert;
+    st->pool = aligned_alloc(64, (size_t)st->n_entries * (size_t)st->entry_bytes);
+    st->index = malloc(ni * sizeof *st->index);
+    st->key = malloc((size_t)st->n_entries * sizeof *st->key);
+    st->prev = malloc((size_t)st->n_entries * sizeof *st->prev);
+    st->next = malloc((size_t)st->n_entries * sizeof *st->next);
+    if (!st->pool || !st->index || !st->key || !st->prev || !st->next)
+        return ts_err_set(err, "out of memory: an expert cache of %.1f MiB", (double)st->cache_bytes / 1048576.0);
+    for (size_t i = 0; i < ni; i++) st->index[i] = -1;
+    st->head = st->tail = -1;
+    return 0;
+}
 
 /* The matrix in weight slot s of a layer (NULL: not a matrix). */
 static const ts_wmat *slot_wmat(const ts_layer *L, int s) {
@@ -133,17 +237,27 @@ static int parse_opts(ts_mdl_stream *st, const char *opts, ts_err *err) {
             st->delay_us = (uint32_t)v;
         else if (!strcmp(key, "direct") && num && (v == 0 || v == 1))
             st->fd_direct = v ? st->fd_direct : -2; /* -2: off by request */
+        else if (!strcmp(key, "cache_mb") && num && v >= 0 && v <= 1 << 20)
+            st->cache_bytes = (uint64_t)v << 20;
+        else if (!strcmp(key, "routed") && num && (v == 0 || v == 1))
+            st->routed = v;
+        else if (!strcmp(key, "routed_full") && (st->routed_full = strtof(val, &e), e != val && *e == 0) &&
+                 st->routed_full >= 0.0f && st->routed_full <= 1.0f)
+            ;
         else if (!strcmp(key, "skip_fill") && num && (v == 0 || v == 1))
             st->skip_fill = v, hook = true;
+        else if (!strcmp(key, "skip_demand") && num && (v == 0 || v == 1))
+            st->skip_demand = v, hook = true;
         else if (!strcmp(key, "fault") && (!strcmp(val, "eio") || !strcmp(val, "short")))
             st->fault = !strcmp(val, "eio") ? 1 : 2, hook = true;
         else if (!strcmp(key, "fault_at") && num && v >= 0)
             st->fault_at = v, hook = true;
         else
             return ts_err_set(err,
-                              "stream options: '%s=%s' is not one of loaders=1..64, loader_delay_us=N, direct=0|1"
+                              "stream options: '%s=%s' is not one of loaders=1..64, loader_delay_us=N, direct=0|1, "
+                              "routed=0|1, routed_full=0..1, cache_mb=N"
 #ifdef TS_TEST_HOOKS
-                              ", skip_fill=0|1, fault=eio|short, fault_at=N"
+                              ", skip_fill=0|1, skip_demand=0|1, fault=eio|short, fault_at=N"
 #endif
                               ,
                               key, val);
@@ -175,6 +289,9 @@ int ts_mdl_stream_plan(ts_mdl *m, const char *path, const ts_mdl_params *p, ts_e
     st->m = m;
     st->fd = st->fd_direct = -1;
     st->n_loaders = p->n_loaders > 0 ? p->n_loaders : 2;
+    st->routed = true;
+    st->routed_full = 0.85f;
+    pthread_mutex_init(&st->cache_mu, NULL);
     if (parse_opts(st, p->stream_opts, err)) return -1;
 
     uint64_t layers = 0;
@@ -214,6 +331,7 @@ int ts_mdl_stream_plan(ts_mdl *m, const char *path, const ts_mdl_params *p, ts_e
             const uint64_t one = is_expert_slot(s) ? (uint64_t)w->row_bytes * (uint64_t)w->n_out : file_bytes(m, s, w);
             if (one > st->max_read) st->max_read = one;
         }
+    if (cache_setup(st, err)) return -1;
     if (!(st->fd_direct == -2)) {
         st->fd_direct = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
         atomic_store(&st->direct_ok, st->fd_direct >= 0);
@@ -225,12 +343,20 @@ int ts_mdl_stream_plan(ts_mdl *m, const char *path, const ts_mdl_params *p, ts_e
         return ts_err_set(err, "--mem-budget: cannot open %s for streaming: %s", path, strerror(errno));
     snprintf(st->note, sizeof st->note,
              "memory budget %.1f MiB: %.1f MiB in memory, %d of %d layers (%.1f MiB) stream from the file through two "
-             "slots per context, %d loader%s, %s",
+             "slots per context, %d loader%s, %s%s",
              (double)p->mem_budget / 1048576.0, (double)st->resident_bytes / 1048576.0, st->n_streamed, nl,
              (double)st->streamed_bytes / 1048576.0, st->n_loaders, st->n_loaders == 1 ? "" : "s",
              st->fd_direct >= 0 ? "O_DIRECT reads"
              : p->stream_opts && strstr(p->stream_opts, "direct=0") ? "reads through the page cache (direct=0)"
-                                                                     : "reads through the page cache (O_DIRECT refused)");
+                                                                     : "reads through the page cache (O_DIRECT refused)",
+             !st->cache_bytes ? ""
+             : st->pool ? ", an expert cache"
+                        : ", no expert cache (no experts, or cache_mb below one expert)");
+    if (st->pool) {
+        const size_t n = strlen(st->note);
+        snprintf(st->note + n, sizeof st->note - n, " of %.1f MiB (%d experts)",
+                 (double)st->n_entries * (double)st->entry_bytes / 1048576.0, st->n_entries);
+    }
     (void)direct_errno;
     return 0;
 }
@@ -283,8 +409,8 @@ static int read_range(ts_mdl_stream *st, uint8_t *scratch, uint64_t off, uint64_
 
 /* ts_rt_source.fill: layer l's weight slot s into dst, repacked as the
  * resident copy would be. */
-static int stream_fill(void *user, void *scratch, int layer, int s, void *dst, uint64_t bytes, uint64_t *read_bytes,
-                       ts_err *err) {
+static int stream_fill(void *user, void *scratch, int layer, int s, int expert, void *dst, uint64_t bytes,
+                       uint64_t *read_bytes, ts_err *err) {
     ts_mdl_stream *st = user;
     const ts_mdl *m = st->m;
     const ts_wmat *w = slot_wmat(&m->layers[layer], s);
@@ -292,6 +418,25 @@ static int stream_fill(void *user, void *scratch, int layer, int s, void *dst, u
     const uint64_t foff = (uint64_t)((const uint8_t *)w->data - ts_gguf_base(m->gguf));
     const uint64_t mb = (uint64_t)w->row_bytes * (uint64_t)w->n_out;
     const uint8_t *p;
+    if (is_expert_slot(s) && expert >= 0) { /* one expert: one read */
+        if (expert >= m->hp.n_expert || bytes != mb)
+            return ts_err_set(err, "layer %d: expert %d of slot %d: bad request", layer, expert, s);
+        const int pos = cache_pos(m, layer, s, expert);
+        if (st->pool) {
+            pthread_mutex_lock(&st->cache_mu);
+            const bool hit = cache_get(st, pos, dst, mb);
+            pthread_mutex_unlock(&st->cache_mu);
+            if (hit) return 0;
+        }
+        if (read_range(st, scratch, foff + (uint64_t)expert * mb, mb, &p, read_bytes, w->data, err)) return -1;
+        memcpy(dst, p, (size_t)mb);
+        if (st->pool) {
+            pthread_mutex_lock(&st->cache_mu);
+            cache_put(st, pos, p, mb);
+            pthread_mutex_unlock(&st->cache_mu);
+        }
+        return 0;
+    }
     if (is_expert_slot(s)) { /* one read per expert */
         if (bytes != mb * (uint64_t)m->hp.n_expert) return ts_err_set(err, "layer %d: expert slot size mismatch", layer);
         for (int e = 0; e < m->hp.n_expert; e++) {
@@ -353,8 +498,21 @@ int ts_mdl_stream_attach(ts_mdl *m, ts_err *err) {
                               .n_loaders = st->n_loaders,
                               .scratch_bytes = st->max_read + 2 * ALIGN_IO,
                               .delay_us = st->delay_us,
-                              .skip_fill = st->skip_fill};
+                              .routed = st->routed,
+                              .full = st->routed_full,
+                              .skip_fill = st->skip_fill,
+                              .skip_demand = st->skip_demand};
     return ts_rt_weights_set_source(m->host_w, &src, err);
+}
+
+void ts_mdl_stream_cache_stats(const ts_mdl *m, uint64_t *hits, uint64_t *misses, uint64_t *bytes) {
+    ts_mdl_stream *st = m->stream;
+    *hits = *misses = *bytes = 0;
+    if (!st || !st->pool) return;
+    pthread_mutex_lock(&st->cache_mu);
+    *hits = st->hits, *misses = st->misses;
+    *bytes = (uint64_t)st->n_entries * st->entry_bytes;
+    pthread_mutex_unlock(&st->cache_mu);
 }
 
 const char *ts_mdl_stream_note(const ts_mdl *m) { return m->stream && m->stream->note[0] ? m->stream->note : NULL; }
@@ -366,6 +524,12 @@ void ts_mdl_stream_free(ts_mdl *m) {
         if (st->fd >= 0) close(st->fd);
         if (st->fd_direct >= 0) close(st->fd_direct);
         free(st->path);
+        free(st->pool);
+        free(st->index);
+        free(st->key);
+        free(st->prev);
+        free(st->next);
+        pthread_mutex_destroy(&st->cache_mu);
         free(st);
     }
     free(m->streamed);

@@ -29,7 +29,30 @@ typedef struct variant {
     ts_eng_graph *graphs[TS_LS_MAX_NODES];
     bool kv_on_device;   /* its kv_store node runs on the device */
     bool kv_read_device; /* its attention runs on the device */
+    int route_seg;       /* CPU weights with a source: the segment that starts after the routing node (the
+                          * experts' pacing point), else -1 */
 } variant;
+
+/* Ends a CPU segment at the MoE routing node, so that a streamed layer's
+ * routed experts can be read between the two (ts_rt_arena_route). */
+static void split_after_route(variant *V) {
+    for (int i = 0; i < V->n_segs; i++) {
+        ts_rt_segment *sg = &V->segs[i];
+        for (int n = sg->first; n < sg->first + sg->count; n++) {
+            if (V->nodes[n].op != TS_OP_MOE_ROUTE)
+                continue;
+            if (n + 1 < sg->first + sg->count) { /* split: [first, n] and [n + 1, end) */
+                memmove(&V->segs[i + 2], &V->segs[i + 1], (size_t)(V->n_segs - i - 1) * sizeof *V->segs);
+                V->segs[i + 1] = (ts_rt_segment){.first = n + 1, .count = sg->first + sg->count - n - 1,
+                                                 .on_device = sg->on_device};
+                sg->count = n + 1 - sg->first;
+                V->n_segs++;
+            }
+            V->route_seg = i + 1 < V->n_segs ? i + 1 : -1;
+            return;
+        }
+    }
+}
 
 typedef struct probe_cache {
     uint32_t wtype;
@@ -624,10 +647,11 @@ static int arena_setup(ts_rt_layers *pf, ts_err *err) {
     const int nl = pf->n_layer;
     int *order = malloc((size_t)nl * sizeof *order);
     uint64_t *off = calloc((size_t)nl * TS_LS_COUNT, sizeof *off), *bytes = calloc((size_t)nl * TS_LS_COUNT, sizeof *bytes);
+    int32_t *nexp = calloc((size_t)nl * TS_LS_COUNT, sizeof *nexp);
     pf->arena_k = malloc((size_t)nl * sizeof *pf->arena_k);
     int rc = -1, n = 0;
     uint64_t slot_bytes = 0;
-    if (!order || !off || !bytes || !pf->arena_k) {
+    if (!order || !off || !bytes || !nexp || !pf->arena_k) {
         ts_err_set(err, "out of memory");
         goto done;
     }
@@ -641,6 +665,7 @@ static int arena_setup(ts_rt_layers *pf, ts_err *err) {
                 pf->arena_k[l] = n++;
             off[(size_t)pf->arena_k[l] * TS_LS_COUNT + s] = arena_part_off(S, s);
             bytes[(size_t)pf->arena_k[l] * TS_LS_COUNT + s] = S[s].bytes;
+            nexp[(size_t)pf->arena_k[l] * TS_LS_COUNT + s] = S[s].n_expert;
         }
         if (pf->arena_k[l] >= 0) {
             order[pf->arena_k[l]] = l;
@@ -655,12 +680,13 @@ static int arena_setup(ts_rt_layers *pf, ts_err *err) {
         rc = 0;
         goto done;
     }
-    pf->arena = ts_rt_arena_new(&wt->src, 2, slot_bytes, order, n, TS_LS_COUNT, off, bytes, err);
+    pf->arena = ts_rt_arena_new(&wt->src, 2, slot_bytes, order, n, TS_LS_COUNT, off, bytes, nexp, err);
     rc = pf->arena ? 0 : -1;
 done:
     free(order);
     free(off);
     free(bytes);
+    free(nexp);
     return rc;
 }
 
@@ -1005,6 +1031,9 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
                 goto fail;
             }
             V->n_segs = ts_rt_split_nodes(pf->dev, V->nodes, V->n_nodes, V->segs);
+            V->route_seg = -1;
+            if (!pf->dev && pf->w->has_src)
+                split_after_route(V);
             for (int i = 0; i < V->n_segs; i++) {
                 const ts_rt_segment *sg = &V->segs[i];
                 if (!sg->on_device)
@@ -1421,6 +1450,11 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
              * layer after its last one */
             const int ak = pf->arena_k ? pf->arena_k[l] : -1;
             if (ak >= 0 && i == 0 && ts_rt_arena_wait(pf->arena, ak, err))
+                goto fail;
+            /* its routed experts, at the routing node */
+            if (ak >= 0 && i == V->route_seg &&
+                ts_rt_arena_route(pf->arena, ak, (const int32_t *)pf->act[TS_LS_EXP_IDS],
+                                  (int64_t)n_tok * V->shape.n_expert_used, err))
                 goto fail;
             if (ts_eng_enqueue_bound(pf->cq, bs, pos0, n_tok, n_kv, err))
                 goto fail;

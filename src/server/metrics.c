@@ -65,6 +65,21 @@ void tsrv_metrics_generation(tsrv_metrics *m, const tsrv_job *j) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void tsrv_metrics_stream(tsrv_metrics *m, int slot, const ts_stats *st) {
+    if (slot < 0 || slot >= 64 || !st->stream_layers) return;
+    pthread_mutex_lock(&m->mu);
+    m->stream_layers = st->stream_layers;
+    m->stream[slot].read_mib = st->stream_read_mib;
+    m->stream[slot].stall_ms = st->stream_stall_ms;
+    m->stream[slot].fills = st->stream_fills;
+    m->stream[slot].ahead = st->stream_experts_ahead;
+    m->stream[slot].demand = st->stream_experts_demand;
+    m->stream[slot].routed = st->stream_experts_routed;
+    m->stream[slot].cache_hits = st->stream_cache_hits;
+    m->stream[slot].cache_misses = st->stream_cache_misses;
+    pthread_mutex_unlock(&m->mu);
+}
+
 static void put(tsrv_buf *b, int *oom, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void put(tsrv_buf *b, int *oom, const char *fmt, ...) {
     char line[512];
@@ -131,6 +146,33 @@ char *tsrv_metrics_text(tsrv_server *s) {
     put(&b, &oom, "tessera_slots_busy %d\n", busy);
     head(&b, &oom, "tessera_slots_total", "gauge", "Slots (--parallel).");
     put(&b, &oom, "tessera_slots_total %d\n", s->n_slots);
+    if (m.stream_layers) { /* --mem-budget: sums over the slots (the expert cache is the model's: one) */
+        double rd = 0, stall = 0;
+        long long fills = 0, ahead = 0, demand = 0, routed = 0, hits = 0, misses = 0;
+        for (int i = 0; i < 64; i++) {
+            rd += m.stream[i].read_mib, stall += m.stream[i].stall_ms;
+            fills += m.stream[i].fills, ahead += m.stream[i].ahead, demand += m.stream[i].demand;
+            routed += m.stream[i].routed;
+            if (m.stream[i].cache_hits + m.stream[i].cache_misses > hits + misses)
+                hits = m.stream[i].cache_hits, misses = m.stream[i].cache_misses;
+        }
+        head(&b, &oom, "tessera_stream_layers", "gauge", "Layers streamed from the file under --mem-budget.");
+        put(&b, &oom, "tessera_stream_layers %d\n", m.stream_layers);
+        head(&b, &oom, "tessera_stream_read_mib_total", "counter", "MiB the slots' loaders read from the file.");
+        put(&b, &oom, "tessera_stream_read_mib_total %.3f\n", rd);
+        head(&b, &oom, "tessera_stream_stall_seconds_total", "counter", "Time the forward waited for streamed weights.");
+        put(&b, &oom, "tessera_stream_stall_seconds_total %.6f\n", stall / 1000.0);
+        head(&b, &oom, "tessera_stream_fills_total", "counter", "Streamed layers filled.");
+        put(&b, &oom, "tessera_stream_fills_total %lld\n", fills);
+        head(&b, &oom, "tessera_stream_experts_total", "counter",
+             "MoE experts: read ahead of the routing node, read on demand at it, routed to.");
+        put(&b, &oom, "tessera_stream_experts_total{kind=\"ahead\"} %lld\n", ahead);
+        put(&b, &oom, "tessera_stream_experts_total{kind=\"demand\"} %lld\n", demand);
+        put(&b, &oom, "tessera_stream_experts_total{kind=\"routed\"} %lld\n", routed);
+        head(&b, &oom, "tessera_stream_cache_total", "counter", "Expert cache lookups (--cache-mb), by result.");
+        put(&b, &oom, "tessera_stream_cache_total{result=\"hit\"} %lld\n", hits);
+        put(&b, &oom, "tessera_stream_cache_total{result=\"miss\"} %lld\n", misses);
+    }
     if (oom) {
         tsrv_buf_free(&b);
         return NULL;

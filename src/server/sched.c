@@ -321,6 +321,7 @@ static const char *run_job(tsrv_slot *sl, tsrv_job *j) {
     st = ts_context_generate(ctx, &gp);
     ts_stats stats = TS_STRUCT_INIT(ts_stats);
     ts_context_get_stats(ctx, &stats);
+    tsrv_metrics_stream(&sl->srv->metrics, sl->index, &stats);
     /* Keep the id list equal to the KV cache: the last sampled token, or an
      * end-of-generation token, may or may not have been evaluated. */
     np = ts_context_n_past(ctx);

@@ -129,6 +129,13 @@ typedef struct tsrv_metrics {
     double prefill_s, decode_s;
     double last_prefill_tps, last_decode_tps;
     uint64_t generations;
+    /* under a memory budget: each slot's streaming counters since its
+     * context was made (ts_stats stream_*), as of its last generation */
+    struct {
+        double read_mib, stall_ms;
+        int64_t fills, ahead, demand, routed, cache_hits, cache_misses;
+    } stream[64];
+    int stream_layers;
 } tsrv_metrics;
 
 typedef struct tsrv_server {
@@ -215,6 +222,8 @@ void tsrv_metrics_request(tsrv_metrics *m, int endpoint, int http_status);
 void tsrv_metrics_error(tsrv_metrics *m, tsrv_err_kind kind);
 void tsrv_metrics_cancel(tsrv_metrics *m);
 void tsrv_metrics_generation(tsrv_metrics *m, const tsrv_job *job);
+/* A slot's streaming counters after a generation (its context's ts_stats). */
+void tsrv_metrics_stream(tsrv_metrics *m, int slot, const ts_stats *st);
 char *tsrv_metrics_text(tsrv_server *s);
 
 /* ui_page.c */

@@ -48,9 +48,11 @@ foreach(st_mode gate break-skip faults)
   set_tests_properties(stream_${st_mode}_SmolLM2 PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
 endforeach()
 # the MoE families (expert arrays read one expert per read), on the tiny
-# generated models of the oracle, with 7 layers (more than the slots)
+# generated models of the oracle, with 7 layers (more than the slots); and
+# qwen3moe with Q8_0 experts (repacked into panels at load, and as they
+# stream in: ts_moe_linear)
 add_test(NAME stream_gate_moe
-         COMMAND sh -c "${TS_PYTHON} ${CMAKE_SOURCE_DIR}/tools/gen_tiny_models.py --models-dir ${TS_MODELS_DIR} --only qwen3moe,mixtral --n-layer 7 ${CMAKE_CURRENT_BINARY_DIR}/stream_models >/dev/null && $<TARGET_FILE:test_stream> gate ${CMAKE_CURRENT_BINARY_DIR}/stream_models/qwen3moe.gguf && $<TARGET_FILE:test_stream> gate ${CMAKE_CURRENT_BINARY_DIR}/stream_models/mixtral.gguf")
+         COMMAND sh -c "${TS_PYTHON} ${CMAKE_SOURCE_DIR}/tools/gen_tiny_models.py --models-dir ${TS_MODELS_DIR} --only qwen3moe,mixtral --n-layer 7 ${CMAKE_CURRENT_BINARY_DIR}/stream_models >/dev/null && $<TARGET_FILE:test_stream> gate ${CMAKE_CURRENT_BINARY_DIR}/stream_models/qwen3moe.gguf && $<TARGET_FILE:test_stream> gate ${CMAKE_CURRENT_BINARY_DIR}/stream_models/mixtral.gguf && ${TS_PYTHON} ${CMAKE_SOURCE_DIR}/tools/gen_tiny_models.py --models-dir ${TS_MODELS_DIR} --only qwen3moe --n-layer 7 --quant-experts ${CMAKE_CURRENT_BINARY_DIR}/stream_models_q8 >/dev/null && $<TARGET_FILE:test_stream> gate ${CMAKE_CURRENT_BINARY_DIR}/stream_models_q8/qwen3moe.gguf")
 set_tests_properties(stream_gate_moe PROPERTIES TIMEOUT 300 FIXTURES_SETUP stream_moe)
 add_test(NAME stream_break-demand_moe
          COMMAND test_stream break-demand ${CMAKE_CURRENT_BINARY_DIR}/stream_models/qwen3moe.gguf)

@@ -444,6 +444,83 @@ static const uint32_t types[] = {TS_TYPE_F32, TS_TYPE_F16, TS_TYPE_Q8_0, TS_TYPE
 
 /* ---- grouped matmul -------------------------------------------------- */
 
+/* ts_moe_linear (the fast kernels) against ts_moe_matmul (the reference):
+ * every output within 1e-4 of the sum of |terms| of its dots (the
+ * 16-bit activations' rounding, ts_linear's hi precision; measured worst
+ * ratio printed), y by token with weights and y by pair; a token's result
+ * bit-identical whether it runs with the others or alone (decode). */
+static void test_moe_linear(void) {
+    stat st = {"moe_linear", 0, 0};
+    const struct {
+        int n_expert, k, n_tok;
+    } cfg[] = {{6, 2, 9}, {4, 4, 5}, {3, 1, 1}, {6, 1, 17}, {8, 8, 3}};
+    enum { NIN = 64, NOUT = 48 };
+    ts_err err;
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        const int ne = cfg[c].n_expert, k = cfg[c].k, nt = cfg[c].n_tok;
+        expert ex[8];
+        ts_wmat wm[8];
+        float *l = fbuf((size_t)nt * ne), *rw = fbuf((size_t)nt * k);
+        int32_t *ids = xbuf((size_t)nt * k * sizeof(int32_t));
+        int64_t *off = xbuf((size_t)(ne + 1) * sizeof(int64_t)), *off1 = xbuf((size_t)(ne + 1) * sizeof(int64_t));
+        ts_moe_pair *pairs = xbuf((size_t)nt * k * sizeof(ts_moe_pair)), *pairs1 = xbuf((size_t)k * sizeof(ts_moe_pair));
+        for (int i = 0; i < nt * ne; i++) l[i] = nrand();
+        ts_moe_route(l, nt, ne, k, TS_MOE_SOFTMAX_TOPK, false, ids, rw);
+        CHECK(ts_moe_group(ids, nt, k, ne, off, pairs, &err) == 0, "group: %s", err.msg);
+        for (int e = 0; e < ne; e++) {
+            make_expert(&ex[e], types[e % 6], NOUT, NIN, 0.2f, true); /* panels where the type has them */
+            wm[e] = ex[e].w;
+        }
+        const int64_t np = off[ne];
+        float *x = fbuf((size_t)nt * NIN), *scratch = fbuf(3 * NIN);
+        float *gx = fbuf((size_t)nt * NIN), *gy = fbuf((size_t)nt * NOUT);
+        for (int i = 0; i < nt * NIN; i++) x[i] = nrand();
+        ts_linear_ws *ws = ts_linear_ws_new(NIN, nt, 3, &err);
+        CHECK(ws != NULL, "ws: %s", err.msg);
+        if (!ws) return;
+        /* y by token, weighted, and y by pair */
+        float *y = fbuf((size_t)nt * NOUT), *yr = fbuf((size_t)nt * NOUT), *yp = fbuf((size_t)np * NOUT),
+              *ypr = fbuf((size_t)np * NOUT);
+        memset(y, 0, (size_t)nt * NOUT * 4), memset(yr, 0, (size_t)nt * NOUT * 4);
+        memset(yp, 0, (size_t)np * NOUT * 4), memset(ypr, 0, (size_t)np * NOUT * 4);
+        ts_moe_linear(pool3, ws, wm, ne, off, pairs, rw, k, x, NIN, false, y, NOUT, false, gx, gy);
+        ts_moe_matmul(pool3, wm, ne, off, pairs, rw, k, x, NIN, false, yr, NOUT, false, scratch, NIN);
+        ts_moe_linear(pool3, ws, wm, ne, off, pairs, NULL, k, x, NIN, false, yp, NOUT, true, gx, gy);
+        ts_moe_matmul(pool3, wm, ne, off, pairs, NULL, k, x, NIN, false, ypr, NOUT, true, scratch, NIN);
+        CHECK(guard_ok(y, (size_t)nt * NOUT) && guard_ok(yp, (size_t)np * NOUT) && guard_ok(gx, (size_t)nt * NIN) &&
+                  guard_ok(gy, (size_t)nt * NOUT),
+              "moe_linear wrote past a buffer");
+        for (int t = 0; t < nt; t++)
+            for (int r = 0; r < NOUT; r++) {
+                double mag = 0;
+                for (int j = 0; j < k; j++) {
+                    const float *w = ex[ids[t * k + j]].deq + r * NIN;
+                    for (int i = 0; i < NIN; i++) mag += fabs(rw[t * k + j] * (double)x[t * NIN + i] * w[i]);
+                }
+                close_to(&st, y[t * NOUT + r], yr[t * NOUT + r], 1e-4 * mag, "y(token)", t * NOUT + r);
+            }
+        for (int e = 0; e < ne; e++)
+            for (int64_t p = off[e]; p < off[e + 1]; p++)
+                for (int r = 0; r < NOUT; r++) {
+                    double mag = 0;
+                    for (int i = 0; i < NIN; i++) mag += fabs((double)x[pairs[p].tok * NIN + i] * ex[e].deq[r * NIN + i]);
+                    close_to(&st, yp[p * NOUT + r], ypr[p * NOUT + r], 1e-4 * mag, "y(pair)", (long)(p * NOUT + r));
+                }
+        /* each token alone: the same bits */
+        float *y1 = fbuf(NOUT);
+        for (int t = 0; t < nt; t++) {
+            CHECK(ts_moe_group(ids + t * k, 1, k, ne, off1, pairs1, &err) == 0, "group: %s", err.msg);
+            memset(y1, 0, NOUT * sizeof(float));
+            ts_moe_linear(pool3, ws, wm, ne, off1, pairs1, rw + t * k, k, x + t * NIN, NIN, false, y1, NOUT, false, gx,
+                          gy);
+            CHECK(memcmp(y1, y + t * NOUT, NOUT * sizeof(float)) == 0, "moe_linear: token %d alone differs", t);
+        }
+        ts_linear_ws_free(ws);
+        free_all();
+    }
+    report(&st);
+}
+
 static void test_moe_matmul(void) {
     stat st = {"moe_matmul", 0, 0};
     const struct {
@@ -713,6 +790,7 @@ int main(void) {
     test_route();
     test_group();
     test_moe_matmul();
+    test_moe_linear();
     test_moe_ffn();
     test_cross_attention();
     ts_threadpool_free(pool3);

@@ -344,7 +344,13 @@ def write_moe_model(out_dir, name, spec, tok_fields, seed):
     for key, val, vt, sub_ in tok_fields:
         w.add_key_value(key, val, vt, sub_type=sub_)
     for n_, t in g.items():
-        w.add_tensor(n_, t)
+        if spec.get("quant_experts") and n_.endswith("_exps.weight"):
+            # Q8_0 experts (the streaming tests want experts in CPU panels)
+            from gguf import GGMLQuantizationType, quants
+            q = quants.quantize(t.astype(np.float32), GGMLQuantizationType.Q8_0)
+            w.add_tensor(n_, q, raw_shape=q.shape, raw_dtype=GGMLQuantizationType.Q8_0)
+        else:
+            w.add_tensor(n_, t)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -404,6 +410,8 @@ def main():
     ap.add_argument("out_dir")
     ap.add_argument("--models-dir", default=os.path.join(os.path.dirname(__file__), "..", "models"))
     ap.add_argument("--only", default="")
+    ap.add_argument("--quant-experts", action="store_true",
+                    help="MoE models: expert arrays in Q8_0 (every expert width a multiple of 32)")
     ap.add_argument("--n-layer", type=int, default=0,
                     help="override every model's layer count (the streaming tests want more layers than slots)")
     a = ap.parse_args()
@@ -428,7 +436,8 @@ def main():
             json.dump(meta, f, indent=1)
         print("wrote", path)
     for seed, name in enumerate((n for n in MOE_SPECS if not a.only or n in a.only.split(",")), start=len(SPECS)):
-        spec = dict(MOE_SPECS[name], **({"n_layer": a.n_layer} if a.n_layer else {}))
+        spec = dict(MOE_SPECS[name], **({"n_layer": a.n_layer} if a.n_layer else {}),
+                    **({"quant_experts": True} if a.quant_experts else {}))
         if "smollm" not in tok_cache:
             src = os.path.join(a.models_dir, TOKENIZER_SOURCES["smollm"])
             if not os.path.exists(src):

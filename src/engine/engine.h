@@ -490,6 +490,7 @@ typedef struct ts_eng_node {
             int32_t n_expert, k;
             bool x_by_pair, y_by_pair;
             bool accumulate; /* false: y's rows are zeroed first */
+            bool fast;       /* the fast kernels (ts_moe_linear), else the reference ts_moe_matmul */
         } moe;
         struct {                      /* TS_OP_CROSS_ATTN */
             ts_eng_ref q, k, v, out;  /* q, out [n_tok][n_head*head_dim]; k, v [n_kv][n_head_kv*head_dim] f32 */

@@ -1,6 +1,8 @@
 /* linear.c - the fast matmul driver (see linear.h). */
 #include "kernels/linear.h"
 
+#include "kernels/block_ops.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -352,4 +354,32 @@ void ts_linear(ts_threadpool *pool, ts_linear_ws *ws, int n_mat, const ts_wmat *
     int64_t grain = n_items / ((n_tok == 1 ? 2 : 16) * (int64_t)nt);
     if (grain < (n_tok == 1 ? 4 : 1)) grain = n_tok == 1 ? 4 : 1;
     ts_parallel_for_grain(pool, n_items, grain, run_items, &j);
+}
+
+/* ---- the grouped expert matmul ---- */
+
+void ts_moe_linear(ts_threadpool *pool, ts_linear_ws *ws, const ts_wmat *experts, int n_expert,
+                   const int64_t *offsets, const ts_moe_pair *pairs, const float *route_w, int k,
+                   const float *x, int64_t x_stride, bool x_by_pair, float *y, int64_t y_stride, bool y_by_pair,
+                   float *gx, float *gy) {
+    for (int e = 0; e < n_expert; e++) {
+        const int64_t p0 = offsets[e], p1 = offsets[e + 1];
+        if (p0 == p1) continue;
+        const ts_wmat *w = &experts[e];
+        const int64_t n_in = w->n_in, n_out = w->n_out;
+        for (int64_t p = p0; p < p1; p++) {
+            const int64_t src = x_by_pair ? p : (int64_t)pairs[p].tok;
+            memcpy(gx + (p - p0) * n_in, x + src * x_stride, (size_t)n_in * sizeof(float));
+        }
+        const ts_wmat *wl[1] = {w};
+        float *yl[1] = {gy};
+        ts_linear(pool, ws, 1, wl, yl, gx, (int)(p1 - p0));
+        for (int64_t p = p0; p < p1; p++) {
+            const ts_moe_pair pr = pairs[p];
+            const float rw = route_w ? route_w[(int64_t)pr.tok * k + pr.slot] : 1.0f;
+            float *yr = y + (y_by_pair ? p : (int64_t)pr.tok) * y_stride;
+            const float *g = gy + (p - p0) * n_out;
+            for (int64_t r = 0; r < n_out; r++) yr[r] += rw * g[r];
+        }
+    }
 }

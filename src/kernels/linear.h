@@ -58,6 +58,22 @@ int ts_linear_ws_hi(const ts_linear_ws *ws); /* 1: hi precision, 0: lo (TS_ACT=q
 void ts_linear(ts_threadpool *pool, ts_linear_ws *ws, int n_mat, const ts_wmat *const *w, float *const *y,
                const float *x, int n_tok);
 
+/* The grouped expert matmul of block_ops.h's ts_moe_matmul (same
+ * arguments and sums) on the fast kernels: for each expert with pairs, its
+ * pairs' rows of x gathered into gx ([n_pairs_e][n_in]), one ts_linear
+ * into gy ([n_pairs_e][n_out]), then added into y times the routing weight
+ * (in float), experts in increasing order. An expert's pairs must number
+ * at most ws's max_tok (a token routes to an expert once: n_tok <= max_tok
+ * is enough). Each weight matrix is read once per call; a token's result
+ * never depends on the other tokens (ts_linear's promise), so decode and
+ * prefill agree bit for bit. Accuracy: ts_linear's (tests/test_block_ops.c:
+ * within 1e-4 of the sum of |terms| of each dot, measured 1.2e-5). */
+struct ts_moe_pair;
+void ts_moe_linear(ts_threadpool *pool, ts_linear_ws *ws, const ts_wmat *experts, int n_expert,
+                   const int64_t *offsets, const struct ts_moe_pair *pairs, const float *route_w, int k,
+                   const float *x, int64_t x_stride, bool x_by_pair, float *y, int64_t y_stride, bool y_by_pair,
+                   float *gx, float *gy);
+
 /* ---- the matmul variants (for tests and device listings) ---- */
 
 /* Writes the names of the variants, in the order ts_linear tries them, and

@@ -62,13 +62,16 @@ static ts_rt_host_slot host_matrix(const ts_wmat *w) {
     };
 }
 
-/* An expert array in the file's rows: n_expert matrices back to back. */
+/* An expert array: n_expert matrices back to back, in the file's rows or
+ * (repacked at load, fast.c) each expert's panels. */
 static ts_rt_host_slot host_experts(const ts_wmat *w, int32_t n_expert) {
-    const uint64_t eb = (uint64_t)w->row_bytes * (uint64_t)w->n_out;
-    return (ts_rt_host_slot){.data = w->data,
+    const bool packed = w->packed != NULL;
+    const uint64_t eb = packed ? ts_rp_matrix_bytes(w->type, w->n_in, w->n_out)
+                               : (uint64_t)w->row_bytes * (uint64_t)w->n_out;
+    return (ts_rt_host_slot){.data = packed ? (const void *)w->packed : w->data,
                              .bytes = eb * (uint64_t)n_expert,
                              .wtype = w->type,
-                             .layout = TS_WL_ROWS,
+                             .layout = packed ? TS_WL_PANELS : TS_WL_ROWS,
                              .rows = w->data,
                              .n_in = w->n_in,
                              .n_out = w->n_out,

@@ -55,6 +55,25 @@ static int layer_mats(ts_mdl *m, ts_wmat **out) {
     return n;
 }
 
+/* The expert arrays of the layers in memory whose experts take panels at
+ * the active level (a streamed layer's are packed as they stream in). */
+static int expert_arrays(ts_mdl *m, ts_wmat **out) {
+    int n = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        ts_layer *L = &m->layers[il];
+        if (ts_mdl_layer_streamed(m, il)) continue;
+        ts_wmat *as[] = {&L->w_gate_exps, &L->w_up_exps, &L->w_down_exps};
+        for (int i = 0; i < 3; i++)
+            if (as[i]->data && ts_linear_wants_pack(as[i])) out[n++] = as[i];
+    }
+    return n;
+}
+
+/* Bytes of an expert array in panels, 64-aligned. */
+static size_t expert_array_bytes(const ts_mdl *m, const ts_wmat *w) {
+    return (ts_rp_matrix_bytes(w->type, w->n_in, w->n_out) * (size_t)m->hp.n_expert + 63) / 64 * 64;
+}
+
 /* Copies the f32 vectors (norm weights, biases) the model reads straight
  * from the mapped file into one owned block, so that the forward pass never
  * touches the mapping of a repacked model: a fault on a small vector maps
@@ -105,7 +124,7 @@ static void drop_pages(const void *p, size_t n) {
 int ts_mdl_prepare_fast(ts_mdl *m, bool in_place, ts_err *err) {
     m->ref_kernels = env_ref_kernels();
     if (m->ref_kernels || m->hp.n_layer < 1) return 0;
-    ts_wmat **mats = malloc(sizeof *mats * ((size_t)m->hp.n_layer * 8 + 1));
+    ts_wmat **mats = malloc(sizeof *mats * ((size_t)m->hp.n_layer * 11 + 1));
     if (!mats) return ts_err_set(err, "out of memory");
     const int n = layer_mats(m, mats);
 
@@ -125,6 +144,9 @@ int ts_mdl_prepare_fast(ts_mdl *m, bool in_place, ts_err *err) {
     size_t total = 0;
     for (int i = 0; i < n; i++)
         if (ts_linear_wants_pack(mats[i])) total += (ts_rp_matrix_bytes(mats[i]->type, mats[i]->n_in, mats[i]->n_out) + 63) / 64 * 64;
+    ts_wmat **exps = mats + n; /* the expert arrays that take panels (after the matrices in mats) */
+    const int n_exps = expert_arrays(m, exps);
+    for (int i = 0; i < n_exps; i++) total += expert_array_bytes(m, exps[i]);
     if (total == 0) {
         free(mats);
         return 0;
@@ -155,12 +177,28 @@ int ts_mdl_prepare_fast(ts_mdl *m, bool in_place, ts_err *err) {
          * peak stays near one copy of the weights instead of two */
         drop_pages(w->data, (size_t)w->n_out * w->row_bytes);
     }
+    /* expert arrays: each expert's panels, expert after expert (the
+     * stride is one expert's panel bytes: cpu_ops binds them so) */
+    for (int i = 0; i < n_exps; i++) {
+        ts_wmat *w = exps[i];
+        const size_t eb = ts_rp_matrix_bytes(w->type, w->n_in, w->n_out), rows = (size_t)w->n_out * w->row_bytes;
+        for (int e = 0; e < m->hp.n_expert; e++) {
+            const ts_wmat we = {w->type, (const uint8_t *)w->data + (size_t)e * rows, w->n_in, w->n_out, w->row_bytes,
+                                NULL};
+            if (ts_linear_pack(&we, buf + off + (size_t)e * eb, err)) goto fail;
+        }
+        w->packed = buf + off;
+        off += expert_array_bytes(m, w);
+        drop_pages(w->data, rows * (size_t)m->hp.n_expert);
+    }
     m->packed_bytes = total;
     if (m->hp.tied_output) m->output = m->tok_embd;
     /* And again at the end: reading one tensor maps its neighbours' pages
      * too (fault-around), which may be tensors packed before it. */
     for (int i = 0; i < n; i++)
         if (mats[i]->packed) drop_pages(mats[i]->data, (size_t)mats[i]->n_out * mats[i]->row_bytes);
+    for (int i = 0; i < n_exps; i++)
+        drop_pages(exps[i]->data, (size_t)exps[i]->n_out * exps[i]->row_bytes * (size_t)m->hp.n_expert);
     free(mats);
     return 0;
 fail:

@@ -199,10 +199,21 @@ static uint64_t layer_bytes(const ts_mdl *m, int l) {
     return b;
 }
 
-/* A streamed matrix is repacked into panels exactly when fast.c would
- * repack it resident. */
+/* A streamed matrix (or an expert array's experts) is repacked into
+ * panels exactly when fast.c would repack it resident. */
 static bool stream_panels(const ts_mdl *m, int s, const ts_wmat *w) {
-    return !is_expert_slot(s) && !m->ref_kernels && ts_linear_wants_pack(w);
+    (void)s;
+    return !m->ref_kernels && ts_linear_wants_pack(w);
+}
+
+/* Packs n_out rows (src, w's row size) into w's panels at dst. */
+static void pack_rows(const ts_wmat *w, const uint8_t *src, uint8_t *dst) {
+    const size_t pb = ts_rp_panel_bytes(w->type, w->n_in);
+    for (int64_t r0 = 0; r0 < w->n_out; r0 += TS_RP_ROWS) {
+        const int nr = w->n_out - r0 < TS_RP_ROWS ? (int)(w->n_out - r0) : TS_RP_ROWS;
+        ts_rp_pack_panel(w->type, w->n_in, src + (size_t)r0 * w->row_bytes, w->row_bytes, nr,
+                         dst + (size_t)(r0 / TS_RP_ROWS) * pb);
+    }
 }
 
 static const char *tensor_name(const ts_mdl *m, const void *data) {
@@ -418,46 +429,36 @@ static int stream_fill(void *user, void *scratch, int layer, int s, int expert, 
     const uint64_t foff = (uint64_t)((const uint8_t *)w->data - ts_gguf_base(m->gguf));
     const uint64_t mb = (uint64_t)w->row_bytes * (uint64_t)w->n_out;
     const uint8_t *p;
-    if (is_expert_slot(s) && expert >= 0) { /* one expert: one read */
-        if (expert >= m->hp.n_expert || bytes != mb)
+    const bool panels = stream_panels(m, s, w);
+    const uint64_t out_b = panels ? ts_rp_matrix_bytes(w->type, w->n_in, w->n_out) : mb;
+    if (is_expert_slot(s) && expert >= 0) { /* one expert: one read (or the cache), then its panels */
+        if (expert >= m->hp.n_expert || bytes != out_b)
             return ts_err_set(err, "layer %d: expert %d of slot %d: bad request", layer, expert, s);
         const int pos = cache_pos(m, layer, s, expert);
+        bool hit = false;
         if (st->pool) {
             pthread_mutex_lock(&st->cache_mu);
-            const bool hit = cache_get(st, pos, dst, mb);
+            hit = cache_get(st, pos, scratch, mb); /* the rows, into the scratch */
             pthread_mutex_unlock(&st->cache_mu);
-            if (hit) return 0;
+            p = scratch;
         }
-        if (read_range(st, scratch, foff + (uint64_t)expert * mb, mb, &p, read_bytes, w->data, err)) return -1;
-        memcpy(dst, p, (size_t)mb);
-        if (st->pool) {
-            pthread_mutex_lock(&st->cache_mu);
-            cache_put(st, pos, p, mb);
-            pthread_mutex_unlock(&st->cache_mu);
+        if (!hit) {
+            if (read_range(st, scratch, foff + (uint64_t)expert * mb, mb, &p, read_bytes, w->data, err)) return -1;
+            if (st->pool) {
+                pthread_mutex_lock(&st->cache_mu);
+                cache_put(st, pos, p, mb);
+                pthread_mutex_unlock(&st->cache_mu);
+            }
         }
+        if (panels) pack_rows(w, p, dst);
+        else memcpy(dst, p, (size_t)mb);
         return 0;
     }
-    if (is_expert_slot(s)) { /* one read per expert */
-        if (bytes != mb * (uint64_t)m->hp.n_expert) return ts_err_set(err, "layer %d: expert slot size mismatch", layer);
-        for (int e = 0; e < m->hp.n_expert; e++) {
-            if (read_range(st, scratch, foff + (uint64_t)e * mb, mb, &p, read_bytes, w->data, err)) return -1;
-            memcpy((uint8_t *)dst + (uint64_t)e * mb, p, (size_t)mb);
-        }
-        return 0;
-    }
+    if (is_expert_slot(s)) return ts_err_set(err, "layer %d: an expert array streams one expert at a time", layer);
     if (read_range(st, scratch, foff, mb, &p, read_bytes, w->data, err)) return -1;
-    if (!stream_panels(m, s, w)) {
-        if (bytes != mb) return ts_err_set(err, "layer %d: weight slot %d size mismatch", layer, s);
-        memcpy(dst, p, (size_t)mb);
-        return 0;
-    }
-    /* the panels, as fast.c packs the resident matrices */
-    const size_t pb = ts_rp_panel_bytes(w->type, w->n_in);
-    for (int64_t r0 = 0; r0 < w->n_out; r0 += TS_RP_ROWS) {
-        const int nr = w->n_out - r0 < TS_RP_ROWS ? (int)(w->n_out - r0) : TS_RP_ROWS;
-        ts_rp_pack_panel(w->type, w->n_in, p + (size_t)r0 * w->row_bytes, w->row_bytes, nr,
-                         (uint8_t *)dst + (size_t)(r0 / TS_RP_ROWS) * pb);
-    }
+    if (bytes != out_b) return ts_err_set(err, "layer %d: weight slot %d size mismatch", layer, s);
+    if (panels) pack_rows(w, p, dst); /* as fast.c packs the resident matrices */
+    else memcpy(dst, p, (size_t)mb);
     return 0;
 }
 
@@ -482,10 +483,13 @@ void ts_mdl_stream_describe(const ts_mdl *m, int l, ts_rt_host_slot *S) {
         const ts_wmat *w = slot_wmat(&m->layers[l], s);
         if (!w || !w->data) continue;
         const bool panels = stream_panels(m, s, w);
+        const uint64_t one = panels ? ts_rp_matrix_bytes(w->type, w->n_in, w->n_out)
+                                    : (uint64_t)w->row_bytes * (uint64_t)w->n_out;
         S[s].data = NULL;
         S[s].streamed = true;
         S[s].layout = panels ? TS_WL_PANELS : TS_WL_ROWS;
-        S[s].bytes = panels ? ts_rp_matrix_bytes(w->type, w->n_in, w->n_out) : file_bytes(m, s, w);
+        S[s].bytes = is_expert_slot(s) ? one * (uint64_t)m->hp.n_expert : one;
+        if (is_expert_slot(s)) S[s].expert_bytes = one;
     }
     ts_mdl_stream_drop_layer(m, l);
 }

@@ -120,7 +120,7 @@ static int decoder_nodes(const ts_rt_block_shape *s, ts_eng_node *out) {
     out[k++] = (ts_eng_node) { \
         .op = TS_OP_MOE_MATMUL, .moe = { \
             .w = R(ws), .x = R(xs), .y = R(ys), .ids = R(TS_LS_EXP_IDS), .weights = (wt), .n_in = (ni), \
-            .n_out = (no), .n_expert = NE, .k = KE, .x_by_pair = (xp), .y_by_pair = (yp) \
+            .n_out = (no), .n_expert = NE, .k = KE, .x_by_pair = (xp), .y_by_pair = (yp), .fast = s->fast_kernels \
         } \
     }
         MOE(TS_LS_W_GATE_EXPS, TS_LS_XN, TS_LS_GATE, E, FE, false, true, TS_ENG_NOREF);

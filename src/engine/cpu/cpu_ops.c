@@ -39,6 +39,7 @@ struct ts_cpu_exec {
     int64_t *moe_offsets; /* [max n_expert + 1] */
     ts_moe_pair *moe_pairs; /* [width * max k] */
     ts_wmat *moe_w;         /* [max n_expert] */
+    float *moe_gx, *moe_gy; /* fast expert matmuls: an expert's gathered inputs [width][n_in] and outputs */
     double *xattn_scratch;  /* [n_threads][xattn_stride] */
     int64_t xattn_stride;
     ts_cpu_matmul_fn mm; /* own-layout matmuls (NULL: none taken) */
@@ -86,6 +87,8 @@ static void needs(const ts_eng_node *nodes, int n_nodes, int64_t *max_in, int64_
             *attn_row = n->matmul.n_in;
         if (n->op == TS_OP_MOE_MATMUL && n->moe.n_in > *attn_row)
             *attn_row = n->moe.n_in;
+        if (n->op == TS_OP_MOE_MATMUL && n->moe.fast && n->moe.n_in > *max_in)
+            *max_in = n->moe.n_in;
         if (n->op == TS_OP_ATTENTION) {
             /* ts_attention: (pos0 + n_tok) scores + 2 * head_dim per thread;
              * ts_attention_fast: its tile buffers */
@@ -107,6 +110,17 @@ static void needs(const ts_eng_node *nodes, int n_nodes, int64_t *max_in, int64_
     *attn_row = (*attn_row + 15) & ~(int64_t)15; /* threads never share a cache line */
 }
 
+/* The widest input or output row of the fast expert matmuls (0: none). */
+static int64_t moe_fast_row(const ts_eng_node *nodes, int n_nodes) {
+    int64_t r = 0;
+    for (int i = 0; i < n_nodes; i++)
+        if (nodes[i].op == TS_OP_MOE_MATMUL && nodes[i].moe.fast) {
+            if (nodes[i].moe.n_in > r) r = nodes[i].moe.n_in;
+            if (nodes[i].moe.n_out > r) r = nodes[i].moe.n_out;
+        }
+    return r;
+}
+
 uint64_t ts_cpu_exec_bytes(const ts_eng_node *nodes, int n_nodes, int width, int n_threads) {
     int64_t max_in, attn_row;
     int max_rot;
@@ -122,6 +136,7 @@ uint64_t ts_cpu_exec_bytes(const ts_eng_node *nodes, int n_nodes, int width, int
     int64_t pairs, experts, xattn_row;
     needs_blocks(nodes, n_nodes, width, &pairs, &experts, &xattn_row);
     b += (uint64_t)(experts + 1) * 8 + (uint64_t)pairs * sizeof(ts_moe_pair) + (uint64_t)experts * sizeof(ts_wmat);
+    b += (uint64_t)moe_fast_row(nodes, n_nodes) * 2 * (uint64_t)width * 4;
     b += (uint64_t)xattn_row * (uint64_t)n_threads * 8;
     return b;
 }
@@ -151,6 +166,10 @@ ts_cpu_exec *ts_cpu_exec_new(const ts_eng_node *nodes, int n_nodes, int width, i
     if (experts && (!(x->moe_offsets = calloc((size_t)experts + 1, sizeof *x->moe_offsets)) ||
                     !(x->moe_pairs = calloc((size_t)pairs, sizeof *x->moe_pairs)) ||
                     !(x->moe_w = calloc((size_t)experts, sizeof *x->moe_w))))
+        goto oom;
+    const int64_t mrow = moe_fast_row(nodes, n_nodes);
+    if (mrow && (!(x->moe_gx = calloc((size_t)mrow * (size_t)width, sizeof(float))) ||
+                 !(x->moe_gy = calloc((size_t)mrow * (size_t)width, sizeof(float)))))
         goto oom;
     if (xattn_row) {
         x->xattn_stride = xattn_row;
@@ -203,6 +222,8 @@ void ts_cpu_exec_free(ts_cpu_exec *x) {
     free(x->moe_offsets);
     free(x->moe_pairs);
     free(x->moe_w);
+    free(x->moe_gx);
+    free(x->moe_gy);
     free(x->xattn_scratch);
     free(x);
 }
@@ -403,9 +424,14 @@ static void exec_node(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *no
         float *y = at(base, n->moe.y);
         if (!n->moe.accumulate)
             memset(y, 0, (size_t)(n->moe.y_by_pair ? n_tok * n->moe.k : n_tok) * (size_t)n->moe.n_out * sizeof(float));
-        ts_moe_matmul(pool, x->moe_w, n->moe.n_expert, x->moe_offsets, x->moe_pairs, at(base, n->moe.weights), n->moe.k,
-                      at(base, n->moe.x), n->moe.n_in, n->moe.x_by_pair, y, n->moe.n_out, n->moe.y_by_pair,
-                      x->attn_scratch, x->attn_stride);
+        if (n->moe.fast && x->lin && x->moe_gx)
+            ts_moe_linear(pool, x->lin, x->moe_w, n->moe.n_expert, x->moe_offsets, x->moe_pairs,
+                          at(base, n->moe.weights), n->moe.k, at(base, n->moe.x), n->moe.n_in, n->moe.x_by_pair, y,
+                          n->moe.n_out, n->moe.y_by_pair, x->moe_gx, x->moe_gy);
+        else
+            ts_moe_matmul(pool, x->moe_w, n->moe.n_expert, x->moe_offsets, x->moe_pairs, at(base, n->moe.weights),
+                          n->moe.k, at(base, n->moe.x), n->moe.n_in, n->moe.x_by_pair, y, n->moe.n_out,
+                          n->moe.y_by_pair, x->attn_scratch, x->attn_stride);
         break;
     }
     case TS_OP_CROSS_ATTN: {

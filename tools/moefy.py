@@ -22,7 +22,11 @@ How:
      bias: the format's router has none) is fitted to the scores by least
      squares (ridge 1e-3); at run time the k largest predicted scores route.
   4. gating: the dense FFN is the plain sum of all experts, so a routed
-     expert must count with weight 1. The file uses sigmoid gating
+     expert must count with weight 1. Default (--gating uniform): the
+     file keeps llama's gating for experts (softmax over the k chosen
+     logits) on the router scaled by 2^-16, so each chosen expert gets 1/k
+     to within ~1e-4 whatever its score, and the down columns are stored
+     times k. With --gating sigmoid (session 18's files): sigmoid gating
      (llama.cpp's expert_gating_func = 2, weights not renormalized) on the
      router scaled by --alpha (default 100): sigmoid(alpha * score) is 1 to
      within float rounding wherever the predicted score exceeds ~0.2 (scores
@@ -156,6 +160,9 @@ def main():
     ap.add_argument("--k", type=int, nargs="+", default=[4], help="experts per token (several: one file each)")
     ap.add_argument("--tokens", type=int, default=8192)
     ap.add_argument("--alpha", type=float, default=100.0)
+    ap.add_argument("--gating", choices=("uniform", "sigmoid"), default="uniform",
+                    help="uniform (default): every routed expert weighs 1 whatever its score's sign; "
+                         "sigmoid: sigmoid(alpha * score), 0 for a negative score (session 18's files)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--work", default=os.path.expanduser("~/.cache/tessera/moefy"))
     ap.add_argument("-o", "--out")
@@ -201,7 +208,7 @@ def main():
         positive = float(np.mean(np.take_along_axis(pred, top_pred, 1) > 0.2))
         stats.append(dict(layer=i, recall=round(float(recall), 3), cover=round(float(cover), 3),
                           chosen_score_gt_0_2=round(positive, 3)))
-        layers.append((groups, Wr * a.alpha, down))
+        layers.append((groups, Wr * (a.alpha if a.gating == "sigmoid" else 2.0 ** -16), down))
         print(f"moefy: layer {i}: router recall {recall:.3f}, output share {cover:.3f}, "
               f"chosen scores > 0.2: {positive:.3f}", flush=True)
 
@@ -222,10 +229,11 @@ def main():
         w.add_key_value(f"{arch}.expert_count", E, U32)
         w.add_key_value(f"{arch}.expert_used_count", K, U32)
         w.add_key_value(f"{arch}.expert_feed_forward_length", FE, U32)
-        w.add_key_value(f"{arch}.expert_gating_func", 2, U32)
-        w.add_key_value(f"{arch}.expert_weights_norm", False, GGUFValueType.BOOL)
+        if a.gating == "sigmoid":
+            w.add_key_value(f"{arch}.expert_gating_func", 2, U32)
+            w.add_key_value(f"{arch}.expert_weights_norm", False, GGUFValueType.BOOL)
         w.add_string("general.name", f"SmolLM2-135M-Instruct MoEfied E{E} k{K}")
-        w.add_string("tessera.moefy", json.dumps(dict(experts=E, k=K, tokens=a.tokens, alpha=a.alpha,
+        w.add_string("tessera.moefy", json.dumps(dict(experts=E, k=K, tokens=a.tokens, alpha=a.alpha, gating=a.gating,
                                                       recall=[s["recall"] for s in stats])))
         V = int(tens["token_embd.weight"].shape[1])
         for key, val, vt, sub in read_tokenizer_fields(a.base, V):
@@ -237,8 +245,12 @@ def main():
                 if ".ffn_gate." in name:
                     w.add_tensor(f"blk.{i}.ffn_gate_inp.weight", Wr.astype(np.float32))
                 if ".ffn_down." in name:
+                    # uniform gating: the file's softmax over the k chosen (llama
+                    # with experts) of a router scaled by 2^-16 gives each 1/k to
+                    # within ~1e-4, so the down columns carry the factor k back
+                    scale = 1.0 if a.gating == "sigmoid" else float(K)
                     w.add_tensor(f"blk.{i}.ffn_down_exps.weight",
-                                 np.stack([np.ascontiguousarray(down[:, g]) for g in groups]).astype(np.float32))
+                                 (scale * np.stack([np.ascontiguousarray(down[:, g]) for g in groups])).astype(np.float32))
                     continue
                 raw = np.asarray(t.data)  # [n_ff][row bytes] in the base's type
                 nm = name.replace("ffn_gate.", "ffn_gate_exps.").replace("ffn_up.", "ffn_up_exps.")

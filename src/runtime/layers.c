@@ -628,7 +628,6 @@ static int enqueue_layer_upload(const ts_rt_weights *wt, ts_eng_queue *q, int l,
     return 0;
 }
 
-/* Maps the host weights of layer l into the cpu engine (no copy). */
 /* Where weight slot s of a layer goes in its arena slot: the layer's
  * streamed slots in slot order, each 4096-aligned (a loader may read
  * straight into them). Returns the end for s == TS_LS_COUNT. */
@@ -690,6 +689,8 @@ done:
     return rc;
 }
 
+/* Maps the host weights of layer l into the cpu engine (no copy; a
+ * streamed layer's: its arena slot). */
 static int map_layer_cpu(ts_rt_layers *pf, int l, ts_err *err) {
     const ts_rt_host_slot *slots = pf->w->slots + (size_t)l * TS_LS_COUNT;
     ts_eng_bind *b = pf->cpu_binds + (size_t)l * TS_LS_COUNT;

@@ -41,6 +41,7 @@ add_custom_target(oracle
 # contexts); a skipped fill refused at the pacing point; an EIO, a short
 # read and a truncated file fail the request and the next one is served.
 add_executable(test_stream ${CMAKE_CURRENT_SOURCE_DIR}/test_stream.c)
+target_include_directories(test_stream PRIVATE ${CMAKE_SOURCE_DIR}/tests)
 target_compile_definitions(test_stream PRIVATE _GNU_SOURCE)
 target_link_libraries(test_stream PRIVATE tessera_core)
 foreach(st_mode gate break-skip faults)

@@ -49,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "logit_hash.h"
 #include "tessera.h"
 
 /* the break-on-purpose engine options exist only in a TS_TEST_HOOKS build */
@@ -83,12 +84,6 @@ typedef struct record {
     int n_st;
 } record;
 
-static uint64_t fnv(const float *x, int64_t n) {
-    const uint8_t *p = (const uint8_t *)x;
-    uint64_t h = 1469598103934665603ull;
-    for (int64_t i = 0; i < n * 4; i++) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
 
 static int32_t argmax(const float *x, int64_t n) {
     int32_t b = 0;
@@ -99,7 +94,7 @@ static int32_t argmax(const float *x, int64_t n) {
 
 static void rec_row(record *r, const float *row, int32_t n_vocab) {
     if (r->n < MAX_REC) {
-        r->hash[r->n] = fnv(row, n_vocab);
+        r->hash[r->n] = logit_hash(row, n_vocab);
         r->argmax[r->n] = argmax(row, n_vocab);
         r->n++;
     }
@@ -121,21 +116,12 @@ static bool on_token(const char *piece, size_t len, int32_t token, void *ud) {
     return true;
 }
 
-/* Deterministic prompt ids from ordinary tokens of the vocabulary. */
-static void prompt_ids(int32_t *ids, int n, uint64_t seed, int32_t n_vocab) {
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    const int32_t span = n_vocab > 20000 ? 20000 : n_vocab - 300;
-    for (int i = 0; i < n; i++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        ids[i] = 260 + (int32_t)(s % (uint64_t)span);
-    }
-}
 
 /* One step: evaluate a prompt with every position's logits, then a greedy
  * generation of n_gen tokens (each one evaluated, its logits recorded). */
 static int step(ts_context *ctx, record *r, int n_prompt, uint64_t seed, int n_gen, int32_t n_vocab) {
     int32_t ids[512];
-    prompt_ids(ids, n_prompt, seed, n_vocab);
+    logit_prompt_ids(ids, n_prompt, seed, n_vocab);
     float *rows = malloc((size_t)n_prompt * (size_t)n_vocab * sizeof(float));
     if (!rows) return -1;
     if (ts_context_eval(ctx, ids, n_prompt, rows) != TS_OK) {

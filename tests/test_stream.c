@@ -36,6 +36,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "check.h"
+#include "logit_hash.h"
 #include "tessera.h"
 
 #ifdef TS_TEST_HOOKS
@@ -44,16 +46,6 @@
 #define TS_HOOKS_BUILT 0
 #endif
 
-static int g_fail;
-#define CHECK(c, ...)                                                                                                  \
-    do {                                                                                                               \
-        if (!(c)) {                                                                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                       \
-            fprintf(stderr, __VA_ARGS__);                                                                              \
-            fputc('\n', stderr);                                                                                       \
-            g_fail++;                                                                                                  \
-        }                                                                                                              \
-    } while (0)
 
 #define MAX_REC 1024
 
@@ -66,15 +58,8 @@ typedef struct record {
     char err[600]; /* the failing call's message */
 } record;
 
-static uint64_t fnv(const float *x, int64_t n) {
-    const uint8_t *p = (const uint8_t *)x;
-    uint64_t h = 1469598103934665603ull;
-    for (int64_t i = 0; i < n * 4; i++) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
-
 static void rec_row(record *r, const float *row, int32_t n_vocab) {
-    if (r->n < MAX_REC) r->hash[r->n++] = fnv(row, n_vocab);
+    if (r->n < MAX_REC) r->hash[r->n++] = logit_hash(row, n_vocab);
 }
 
 static bool on_logits(const float *logits, int32_t n_vocab, void *ud) {
@@ -89,18 +74,9 @@ static bool on_token(const char *piece, size_t len, int32_t token, void *ud) {
     return true;
 }
 
-static void prompt_ids(int32_t *ids, int n, uint64_t seed, int32_t n_vocab) {
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    const int32_t span = n_vocab > 20000 ? 20000 : n_vocab - 300;
-    for (int i = 0; i < n; i++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        ids[i] = (n_vocab > 600 ? 260 : 0) + (int32_t)(s % (uint64_t)(span > 0 ? span : n_vocab));
-    }
-}
-
 static int step(ts_context *ctx, record *r, int n_prompt, uint64_t seed, int n_gen, int32_t n_vocab) {
     int32_t ids[256];
-    prompt_ids(ids, n_prompt, seed, n_vocab);
+    logit_prompt_ids(ids, n_prompt, seed, n_vocab);
     float *rows = malloc((size_t)n_prompt * (size_t)n_vocab * sizeof(float));
     if (!rows) return -1;
     if (ts_context_eval(ctx, ids, n_prompt, rows) != TS_OK) {
@@ -230,17 +206,28 @@ static uint64_t min_budget(const char *path, uint64_t size) {
     return best;
 }
 
+/* The session on the model in memory into ref, and the model's size and
+ * smallest budget into *size and *lo (either may be NULL); -1 when the
+ * reference fails. */
+static int reference(const char *path, record *ref, uint64_t *size, uint64_t *lo) {
+    if (run_budget(path, 0, NULL, ref)) {
+        fprintf(stderr, "reference: %s\n", ref->err);
+        return -1;
+    }
+    ts_model *m = load(path, 0, NULL, NULL, 0);
+    const uint64_t sz = m ? size_of(m) : 0;
+    ts_model_free(m);
+    if (size) *size = sz;
+    if (lo) *lo = min_budget(path, sz);
+    return 0;
+}
+
 static int mode_gate(const char *path) {
     static record ref, r;
-    if (run_budget(path, 0, NULL, &ref)) {
-        fprintf(stderr, "reference: %s\n", ref.err);
-        return 1;
-    }
+    uint64_t size, lo;
+    if (reference(path, &ref, &size, &lo)) return 1;
     CHECK(ref.st.stream_layers == 0, "the model in memory streams %d layers", (int)ref.st.stream_layers);
-    ts_model *m = load(path, 0, NULL, NULL, 0);
-    const uint64_t size = m ? size_of(m) : 0;
-    ts_model_free(m);
-    const uint64_t lo = min_budget(path, size);
+    ts_model *m;
     printf("model %.1f MiB; smallest budget tried that loads: %.1f MiB\n", (double)size / 1048576.0,
            (double)lo / 1048576.0);
     struct {
@@ -298,7 +285,7 @@ static int mode_gate(const char *path) {
     ts_context_free(a);
     ts_context_free(b);
     ts_model_free(m);
-    return g_fail ? 1 : 0;
+    return failures ? 1 : 0;
 }
 
 static int mode_break_skip(const char *path) {
@@ -307,14 +294,14 @@ static int mode_break_skip(const char *path) {
         return 77;
     }
     ts_model *m = load(path, 0, NULL, NULL, 0);
-    const uint64_t size = m ? size_of(m) : 0;
+    const uint64_t size = m ? size_of(m) : 0; /* no reference run: the fill fails before any result */
     ts_model_free(m);
     static record r;
     const int rc = run_budget(path, min_budget(path, size), "skip_fill=1", &r);
     printf("  skip_fill=1: %s\n", rc ? r.err : "the session ran");
     CHECK(rc != 0, "a skipped fill was computed on: the pacing check let stale bytes through");
     CHECK(strstr(r.err, "stale bytes") != NULL, "the failure does not name the stale slot: %s", r.err);
-    return g_fail ? 1 : 0;
+    return failures ? 1 : 0;
 }
 
 static int mode_break_demand(const char *path) {
@@ -323,14 +310,9 @@ static int mode_break_demand(const char *path) {
         return 77;
     }
     static record ref, r;
-    if (run_budget(path, 0, NULL, &ref)) {
-        fprintf(stderr, "reference: %s\n", ref.err);
-        return 1;
-    }
-    ts_model *m = load(path, 0, NULL, NULL, 0);
-    const uint64_t size = m ? size_of(m) : 0;
-    ts_model_free(m);
-    const int rc = run_budget(path, min_budget(path, size), "skip_demand=1", &r);
+    uint64_t lo;
+    if (reference(path, &ref, NULL, &lo)) return 1;
+    const int rc = run_budget(path, lo, "skip_demand=1", &r);
     CHECK(rc == 0, "skip_demand=1: %s", r.err);
     int diff = r.n != ref.n;
     for (int i = 0; i < r.n && i < ref.n; i++) diff += r.hash[i] != ref.hash[i];
@@ -338,7 +320,7 @@ static int mode_break_demand(const char *path) {
            (long long)r.st.stream_experts_routed, (long long)r.st.stream_experts_demand);
     CHECK(r.st.stream_experts_routed > 0, "no routed experts: not a MoE model");
     CHECK(diff > 0, "skipping the routing node's reads changed nothing: the routed gate could pass by luck");
-    return g_fail ? 1 : 0;
+    return failures ? 1 : 0;
 }
 
 /* One failing request and the session after it, in one context. */
@@ -378,14 +360,9 @@ static int copy_file(const char *from, const char *to) {
 
 static int mode_faults(const char *path) {
     static record ref;
-    if (run_budget(path, 0, NULL, &ref)) {
-        fprintf(stderr, "reference: %s\n", ref.err);
-        return 1;
-    }
-    ts_model *m = load(path, 0, NULL, NULL, 0);
-    const uint64_t size = m ? size_of(m) : 0;
-    ts_model_free(m);
-    const uint64_t lo = min_budget(path, size);
+    uint64_t lo;
+    if (reference(path, &ref, NULL, &lo)) return 1;
+    ts_model *m;
     if (TS_HOOKS_BUILT) {
         fault_case("EIO on read 5", path, lo, "fault=eio,fault_at=5", &ref, "Input/output error");
         fault_case("short read on read 7", path, lo, "fault=short,fault_at=7", &ref, "short read");
@@ -426,7 +403,7 @@ static int mode_faults(const char *path) {
     ts_context_free(ctx);
     ts_model_free(m);
     unlink(tmp);
-    return g_fail ? 1 : 0;
+    return failures ? 1 : 0;
 }
 
 int main(int argc, char **argv) {

@@ -12,7 +12,9 @@
  *              layer, about half, and the most the file allows; with one
  *              loader slowed by loader_delay_us=; through the page cache
  *              (direct=0); whole MoE layers (routed=0); an expert cache
- *              (cache_mb=1, hits and misses counted); two contexts of one
+ *              (cache_mb=1, hits and misses counted); prefill on `loop` (its
+ *              two slots filled from the arena, decode on the CPU); two
+ *              contexts of one
  *              streamed model in turn; the counters: layers streamed,
  *              fills, bytes read; on a MoE model, routed reads reading
  *              fewer bytes than whole layers.
@@ -55,7 +57,9 @@ typedef struct record {
     int32_t tokens[64];
     int n_tok;
     ts_stats st;
-    char err[600]; /* the failing call's message */
+    char err[600];      /* the failing call's message */
+    char fallback[600]; /* the device's fallback line, if any */
+    int64_t dev_tokens; /* prompt tokens prefilled on the device, over the session */
 } record;
 
 static void rec_row(record *r, const float *row, int32_t n_vocab) {
@@ -96,6 +100,9 @@ static int step(ts_context *ctx, record *r, int n_prompt, uint64_t seed, int n_g
         snprintf(r->err, sizeof r->err, "%s", ts_last_error(ctx));
         return -1;
     }
+    ts_stats st = TS_STRUCT_INIT(ts_stats);
+    ts_context_get_stats(ctx, &st);
+    r->dev_tokens += st.prefill_dev_tokens; /* the counters are the step's */
     return 0;
 }
 
@@ -109,7 +116,8 @@ static int session(ts_context *ctx, record *r, int32_t n_vocab) {
     if (step(ctx, r, 20, 4, 2, n_vocab)) return -1;
     r->st.struct_size = sizeof r->st;
     ts_context_get_stats(ctx, &r->st);
-    r->st.device = r->st.device_fallback = r->st.engine = NULL;
+    if (r->st.device_fallback) snprintf(r->fallback, sizeof r->fallback, "%s", r->st.device_fallback);
+    r->st.device = r->st.device_fallback = r->st.engine = NULL; /* the context's strings */
     return 0;
 }
 
@@ -126,7 +134,11 @@ static ts_model *load(const char *path, uint64_t budget, const char *opts, char 
     return m;
 }
 
-static ts_context *make_ctx(const ts_model *m) {
+static ts_context *make_ctx_on(const ts_model *m, const char *dev);
+static ts_context *make_ctx(const ts_model *m) { return make_ctx_on(m, "none"); }
+
+/* A context whose prompt chunks of 32 (from 32 tokens) run on dev. */
+static ts_context *make_ctx_on(const ts_model *m, const char *dev) {
     static ts_sampling_params sp;
     sp = ts_sampling_default_params();
     sp.temp = 0.0f;
@@ -135,7 +147,9 @@ static ts_context *make_ctx(const ts_model *m) {
     cp.n_batch = 32; /* several batches per long prompt */
     cp.n_threads = 2;
     cp.sampling = &sp;
-    cp.prefill_device = "none";
+    cp.prefill_device = dev;
+    cp.chunk = 32;
+    cp.prefill_min_tokens = 32;
     ts_context *ctx = NULL;
     ts_error err;
     if (ts_context_create(m, &cp, &ctx, &err) != TS_OK) {
@@ -284,6 +298,19 @@ static int mode_gate(const char *path) {
     }
     ts_context_free(a);
     ts_context_free(b);
+    /* prefill on `loop` (the device gets only its two slots, filled from
+     * the arena), decode on the CPU: the same bits */
+    ts_context *d = m ? make_ctx_on(m, "loop") : NULL;
+    static record rd;
+    CHECK(d != NULL, "a loop context of a streamed model");
+    if (d) {
+        CHECK(!session(d, &rd, vocab_of(m)), "session on loop: %s", rd.err);
+        same("prefill on loop (the most layers)", &ref, &rd);
+        CHECK(rd.dev_tokens > 0 && !rd.fallback[0], "the loop context ran no prompt chunk on the device (%lld tokens; %s)",
+              (long long)rd.dev_tokens, rd.fallback);
+        printf("    loop: %lld prompt tokens on the device\n", (long long)rd.dev_tokens);
+    }
+    ts_context_free(d);
     ts_model_free(m);
     return failures ? 1 : 0;
 }

@@ -134,12 +134,7 @@ int ts_mdl_describe_weights(ts_mdl *m, ts_err *err) {
 ts_mdl_dev *ts_mdl_dev_acquire(const ts_mdl *m, const char *spec, int n_threads, ts_err *err) {
     struct ts_mdl_devs *ds = m->devs;
     char key[sizeof ((ts_mdl_dev *)0)->key];
-    if (ts_mdl_stream_layers(m)) {
-        ts_err_set(err, "%d layers stream from the file under the memory budget, and prefill on a device from a "
-                        "streamed model is not built yet: run on the CPU (--prefill-device none) or raise --mem-budget",
-                   ts_mdl_stream_layers(m));
-        return NULL;
-    }
+
     if (!spec || strlen(spec) > 256) {
         ts_err_set(err, "device name missing or longer than 256 bytes");
         return NULL;
@@ -159,6 +154,11 @@ ts_mdl_dev *ts_mdl_dev_acquire(const ts_mdl *m, const char *spec, int n_threads,
     ts_engine *dev = d ? ts_eng_open_ex(spec, &op, err) : NULL;
     if (!d) ts_err_set(err, "out of memory");
     if (dev && !(d->w = ts_rt_weights_new(dev, m->hp.n_layer, m->host_slots, err))) ts_eng_close(dev);
+    /* a model streamed from the file: the device's runners stream it too */
+    if (d && d->w && ts_mdl_stream_attach_to(m, d->w, err)) {
+        dev_free(d);
+        d = NULL;
+    }
     if (!d || !d->w) {
         free(d);
         pthread_mutex_unlock(&ds->mu);

@@ -310,8 +310,12 @@ void ts_state_dev_stats_get(const ts_state *s, ts_state_dev_stats *out) {
 void ts_state_stream_stats_get(const ts_state *s, ts_state_stream_stats *out) {
     memset(out, 0, sizeof *out);
     if (!s) return;
-    ts_rt_arena_stats as;
+    ts_rt_arena_stats as, ds;
     ts_rt_layers_arena_stats(s->cpu_layers, &as);
+    /* the device's runner has an arena of its own (its uploads' source) */
+    ts_rt_layers_arena_stats(s->pf, &ds);
+    as.read_bytes += ds.read_bytes, as.fills += ds.fills, as.failed += ds.failed, as.stall_ns += ds.stall_ns;
+    as.whole += ds.whole, as.ahead += ds.ahead, as.demand += ds.demand, as.routed += ds.routed;
     *out = (ts_state_stream_stats){.layers = as.n_stream,
                                    .slots = as.n_slots,
                                    .loaders = as.n_loaders,

@@ -142,6 +142,8 @@ bool ts_mdl_layer_streamed(const ts_mdl *m, int l);
 void ts_mdl_stream_drop_layer(const ts_mdl *m, int l);
 void ts_mdl_stream_describe(const ts_mdl *m, int l, struct ts_rt_host_slot *S);
 int ts_mdl_stream_attach(ts_mdl *m, ts_err *err);
+/* The same source for a device's weights (the model's device sessions). */
+int ts_mdl_stream_attach_to(const ts_mdl *m, struct ts_rt_weights *w, ts_err *err);
 void ts_mdl_stream_free(ts_mdl *m);
 /* The expert cache's counters (model-wide) and its size; zeros without one. */
 void ts_mdl_stream_cache_stats(const ts_mdl *m, uint64_t *hits, uint64_t *misses, uint64_t *bytes);

@@ -494,7 +494,9 @@ void ts_mdl_stream_describe(const ts_mdl *m, int l, ts_rt_host_slot *S) {
     ts_mdl_stream_drop_layer(m, l);
 }
 
-int ts_mdl_stream_attach(ts_mdl *m, ts_err *err) {
+int ts_mdl_stream_attach(ts_mdl *m, ts_err *err) { return ts_mdl_stream_attach_to(m, m->host_w, err); }
+
+int ts_mdl_stream_attach_to(const ts_mdl *m, struct ts_rt_weights *w, ts_err *err) {
     ts_mdl_stream *st = m->stream;
     if (!st || !st->n_streamed) return 0;
     const ts_rt_source src = {.fill = stream_fill,
@@ -506,7 +508,7 @@ int ts_mdl_stream_attach(ts_mdl *m, ts_err *err) {
                               .full = st->routed_full,
                               .skip_fill = st->skip_fill,
                               .skip_demand = st->skip_demand};
-    return ts_rt_weights_set_source(m->host_w, &src, err);
+    return ts_rt_weights_set_source(w, &src, err);
 }
 
 void ts_mdl_stream_cache_stats(const ts_mdl *m, uint64_t *hits, uint64_t *misses, uint64_t *bytes) {

@@ -67,6 +67,7 @@ typedef struct layer_plan {
     uint64_t bytes[TS_LS_COUNT], off[TS_LS_COUNT];
     uint64_t total;
     uint8_t *conv[TS_LS_COUNT]; /* owned converted copies (kept while streaming: every run re-uploads them) */
+    bool streamed[TS_LS_COUNT]; /* not in host memory: uploaded from the runner's arena slot (src NULL) */
 } layer_plan;
 
 /* One segment of one layer in a run: what the schedule orders. Its
@@ -212,7 +213,8 @@ struct ts_rt_layers {
      * (arena_k[l], -1 for a layer in memory) computes from arena slot
      * k % 2, filled by the arena's loaders */
     ts_rt_arena *arena;
-    int *arena_k; /* [n_layer] */
+    int *arena_k;        /* [n_layer] */
+    int32_t *all_experts; /* a device's runner: 0 .. n_expert - 1 (its uploads wait for every expert) */
 };
 
 static bool is_matrix(int s) {
@@ -336,13 +338,13 @@ ts_rt_weights *ts_rt_weights_new(ts_engine *dev, int n_layer, const ts_rt_host_s
 
 int ts_rt_weights_set_source(ts_rt_weights *w, const ts_rt_source *src, ts_err *err) {
     pthread_mutex_lock(&w->mu);
-    const bool busy = w->users || w->planned || w->dev;
+    const bool busy = w->users || w->planned;
     if (!busy) {
         w->src = *src;
         w->has_src = true;
     }
     pthread_mutex_unlock(&w->mu);
-    return busy ? ts_err_set(err, "weights: a source is set on the CPU's weights before any state attaches") : 0;
+    return busy ? ts_err_set(err, "weights: a source is set before any state attaches") : 0;
 }
 
 int ts_rt_weights_set_calib(ts_rt_weights *w, void *records, uint64_t stride, ts_err *err) {
@@ -403,6 +405,7 @@ void ts_rt_layers_free(ts_rt_layers *pf) {
     free(pf->stream_k);
     ts_rt_arena_free(pf->arena);
     free(pf->arena_k);
+    free(pf->all_experts);
     if (pf->bsets)
         for (int i = 0; i < pf->n_layer * TS_LS_MAX_NODES; i++)
             ts_eng_bindset_free(pf->bsets[i]);
@@ -581,6 +584,29 @@ static int plan_layer(ts_rt_weights *wt, int l, probe_cache *pc, int *n_pc, char
     ts_eng_bind *b = wt->binds + (size_t)l * TS_LS_COUNT;
     layer_plan *lp = &wt->plans[l];
     for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++) {
+        if (slots[s].streamed) {
+            /* in the file: the device must take it as the arena holds it
+             * (the stored type, in the CPU's layout): converting or packing
+             * it as it streams is not built */
+            const ts_engine *dev = wt->dev;
+            if (!ts_eng_supports_op(dev, TS_OP_MATMUL, slots[s].wtype) ||
+                (slots[s].layout != TS_WL_ROWS && !ts_eng_describe(dev)->cpu_layouts) ||
+                (!slots[s].n_expert && ts_eng_packed_bytes(dev, slots[s].wtype, slots[s].n_in, slots[s].n_out)))
+                return ts_err_set(err,
+                                  "layer %d streams from the file (--mem-budget) and %s would convert or repack its %s "
+                                  "weights, which streaming does not do yet: prefill on loop, or on the CPU",
+                                  l, ts_eng_describe(dev)->name, ts_type_info(slots[s].wtype)->name);
+            lp->streamed[s] = true;
+            lp->bytes[s] = slots[s].bytes;
+            b[s].wtype = slots[s].wtype;
+            b[s].layout = slots[s].layout;
+            b[s].row_bytes = ts_row_size(slots[s].wtype, slots[s].n_in);
+            b[s].n_expert = slots[s].n_expert;
+            b[s].expert_bytes = slots[s].expert_bytes;
+            lp->off[s] = lp->total;
+            lp->total += align64(lp->bytes[s]);
+            continue;
+        }
         if (!slots[s].data)
             continue;
         if (is_matrix(s)) {
@@ -611,20 +637,29 @@ static void bind_layer(const ts_rt_weights *wt, ts_eng_bind *binds, int l, ts_en
     ts_eng_bind *b = binds + (size_t)l * TS_LS_COUNT;
     const layer_plan *lp = &wt->plans[l];
     for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++)
-        if (lp->src[s]) {
+        if (lp->src[s] || lp->streamed[s]) {
             b[s].buf = buf;
             b[s].off = base + lp->off[s];
         }
 }
 
-/* Enqueues the upload of layer l's block into buf at offset base on queue q. */
+static uint64_t arena_part_off(const ts_rt_host_slot *slots, int s);
+
+/* Enqueues the upload of layer l's block into buf at offset base on queue
+ * q; a streamed layer's parts from its arena slot host_slot (NULL: none). */
 static int enqueue_layer_upload(const ts_rt_weights *wt, ts_eng_queue *q, int l, ts_eng_buf *buf, uint64_t base,
-                                ts_err *err) {
+                                const uint8_t *host_slot, ts_err *err) {
     const layer_plan *lp = &wt->plans[l];
-    for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++)
-        if (lp->src[s] &&
-            ts_eng_enqueue_write(q, buf, (size_t)(base + lp->off[s]), lp->src[s], (size_t)lp->bytes[s], err))
+    for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++) {
+        const void *src = lp->src[s];
+        if (lp->streamed[s]) {
+            if (!host_slot)
+                return ts_err_set(err, "layer %d streams from the file and has no arena slot to upload from", l);
+            src = host_slot + arena_part_off(wt->slots + (size_t)l * TS_LS_COUNT, s);
+        }
+        if (src && ts_eng_enqueue_write(q, buf, (size_t)(base + lp->off[s]), src, (size_t)lp->bytes[s], err))
             return -1;
+    }
     return 0;
 }
 
@@ -679,7 +714,34 @@ static int arena_setup(ts_rt_layers *pf, ts_err *err) {
         rc = 0;
         goto done;
     }
-    pf->arena = ts_rt_arena_new(&wt->src, 2, slot_bytes, order, n, TS_LS_COUNT, off, bytes, nexp, err);
+    /* a device's runner uploads whole layers from its arena (the routing
+     * node is on the device), and its CPU segments must not read a streamed
+     * matrix: the arena slot is refilled once the upload is done */
+    ts_rt_source src = wt->src;
+    int max_exp = 0;
+    if (pf->dev) {
+        src.routed = false;
+        for (int l = 0; l < nl; l++) {
+            const variant *V = &pf->vars[pf->layer_var[l]];
+            for (int i = 0; i < V->n_segs && pf->arena_k[l] >= 0; i++)
+                for (int k = V->segs[i].first; k < V->segs[i].first + V->segs[i].count && !V->segs[i].on_device; k++)
+                    if (V->nodes[k].op == TS_OP_MATMUL || V->nodes[k].op == TS_OP_MOE_MATMUL) {
+                        ts_err_set(err, "layer %d streams from the file and %s leaves some of its matmuls to the CPU, "
+                                        "which streaming does not do yet: prefill on loop, or on the CPU",
+                                   l, ts_eng_describe(pf->dev)->name);
+                        goto done;
+                    }
+            if (V->shape.kind == TS_BLOCK_MOE && V->shape.n_expert > max_exp)
+                max_exp = V->shape.n_expert;
+        }
+        if (max_exp && !(pf->all_experts = malloc((size_t)max_exp * sizeof *pf->all_experts))) {
+            ts_err_set(err, "out of memory");
+            goto done;
+        }
+        for (int e = 0; e < max_exp; e++)
+            pf->all_experts[e] = e;
+    }
+    pf->arena = ts_rt_arena_new(&src, 2, slot_bytes, order, n, TS_LS_COUNT, off, bytes, nexp, err);
     rc = pf->arena ? 0 : -1;
 done:
     free(order);
@@ -764,7 +826,7 @@ static int pack_resident(ts_rt_weights *wt, ts_eng_queue *q, ts_err *err) {
                 if (!wt->resident[k] || !wt->plans[k].total)
                     continue;
                 bind_layer(wt, wt->binds, k, buf, base);
-                if (enqueue_layer_upload(wt, q, k, buf, base, err))
+                if (enqueue_layer_upload(wt, q, k, buf, base, NULL, err))
                     return -1;
                 base += wt->plans[k].total;
             }
@@ -833,6 +895,10 @@ static int place_weights(ts_rt_weights *wt, ts_eng_queue *q, ts_err *err) {
     }
     wt->plan_total = total;
     wt->place = ts_eng_placement(wt->dev);
+    /* a model streamed from the file: the device gets only slots, never the
+     * model (every layer streams, the resident ones from the host's copy) */
+    if (wt->has_src)
+        wt->place = TS_PLACE_STREAM;
     const uint64_t max_buf = ts_eng_describe(wt->dev)->max_buf_bytes;
     if (wt->place == TS_PLACE_SOMR) {
         int S = 0;
@@ -876,7 +942,7 @@ static int place_weights(ts_rt_weights *wt, ts_eng_queue *q, ts_err *err) {
             wt->resident[l] = true;
             wt->n_resident++;
             bind_layer(wt, wt->binds, l, wt->dev_layer[l], 0);
-            if (enqueue_layer_upload(wt, q, l, wt->dev_layer[l], 0, err))
+            if (enqueue_layer_upload(wt, q, l, wt->dev_layer[l], 0, NULL, err))
                 return -1;
             /* the converted copies must outlive their uploads */
             if (ts_eng_queue_finish(q, err))
@@ -1119,7 +1185,7 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
             }
         wt->planned = true;
     }
-    if (!pf->dev && wt->has_src) {
+    if (wt->has_src) {
         if (p->share) {
             ts_err_set(err, "prefill: several activation sets need the weights in memory (some stream here)");
             goto fail_locked;
@@ -1323,13 +1389,32 @@ static int stream_in(ts_rt_layers *pf, int k, ts_err *err) {
         ts_eng_event_free(pf->slot_free[j]);
         pf->slot_free[j] = NULL;
     }
-    if (enqueue_layer_upload(pf->w, pf->uq, pf->order[k], pf->slot[j], 0, err))
+    /* a layer streamed from the file: its arena slot, every expert in */
+    const int l = pf->order[k], ak = pf->arena_k ? pf->arena_k[l] : -1;
+    const uint8_t *host_slot = NULL;
+    if (ak >= 0) {
+        if (ts_rt_arena_wait(pf->arena, ak, err) ||
+            (ts_rt_arena_has_experts(pf->arena, ak) &&
+             ts_rt_arena_route(pf->arena, ak, pf->all_experts, pf->vars[pf->layer_var[l]].shape.n_expert, err)))
+            return -1;
+        host_slot = ts_rt_arena_slot(pf->arena, ak % ts_rt_arena_n_slots(pf->arena));
+    }
+    if (enqueue_layer_upload(pf->w, pf->uq, l, pf->slot[j], 0, host_slot, err))
         return -1;
     ts_eng_event_free(pf->slot_up[j]);
     if (!(pf->slot_up[j] = ts_eng_enqueue_marker(pf->uq, err)))
         return -1;
-    pf->slot_layer[j] = pf->order[k];
-    return ts_eng_queue_flush(pf->uq, err);
+    pf->slot_layer[j] = l;
+    if (ts_eng_queue_flush(pf->uq, err))
+        return -1;
+    if (ak >= 0) {
+        /* the upload reads the arena slot when it runs: the slot takes its
+         * next layer only after that */
+        if (ts_eng_event_wait(pf->slot_up[j], err))
+            return -1;
+        ts_rt_arena_done(pf->arena, ak);
+    }
+    return 0;
 }
 
 /* Streaming: the compute queue waits for the upload of the k-th streamed
@@ -1449,7 +1534,7 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
             /* a streamed layer: its weights are in its arena slot before its
              * first graph (the pacing point), and the slot takes the next
              * layer after its last one */
-            const int ak = pf->arena_k ? pf->arena_k[l] : -1;
+            const int ak = pf->arena_k && !pf->dev ? pf->arena_k[l] : -1; /* a device's: paced by its uploads */
             if (ak >= 0 && i == 0 && ts_rt_arena_wait(pf->arena, ak, err))
                 goto fail;
             /* its routed experts, at the routing node */

@@ -58,3 +58,9 @@ set_tests_properties(stream_gate_moe PROPERTIES TIMEOUT 300 FIXTURES_SETUP strea
 add_test(NAME stream_break-demand_moe
          COMMAND test_stream break-demand ${CMAKE_CURRENT_BINARY_DIR}/stream_models/qwen3moe.gguf)
 set_tests_properties(stream_break-demand_moe PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 FIXTURES_REQUIRED stream_moe)
+# perplexity: the same under the budget (routed and whole layers), changed
+# by skip_demand=1 (micro-batches of 2: a batch routes to a subset)
+add_test(NAME stream_ppl_moe
+         COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_stream_ppl.py $<TARGET_FILE:tessera>
+                 ${CMAKE_CURRENT_BINARY_DIR}/stream_models_q8/qwen3moe.gguf)
+set_tests_properties(stream_ppl_moe PROPERTIES TIMEOUT 300 FIXTURES_REQUIRED stream_moe)

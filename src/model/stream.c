@@ -1,6 +1,6 @@
 /* stream.c - a model under a memory budget (ts_mdl_params.mem_budget,
  * --mem-budget): the layers whose matrices do not fit stay in the file and
- * stream through each CPU runner's arena (runtime/arena.h) every run.
+ * stream through each runner's arena (runtime/arena.h) every run.
  *
  * What stays in memory: everything that is not a layer matrix (token
  * embeddings, output, norms, biases), and as many layers as fit the budget
@@ -310,9 +310,10 @@ int ts_mdl_stream_plan(ts_mdl *m, const char *path, const ts_mdl_params *p, ts_e
     const uint64_t fixed = m->size_bytes - layers; /* embeddings, output, vectors */
     if (fixed > p->mem_budget)
         return ts_err_set(err,
-                          "--mem-budget %.1f MiB is below what always stays in memory (%.1f MiB: token embeddings, "
-                          "output and norms); give at least that, plus room for the layers to keep",
-                          (double)p->mem_budget / 1048576.0, (double)fixed / 1048576.0);
+                          "--mem-budget %.1f MiB (%llu bytes) is below what always stays in memory (%.1f MiB: token "
+                          "embeddings, output and norms); give at least that, plus room for the layers to keep",
+                          (double)p->mem_budget / 1048576.0, (unsigned long long)p->mem_budget,
+                          (double)fixed / 1048576.0);
     /* the fewest layers to stream, spread evenly, that bring the rest under the budget */
     for (int S = 0; S <= nl; S++) {
         uint64_t out = 0;
@@ -349,7 +350,6 @@ int ts_mdl_stream_plan(ts_mdl *m, const char *path, const ts_mdl_params *p, ts_e
     } else {
         st->fd_direct = -1;
     }
-    const int direct_errno = errno;
     if ((st->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
         return ts_err_set(err, "--mem-budget: cannot open %s for streaming: %s", path, strerror(errno));
     snprintf(st->note, sizeof st->note,
@@ -368,7 +368,6 @@ int ts_mdl_stream_plan(ts_mdl *m, const char *path, const ts_mdl_params *p, ts_e
         snprintf(st->note + n, sizeof st->note - n, " of %.1f MiB (%d experts)",
                  (double)st->n_entries * (double)st->entry_bytes / 1048576.0, st->n_entries);
     }
-    (void)direct_errno;
     return 0;
 }
 

@@ -151,7 +151,7 @@ struct ts_rt_weights {
     uint8_t *calib; /* the layers' clip records (calib=, or a calibration's collect records) */
     bool calib_owned;
     int calib_pruned; /* layers prune= took the shadow from */
-    ts_rt_source src; /* the streamed slots' source (CPU weights) */
+    ts_rt_source src; /* the streamed slots' source (ts_rt_weights_set_source) */
     bool has_src;
 };
 
@@ -209,9 +209,11 @@ struct ts_rt_layers {
     ts_eng_stats fl_before;
     ts_eng_event *fl_done; /* dq marker after the run's last command (NULL: nothing on the device) */
     ts_rt_layers_stats st;
-    /* the CPU's weights with streamed slots: the k-th streamed layer
-     * (arena_k[l], -1 for a layer in memory) computes from arena slot
-     * k % 2, filled by the arena's loaders */
+    /* weights with a source (ts_rt_weights_set_source): the k-th layer
+     * streamed from it (arena_k[l], -1 for a layer in host memory) is in
+     * arena slot k % 2, filled by the arena's loaders: on the CPU its
+     * graphs compute from there; a device's runner uploads it from there
+     * into its own slots (whole layers) */
     ts_rt_arena *arena;
     int *arena_k;        /* [n_layer] */
     int32_t *all_experts; /* a device's runner: 0 .. n_expert - 1 (its uploads wait for every expert) */

@@ -38,6 +38,15 @@
  *                  graph per layer variant and segment built for the chunk
  *                  width (ts_rt_block_nodes, ts_rt_split_nodes) and reused
  *                  by every run; its queues.
+ * Weights with a source (ts_rt_weights_set_source: a model under a memory
+ * budget, docs/MOE.md): the slots marked streamed are not in host memory;
+ * each runner gets an arena (runtime/arena.h) that reads them from the
+ * source. On the CPU a streamed layer computes from its arena slot, paced
+ * at its first graph and, in a MoE layer, at its routing node (the CPU
+ * graph is cut after it: routed experts are read on demand). On a device
+ * every layer streams (the device gets only its slots), a streamed one
+ * uploaded whole from the arena slot; a device that would convert or
+ * repack such a matrix, or leave its matmul to the CPU, is refused.
  * A window that holds neither is refused with the numbers (the caller runs
  * on the CPU). Peak window use never exceeds the window (engine.c refuses
  * every allocation past it). Several states may run at once from their own
@@ -101,10 +110,9 @@ ts_engine *ts_rt_weights_engine(const ts_rt_weights *w);
  * NULL. The engine option calib= does this itself for a device. */
 int ts_rt_weights_set_calib(ts_rt_weights *w, void *records, uint64_t stride, ts_err *err);
 
-/* The source of the slots marked streamed, for the CPU's weights (dev
- * NULL), while no state is attached: every runner over w then gets an arena
- * (runtime/arena.h) of two slots and src->n_loaders loader threads, and
- * paces its streamed layers through it. src is copied. */
+/* The source of the slots marked streamed, while no state is attached:
+ * every runner over w then gets an arena (runtime/arena.h) of two slots and
+ * src->n_loaders loader threads (above). src is copied. */
 int ts_rt_weights_set_source(ts_rt_weights *w, const ts_rt_source *src, ts_err *err);
 
 typedef struct ts_rt_layers ts_rt_layers;

@@ -247,7 +247,7 @@ typedef struct ts_model_params {
      * in memory; 0 (default) keeps them all. Everything that is not a layer
      * matrix stays, and as many layers as fit beside it; the others stay in
      * the file and every context streams them through two layer-sized slots
-     * of its own, filled by n_loaders threads (0: 2) while the layers
+     * of its own, filled by n_loaders threads (0: 4) while the layers
      * before them compute. Logits are bit-identical to the model in memory.
      * A prefill device gets only its two slots (loop; a device that would
      * convert or repack the weights as they stream falls back to the CPU).

@@ -60,7 +60,7 @@ typedef struct cli_mem_opts {
 #define CLI_MEM_HELP                                                                                           \
     "      --mem-budget SIZE    keep at most SIZE of weights in memory (e.g. 300M, 2G); the layers beyond it\n"  \
     "                           stay in the file and stream through two layer slots (CPU; docs/MOE.md)\n"         \
-    "      --loaders N          threads reading streamed layers (default 2)\n"                                   \
+    "      --loaders N          threads reading streamed layers (default 4)\n"                                   \
     "      --cache-mb N         MoE: keep the N MiB of expert rows read last in memory (LRU; default 0)\n"      \
     "      --no-prefill-routed  MoE: read streamed layers whole, not only the routed experts\n"                 \
     "      --prefill-routed-full F  MoE: a layer routing to more than F of its experts gets the next\n"         \

@@ -84,7 +84,7 @@ typedef struct ts_mdl_params {
     /* model/stream.c: bytes of weights to keep in memory (0: all); the
      * layers beyond it stream from the file through each state's arena */
     uint64_t mem_budget;
-    int n_loaders;           /* loader threads per state (0: 2) */
+    int n_loaders;           /* loader threads per state (0: 4) */
     const char *stream_opts; /* stream.c's options (loaders=, loader_delay_us=, direct=, test hooks) */
 } ts_mdl_params;
 ts_mdl_params ts_mdl_default_params(void);

@@ -16,7 +16,7 @@
  * cache instead, and the load note says so.
  *
  * Options (ts_mdl_params.stream_opts, comma-separated):
- *   loaders=N            loader threads per runner (default: ts_mdl_params.n_loaders, else 2)
+ *   loaders=N            loader threads per runner (default: ts_mdl_params.n_loaders, else 4)
  *   loader_delay_us=N    each fill sleeps N us first (a slow disk)
  *   direct=0             never O_DIRECT
  *   cache_mb=N           keep the N MiB of expert rows read most recently
@@ -299,7 +299,7 @@ int ts_mdl_stream_plan(ts_mdl *m, const char *path, const ts_mdl_params *p, ts_e
     m->stream = st;
     st->m = m;
     st->fd = st->fd_direct = -1;
-    st->n_loaders = p->n_loaders > 0 ? p->n_loaders : 2;
+    st->n_loaders = p->n_loaders > 0 ? p->n_loaders : 4; /* docs/PERFORMANCE.md: 4 beat 2 on both models */
     st->routed = true;
     st->routed_full = 0.85f;
     pthread_mutex_init(&st->cache_mu, NULL);

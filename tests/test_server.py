@@ -326,6 +326,34 @@ def test_prefill_device(binary, model, work):
             check(srv.stop() == 0, f"--prefill-device {dev}: server exits 0")
 
 
+def test_mem_budget(binary, model, work):
+    """--mem-budget: two slots each stream the layers beyond it from the file;
+    greedy completions equal the server's in memory, and /metrics counts the
+    reads (docs/MOE.md)."""
+    prompt = "The three primary colours are"
+    answers = []
+    for args in ([], ["--mem-budget", "40M", "--loaders", "2"]):
+        srv = Server(binary, model, ["--parallel", "2", "-t", "1", "-c", "256"] + args,
+                     os.path.join(work, f"budget_{len(args)}.log"))
+        try:
+            got = []
+            for _ in range(2):  # the second request reuses the slot's arena and its predictions
+                st, r = srv.post(COMP, {"prompt": prompt, "max_tokens": 8, "temperature": 0})
+                check(st == 200, f"--mem-budget {args}: completion 200")
+                got.append(r["choices"][0]["text"] if st == 200 else None)
+            answers.append(got)
+            m = srv.metrics()
+            if args:
+                check(m.get("tessera_stream_layers", 0) > 0 and m.get("tessera_stream_read_mib_total", 0) > 0
+                      and m.get("tessera_stream_fills_total", 0) > 0,
+                      f"--mem-budget: /metrics streaming counters {[k for k in m if 'stream' in k]}")
+            else:
+                check("tessera_stream_layers" not in m, "no streaming counters without a budget")
+        finally:
+            check(srv.stop() == 0, f"--mem-budget {args}: server exits 0")
+    check(answers[0] == answers[1], f"--mem-budget: completions {answers[1]} vs in memory {answers[0]}")
+
+
 def test_shared_device(binary, model, work):
     """--parallel 2 --prefill-device loop: the slots share one device session
     (the weights go up once: the upload is one copy, not two) and each slot's
@@ -401,6 +429,7 @@ def main():
     test_auth(binary, model, work)
     test_prefill_device(binary, model, work)
     test_shared_device(binary, model, work)
+    test_mem_budget(binary, model, work)
     print(f"{len(failures)} failure(s)")
     sys.exit(1 if failures else 0)
 

@@ -93,13 +93,16 @@ int ts_linear_pack(const ts_wmat *w, uint8_t *dst, ts_err *err) {
     if (in_place && !ts_linear_can_pack_in_place(w))
         return ts_err_set(err, "repack: cannot repack %s [%lld x %lld] in place", ts_type_info(w->type)->name,
                           (long long)w->n_out, (long long)w->n_in);
-    uint8_t *bounce = malloc(pb);
-    if (!bounce) return ts_err_set(err, "out of memory repacking a matrix");
+    /* in place, each panel's rows go through a bounce buffer first (the
+     * panel overwrites them); elsewhere they are read where they are */
+    uint8_t *bounce = in_place ? malloc(pb) : NULL;
+    if (in_place && !bounce) return ts_err_set(err, "out of memory repacking a matrix");
     const uint8_t *src = w->data;
     for (int64_t r0 = 0; r0 < w->n_out; r0 += TS_RP_ROWS) {
         const int nr = w->n_out - r0 < TS_RP_ROWS ? (int)(w->n_out - r0) : TS_RP_ROWS;
-        memcpy(bounce, src + (size_t)r0 * w->row_bytes, (size_t)nr * w->row_bytes);
-        ts_rp_pack_panel(w->type, w->n_in, bounce, w->row_bytes, nr, dst + (size_t)(r0 / TS_RP_ROWS) * pb);
+        const uint8_t *rows = src + (size_t)r0 * w->row_bytes;
+        if (bounce) rows = memcpy(bounce, rows, (size_t)nr * w->row_bytes);
+        ts_rp_pack_panel(w->type, w->n_in, rows, w->row_bytes, nr, dst + (size_t)(r0 / TS_RP_ROWS) * pb);
     }
     free(bounce);
     return 0;

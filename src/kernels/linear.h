@@ -89,8 +89,8 @@ const char *ts_linear_variant_for(const ts_linear_ws *ws, const ts_wmat *w);
 
 /* Packs w (type supported by repack.h and with a fast panel kernel at the
  * active level) into dst (ts_rp_matrix_bytes). Returns 0, or -1 when this
- * matrix should stay in its stored layout. Panels are packed through a
- * bounce buffer, so dst may equal w->data (in-place repacking) when
+ * matrix should stay in its stored layout. dst may equal w->data (in-place
+ * repacking, through a bounce buffer: the only allocation) when
  * ts_linear_can_pack_in_place(w). */
 int ts_linear_pack(const ts_wmat *w, uint8_t *dst, ts_err *err);
 

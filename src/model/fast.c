@@ -115,7 +115,7 @@ static int copy_vectors(ts_mdl *m, ts_err *err) {
 }
 
 /* Drops the whole pages inside [p, p + n) from the mapping. */
-static void drop_pages(const void *p, size_t n) {
+void ts_mdl_drop_pages(const void *p, size_t n) {
     const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t a = ((uintptr_t)p + pg - 1) / pg * pg, b = ((uintptr_t)p + n) / pg * pg;
     if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED); /* advisory: failure only costs memory */
@@ -175,7 +175,7 @@ int ts_mdl_prepare_fast(ts_mdl *m, bool in_place, ts_err *err) {
         off += (ts_rp_matrix_bytes(w->type, w->n_in, w->n_out) + 63) / 64 * 64;
         /* drop each matrix's rows as soon as its panels exist: the load's
          * peak stays near one copy of the weights instead of two */
-        drop_pages(w->data, (size_t)w->n_out * w->row_bytes);
+        ts_mdl_drop_pages(w->data, (size_t)w->n_out * w->row_bytes);
     }
     /* expert arrays: each expert's panels, expert after expert (the
      * stride is one expert's panel bytes: cpu_ops binds them so) */
@@ -189,16 +189,16 @@ int ts_mdl_prepare_fast(ts_mdl *m, bool in_place, ts_err *err) {
         }
         w->packed = buf + off;
         off += expert_array_bytes(m, w);
-        drop_pages(w->data, rows * (size_t)m->hp.n_expert);
+        ts_mdl_drop_pages(w->data, rows * (size_t)m->hp.n_expert);
     }
     m->packed_bytes = total;
     if (m->hp.tied_output) m->output = m->tok_embd;
     /* And again at the end: reading one tensor maps its neighbours' pages
      * too (fault-around), which may be tensors packed before it. */
     for (int i = 0; i < n; i++)
-        if (mats[i]->packed) drop_pages(mats[i]->data, (size_t)mats[i]->n_out * mats[i]->row_bytes);
+        if (mats[i]->packed) ts_mdl_drop_pages(mats[i]->data, (size_t)mats[i]->n_out * mats[i]->row_bytes);
     for (int i = 0; i < n_exps; i++)
-        drop_pages(exps[i]->data, (size_t)exps[i]->n_out * exps[i]->row_bytes * (size_t)m->hp.n_expert);
+        ts_mdl_drop_pages(exps[i]->data, (size_t)exps[i]->n_out * exps[i]->row_bytes * (size_t)m->hp.n_expert);
     free(mats);
     return 0;
 fail:

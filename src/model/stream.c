@@ -41,7 +41,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "kernels/linear.h"
@@ -201,19 +200,8 @@ static uint64_t layer_bytes(const ts_mdl *m, int l) {
 
 /* A streamed matrix (or an expert array's experts) is repacked into
  * panels exactly when fast.c would repack it resident. */
-static bool stream_panels(const ts_mdl *m, int s, const ts_wmat *w) {
-    (void)s;
+static bool stream_panels(const ts_mdl *m, const ts_wmat *w) {
     return !m->ref_kernels && ts_linear_wants_pack(w);
-}
-
-/* Packs n_out rows (src, w's row size) into w's panels at dst. */
-static void pack_rows(const ts_wmat *w, const uint8_t *src, uint8_t *dst) {
-    const size_t pb = ts_rp_panel_bytes(w->type, w->n_in);
-    for (int64_t r0 = 0; r0 < w->n_out; r0 += TS_RP_ROWS) {
-        const int nr = w->n_out - r0 < TS_RP_ROWS ? (int)(w->n_out - r0) : TS_RP_ROWS;
-        ts_rp_pack_panel(w->type, w->n_in, src + (size_t)r0 * w->row_bytes, w->row_bytes, nr,
-                         dst + (size_t)(r0 / TS_RP_ROWS) * pb);
-    }
 }
 
 static const char *tensor_name(const ts_mdl *m, const void *data) {
@@ -241,6 +229,9 @@ static int parse_opts(ts_mdl_stream *st, const char *opts, ts_err *err) {
         errno = 0;
         const long long v = strtoll(val, &e, 10);
         const bool num = e != val && *e == 0 && errno == 0;
+        char *ef = NULL;
+        const float f = strtof(val, &ef);
+        const bool flt = ef != val && *ef == 0;
         bool hook = false;
         if (!strcmp(key, "loaders") && num && v >= 1 && v <= 64)
             st->n_loaders = (int)v;
@@ -252,9 +243,8 @@ static int parse_opts(ts_mdl_stream *st, const char *opts, ts_err *err) {
             st->cache_bytes = (uint64_t)v << 20;
         else if (!strcmp(key, "routed") && num && (v == 0 || v == 1))
             st->routed = v;
-        else if (!strcmp(key, "routed_full") && (st->routed_full = strtof(val, &e), e != val && *e == 0) &&
-                 st->routed_full >= 0.0f && st->routed_full <= 1.0f)
-            ;
+        else if (!strcmp(key, "routed_full") && flt && f >= 0.0f && f <= 1.0f)
+            st->routed_full = f;
         else if (!strcmp(key, "skip_fill") && num && (v == 0 || v == 1))
             st->skip_fill = v, hook = true;
         else if (!strcmp(key, "skip_demand") && num && (v == 0 || v == 1))
@@ -417,6 +407,17 @@ static int read_range(ts_mdl_stream *st, uint8_t *scratch, uint64_t off, uint64_
     return 0;
 }
 
+/* w's rows as read (p) into dst: repacked into panels as fast.c packs the
+ * resident matrices, or as they are. */
+static int out_rows(const ts_wmat *w, const uint8_t *p, void *dst, bool panels, ts_err *err) {
+    if (!panels) {
+        memcpy(dst, p, (size_t)w->row_bytes * (size_t)w->n_out);
+        return 0;
+    }
+    const ts_wmat rows = {w->type, p, w->n_in, w->n_out, w->row_bytes, NULL};
+    return ts_linear_pack(&rows, dst, err);
+}
+
 /* ts_rt_source.fill: layer l's weight slot s into dst, repacked as the
  * resident copy would be. */
 static int stream_fill(void *user, void *scratch, int layer, int s, int expert, void *dst, uint64_t bytes,
@@ -428,7 +429,7 @@ static int stream_fill(void *user, void *scratch, int layer, int s, int expert, 
     const uint64_t foff = (uint64_t)((const uint8_t *)w->data - ts_gguf_base(m->gguf));
     const uint64_t mb = (uint64_t)w->row_bytes * (uint64_t)w->n_out;
     const uint8_t *p;
-    const bool panels = stream_panels(m, s, w);
+    const bool panels = stream_panels(m, w);
     const uint64_t out_b = panels ? ts_rp_matrix_bytes(w->type, w->n_in, w->n_out) : mb;
     if (is_expert_slot(s) && expert >= 0) { /* one expert: one read (or the cache), then its panels */
         if (expert >= m->hp.n_expert || bytes != out_b)
@@ -449,30 +450,19 @@ static int stream_fill(void *user, void *scratch, int layer, int s, int expert, 
                 pthread_mutex_unlock(&st->cache_mu);
             }
         }
-        if (panels) pack_rows(w, p, dst);
-        else memcpy(dst, p, (size_t)mb);
-        return 0;
+        return out_rows(w, p, dst, panels, err);
     }
     if (is_expert_slot(s)) return ts_err_set(err, "layer %d: an expert array streams one expert at a time", layer);
     if (read_range(st, scratch, foff, mb, &p, read_bytes, w->data, err)) return -1;
     if (bytes != out_b) return ts_err_set(err, "layer %d: weight slot %d size mismatch", layer, s);
-    if (panels) pack_rows(w, p, dst); /* as fast.c packs the resident matrices */
-    else memcpy(dst, p, (size_t)mb);
-    return 0;
-}
-
-/* Drops the whole pages inside [p, p + n) from the mapping. */
-static void drop_pages(const void *p, size_t n) {
-    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t a = ((uintptr_t)p + pg - 1) / pg * pg, b = ((uintptr_t)p + n) / pg * pg;
-    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED); /* advisory */
+    return out_rows(w, p, dst, panels, err);
 }
 
 void ts_mdl_stream_drop_layer(const ts_mdl *m, int l) {
     if (!ts_mdl_layer_streamed(m, l)) return;
     for (int s = 0; s < TS_LS_COUNT; s++) {
         const ts_wmat *w = slot_wmat(&m->layers[l], s);
-        if (w && w->data) drop_pages(w->data, (size_t)file_bytes(m, s, w));
+        if (w && w->data) ts_mdl_drop_pages(w->data, (size_t)file_bytes(m, s, w));
     }
 }
 
@@ -481,7 +471,7 @@ void ts_mdl_stream_describe(const ts_mdl *m, int l, ts_rt_host_slot *S) {
     for (int s = 0; s < TS_LS_COUNT; s++) {
         const ts_wmat *w = slot_wmat(&m->layers[l], s);
         if (!w || !w->data) continue;
-        const bool panels = stream_panels(m, s, w);
+        const bool panels = stream_panels(m, w);
         const uint64_t one = panels ? ts_rp_matrix_bytes(w->type, w->n_in, w->n_out)
                                     : (uint64_t)w->row_bytes * (uint64_t)w->n_out;
         S[s].data = NULL;

@@ -66,12 +66,6 @@ typedef struct loader_arg {
     void *scratch;
 } loader_arg;
 
-static void sleep_us(uint32_t us) {
-    struct timespec t = {.tv_sec = us / 1000000u, .tv_nsec = (long)(us % 1000000u) * 1000L};
-    while (nanosleep(&t, &t) != 0) {
-    }
-}
-
 /* Runs one job (outside the lock): its part, or its expert's rows of every
  * expert array. */
 static int run_job(ts_rt_arena *a, void *scratch, const job *jb, int k, uint64_t *got, ts_err *e) {
@@ -109,7 +103,7 @@ static void *loader_main(void *p) {
         S->busy++;
         pthread_mutex_unlock(&a->mu);
 
-        if (a->src.delay_us) sleep_us(a->src.delay_us);
+        ts_sleep_us(a->src.delay_us);
         ts_err e = {0};
         uint64_t got = 0;
         int rc = 0;

@@ -85,14 +85,6 @@ static void ev_complete(ts_eng_event *ev) {
 
 /* ---- the worker ---- */
 
-static void sleep_us(int64_t us) {
-    if (us <= 0)
-        return;
-    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
-
 static int run_graph(ts_engine *e, hd_cmd *c) {
     ts_hostdev *L = e->impl;
     ts_eng_graph *g = c->g;
@@ -107,7 +99,7 @@ static int run_graph(ts_engine *e, hd_cmd *c) {
     const int rc = L->run_graph(e, g, c->binds, base, c->pos0, c->n_tok, c->n_kv);
     const uint64_t dt = ts_now_ns() - t0;
     if (L->slow > 1)
-        sleep_us((int64_t)((uint64_t)(L->slow - 1) * dt / 1000u));
+        ts_sleep_us((int64_t)((uint64_t)(L->slow - 1) * dt / 1000u));
     TS_ENG_COUNT(e, busy_ns, ts_now_ns() - t0);
     pthread_mutex_unlock(&L->compute);
     if (base != stack_base)
@@ -132,7 +124,7 @@ static int exec_cmd(ts_engine *e, hd_cmd *c) {
             /* bytes / (MB/s) = microseconds */
             const uint64_t want_ns = (uint64_t)c->n * 1000u / (uint64_t)L->copy_mbps, dt = ts_now_ns() - t0;
             if (want_ns > dt)
-                sleep_us((int64_t)((want_ns - dt) / 1000));
+                ts_sleep_us((int64_t)((want_ns - dt) / 1000));
         }
         break;
     }
@@ -182,7 +174,7 @@ static void *worker(void *arg) {
         q->busy = true;
         pthread_mutex_unlock(&q->m);
         if (c->batch_start) {
-            sleep_us(L->delay_us); /* the cost of the crossing */
+            ts_sleep_us(L->delay_us); /* the cost of the crossing */
             TS_ENG_COUNT(e, crossings, 1);
         }
         const int rc = exec_cmd(e, c);

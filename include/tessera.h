@@ -249,8 +249,9 @@ typedef struct ts_model_params {
      * the file and every context streams them through two layer-sized slots
      * of its own, filled by n_loaders threads (0: 4) while the layers
      * before them compute. Logits are bit-identical to the model in memory.
-     * A prefill device gets only its two slots (loop; a device that would
-     * convert or repack the weights as they stream falls back to the CPU).
+     * A prefill device gets only its two slots (a device that converts or
+     * packs weights makes its form of each layer as it uploads it; one that
+     * would leave a streamed matmul to the CPU falls back to the CPU).
      * Needs use_mmap. stream_options: "loaders=N,loader_delay_us=N,direct=0"
      * (NULL: none). */
     uint64_t mem_budget;

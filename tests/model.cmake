@@ -44,8 +44,13 @@ add_executable(test_stream ${CMAKE_CURRENT_SOURCE_DIR}/test_stream.c)
 target_include_directories(test_stream PRIVATE ${CMAKE_SOURCE_DIR}/tests)
 target_compile_definitions(test_stream PRIVATE _GNU_SOURCE)
 target_link_libraries(test_stream PRIVATE tessera_core)
+# gate: prefill on every device kind too (amx through its emulator and, where
+# the CPU has AMX, the real unit; loop:npu and opencl convert or pack each
+# streamed layer as they upload it); a device the model in memory does not
+# prefill on either is reported as skipped
+set(st_args_gate loop amx,emulate=1 amx,min_width=32 loop:npu opencl)
 foreach(st_mode gate break-skip faults)
-  add_test(NAME stream_${st_mode}_SmolLM2 COMMAND test_stream ${st_mode} ${TS_MODELS_DIR}/SmolLM2-135M-Instruct.Q4_1.gguf)
+  add_test(NAME stream_${st_mode}_SmolLM2 COMMAND test_stream ${st_mode} ${TS_MODELS_DIR}/SmolLM2-135M-Instruct.Q4_1.gguf ${st_args_${st_mode}})
   set_tests_properties(stream_${st_mode}_SmolLM2 PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
 endforeach()
 # the MoE families (expert arrays read one expert per read), on the tiny
@@ -53,7 +58,7 @@ endforeach()
 # qwen3moe with Q8_0 experts (repacked into panels at load, and as they
 # stream in: ts_moe_linear)
 add_test(NAME stream_gate_moe
-         COMMAND sh -c "${TS_PYTHON} ${CMAKE_SOURCE_DIR}/tools/gen_tiny_models.py --models-dir ${TS_MODELS_DIR} --only qwen3moe,mixtral --n-layer 7 ${CMAKE_CURRENT_BINARY_DIR}/stream_models >/dev/null && $<TARGET_FILE:test_stream> gate ${CMAKE_CURRENT_BINARY_DIR}/stream_models/qwen3moe.gguf && $<TARGET_FILE:test_stream> gate ${CMAKE_CURRENT_BINARY_DIR}/stream_models/mixtral.gguf && ${TS_PYTHON} ${CMAKE_SOURCE_DIR}/tools/gen_tiny_models.py --models-dir ${TS_MODELS_DIR} --only qwen3moe --n-layer 7 --quant-experts ${CMAKE_CURRENT_BINARY_DIR}/stream_models_q8 >/dev/null && $<TARGET_FILE:test_stream> gate ${CMAKE_CURRENT_BINARY_DIR}/stream_models_q8/qwen3moe.gguf")
+         COMMAND sh -c "${TS_PYTHON} ${CMAKE_SOURCE_DIR}/tools/gen_tiny_models.py --models-dir ${TS_MODELS_DIR} --only qwen3moe,mixtral --n-layer 7 ${CMAKE_CURRENT_BINARY_DIR}/stream_models >/dev/null && $<TARGET_FILE:test_stream> gate ${CMAKE_CURRENT_BINARY_DIR}/stream_models/qwen3moe.gguf loop amx,emulate=1 && $<TARGET_FILE:test_stream> gate ${CMAKE_CURRENT_BINARY_DIR}/stream_models/mixtral.gguf loop amx,emulate=1 && ${TS_PYTHON} ${CMAKE_SOURCE_DIR}/tools/gen_tiny_models.py --models-dir ${TS_MODELS_DIR} --only qwen3moe --n-layer 7 --quant-experts ${CMAKE_CURRENT_BINARY_DIR}/stream_models_q8 >/dev/null && $<TARGET_FILE:test_stream> gate ${CMAKE_CURRENT_BINARY_DIR}/stream_models_q8/qwen3moe.gguf loop amx,emulate=1")
 set_tests_properties(stream_gate_moe PROPERTIES TIMEOUT 300 FIXTURES_SETUP stream_moe)
 add_test(NAME stream_break-demand_moe
          COMMAND test_stream break-demand ${CMAKE_CURRENT_BINARY_DIR}/stream_models/qwen3moe.gguf)

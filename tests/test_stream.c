@@ -1,7 +1,7 @@
 /* test_stream.c - a model under a memory budget (ts_model_params.mem_budget,
  * model/stream.c, runtime/arena.c) through the public API.
  *
- *   test_stream MODE MODEL.gguf
+ *   test_stream MODE MODEL.gguf [DEVICE ...]
  *
  * A session (one context: a short prompt, a chunk, truncation, a long
  * prompt, reset, another prompt; greedy generations after each; every
@@ -12,10 +12,11 @@
  *              layer, about half, and the most the file allows; with one
  *              loader slowed by loader_delay_us=; through the page cache
  *              (direct=0); whole MoE layers (routed=0); an expert cache
- *              (cache_mb=1, hits and misses counted); prefill on `loop` (its
- *              two slots filled from the arena, decode on the CPU); two
- *              contexts of one
- *              streamed model in turn; the counters: layers streamed,
+ *              (cache_mb=1, hits and misses counted); two contexts of one
+ *              streamed model in turn; prefill on each DEVICE (default
+ *              loop: its two slots filled from the arena, a device that
+ *              converts or packs making its form as it uploads; decode on
+ *              the CPU) against the model in memory on the same device; the counters: layers streamed,
  *              fills, bytes read; on a MoE model, routed reads reading
  *              fewer bytes than whole layers.
  *   break-demand  skip_demand=1 (a MoE model: the routing node neither
@@ -236,7 +237,44 @@ static int reference(const char *path, record *ref, uint64_t *size, uint64_t *lo
     return 0;
 }
 
-static int mode_gate(const char *path) {
+/* Prefill on device dev (the device gets only its two slots, filled from
+ * the arena; a device that converts or packs makes its form of each layer
+ * as it uploads it), decode on the CPU, at the smallest budget: the same
+ * bits as the model in memory prefilled on the same device. A device that
+ * does not take the model in memory either is reported as skipped. */
+static void device_case(const char *path, uint64_t lo, const char *dev) {
+    static record ref, r;
+    char msg[600] = "";
+    ts_model *m = load(path, 0, NULL, msg, sizeof msg);
+    ts_context *c = m ? make_ctx_on(m, dev) : NULL;
+    const int rc = c ? session(c, &ref, vocab_of(m)) : -1;
+    ts_context_free(c);
+    ts_model_free(m);
+    CHECK(rc == 0, "%s, the model in memory: %s%s", dev, msg, ref.err);
+    if (rc) return;
+    if (ref.dev_tokens == 0) {
+        printf("  prefill on %s: skipped, the model in memory does not prefill there either (%s)\n", dev,
+               ref.fallback[0] ? ref.fallback : "no chunk went to the device");
+        return;
+    }
+    m = load(path, lo, NULL, msg, sizeof msg);
+    c = m ? make_ctx_on(m, dev) : NULL;
+    CHECK(c != NULL, "a %s context of a streamed model: %s", dev, msg);
+    if (c) {
+        char what[80];
+        snprintf(what, sizeof what, "prefill on %s (the most layers)", dev);
+        CHECK(!session(c, &r, vocab_of(m)), "session on %s: %s", dev, r.err);
+        same(what, &ref, &r);
+        CHECK(r.dev_tokens > 0 && !r.fallback[0], "the %s context ran no prompt chunk on the device (%lld tokens; %s)",
+              dev, (long long)r.dev_tokens, r.fallback);
+        printf("    %s: %lld prompt tokens on the device (in memory: %lld)\n", dev, (long long)r.dev_tokens,
+               (long long)ref.dev_tokens);
+    }
+    ts_context_free(c);
+    ts_model_free(m);
+}
+
+static int mode_gate(const char *path, const char *const *devs, int n_dev) {
     static record ref, r;
     uint64_t size, lo;
     if (reference(path, &ref, &size, &lo)) return 1;
@@ -298,19 +336,7 @@ static int mode_gate(const char *path) {
     }
     ts_context_free(a);
     ts_context_free(b);
-    /* prefill on `loop` (the device gets only its two slots, filled from
-     * the arena), decode on the CPU: the same bits */
-    ts_context *d = m ? make_ctx_on(m, "loop") : NULL;
-    static record rd;
-    CHECK(d != NULL, "a loop context of a streamed model");
-    if (d) {
-        CHECK(!session(d, &rd, vocab_of(m)), "session on loop: %s", rd.err);
-        same("prefill on loop (the most layers)", &ref, &rd);
-        CHECK(rd.dev_tokens > 0 && !rd.fallback[0], "the loop context ran no prompt chunk on the device (%lld tokens; %s)",
-              (long long)rd.dev_tokens, rd.fallback);
-        printf("    loop: %lld prompt tokens on the device\n", (long long)rd.dev_tokens);
-    }
-    ts_context_free(d);
+    for (int i = 0; i < n_dev; i++) device_case(path, lo, devs[i]);
     ts_model_free(m);
     return failures ? 1 : 0;
 }
@@ -434,11 +460,14 @@ static int mode_faults(const char *path) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: test_stream gate|break-skip|break-demand|faults MODEL.gguf\n");
+    if (argc < 3 || (argc > 3 && strcmp(argv[1], "gate"))) {
+        fprintf(stderr, "usage: test_stream gate|break-skip|break-demand|faults MODEL.gguf [DEVICE ...]\n");
         return 2;
     }
-    if (!strcmp(argv[1], "gate")) return mode_gate(argv[2]);
+    if (!strcmp(argv[1], "gate")) {
+        static const char *const loop[] = {"loop"};
+        return argc > 3 ? mode_gate(argv[2], (const char *const *)argv + 3, argc - 3) : mode_gate(argv[2], loop, 1);
+    }
     if (!strcmp(argv[1], "break-skip")) return mode_break_skip(argv[2]);
     if (!strcmp(argv[1], "faults")) return mode_faults(argv[2]);
     if (!strcmp(argv[1], "break-demand")) return mode_break_demand(argv[2]);

@@ -475,6 +475,7 @@ void ts_mdl_stream_describe(const ts_mdl *m, int l, ts_rt_host_slot *S) {
         const uint64_t one = panels ? ts_rp_matrix_bytes(w->type, w->n_in, w->n_out)
                                     : (uint64_t)w->row_bytes * (uint64_t)w->n_out;
         S[s].data = NULL;
+        S[s].rows = NULL; /* only the arena slot's bytes: the file's pages stay out */
         S[s].streamed = true;
         S[s].layout = panels ? TS_WL_PANELS : TS_WL_ROWS;
         S[s].bytes = is_expert_slot(s) ? one * (uint64_t)m->hp.n_expert : one;

@@ -60,6 +60,17 @@ typedef struct probe_cache {
     int result;
 } probe_cache;
 
+/* How one matrix goes to the device: as the host holds it (its bytes, or
+ * its GGUF rows kept beside panels), packed into the engine's own layout,
+ * or converted to another type (in rows, or in the CPU kernels' panels). */
+typedef enum { MF_AS_IS, MF_ROWS, MF_PACK, MF_CONVERT, MF_CONVERT_PANELS } mf_how;
+typedef struct mat_form {
+    mf_how how;
+    uint32_t type;
+    ts_eng_wlayout layout;
+    uint64_t bytes, expert_bytes;
+} mat_form;
+
 /* What goes to the device for one layer: each slot's source bytes and its
  * offset in the layer's block (resident buffer, or a streaming slot). */
 typedef struct layer_plan {
@@ -68,7 +79,17 @@ typedef struct layer_plan {
     uint64_t total;
     uint8_t *conv[TS_LS_COUNT]; /* owned converted copies (kept while streaming: every run re-uploads them) */
     bool streamed[TS_LS_COUNT]; /* not in host memory: uploaded from the runner's arena slot (src NULL) */
+    mat_form form[TS_LS_COUNT]; /* a streamed matrix's device form, made from the arena slot at each upload */
 } layer_plan;
+
+/* Host scratch where a device runner makes the device form of a streamed
+ * layer (converted, packed) before uploading it: sized at arena_setup for
+ * the largest such layer, reused by every upload (stream_in waits for each). */
+typedef struct stage_buf {
+    uint8_t *out;  /* [largest layer block] */
+    uint8_t *rows; /* [largest form_scratch] */
+    float *row;    /* [largest n_in] */
+} stage_buf;
 
 /* One segment of one layer in a run: what the schedule orders. Its
  * dependency is the task before it in the chain of the residual stream
@@ -217,6 +238,7 @@ struct ts_rt_layers {
     ts_rt_arena *arena;
     int *arena_k;        /* [n_layer] */
     int32_t *all_experts; /* a device's runner: 0 .. n_expert - 1 (its uploads wait for every expert) */
+    stage_buf stage;      /* a device's runner: where streamed layers take the device's form */
 };
 
 static bool is_matrix(int s) {
@@ -408,6 +430,9 @@ void ts_rt_layers_free(ts_rt_layers *pf) {
     ts_rt_arena_free(pf->arena);
     free(pf->arena_k);
     free(pf->all_experts);
+    free(pf->stage.out);
+    free(pf->stage.rows);
+    free(pf->stage.row);
     if (pf->bsets)
         for (int i = 0; i < pf->n_layer * TS_LS_MAX_NODES; i++)
             ts_eng_bindset_free(pf->bsets[i]);
@@ -463,118 +488,136 @@ static int slot_row(const ts_rt_host_slot *s, int e, int64_t r, float *dst, ts_e
 }
 
 /* Every row of slot s (all n_exp experts, stacked) in type `type`, from the
- * exact values of the stored weights: a fresh buffer, or NULL with err. */
-static uint8_t *convert_rows(const ts_rt_host_slot *s, uint32_t type, int n_exp, ts_err *err) {
+ * exact values of the stored weights, into dst; row [n_in] is scratch. */
+static int convert_rows(const ts_rt_host_slot *s, uint32_t type, int n_exp, uint8_t *dst, float *row, ts_err *err) {
     const size_t drb = ts_row_size(type, s->n_in);
-    uint8_t *dst = malloc((size_t)n_exp * (size_t)s->n_out * drb);
-    float *tmp = malloc((size_t)s->n_in * sizeof(float));
-    int rc = dst && tmp ? 0 : ts_err_set(err, "out of memory converting a weight");
+    int rc = 0;
     for (int e = 0; e < n_exp && !rc; e++)
         for (int64_t r = 0; r < s->n_out && !rc; r++)
-            rc = slot_row(s, e, r, tmp, err) ||
-                 ts_quant_row(type, tmp, dst + ((size_t)e * (size_t)s->n_out + (size_t)r) * drb, s->n_in, err);
-    free(tmp);
-    if (rc) {
-        free(dst);
-        return NULL;
-    }
-    return dst;
+            rc = slot_row(s, e, r, row, err) ||
+                 ts_quant_row(type, row, dst + ((size_t)e * (size_t)s->n_out + (size_t)r) * drb, s->n_in, err);
+    return rc;
 }
 
-/* The device form of one matrix: type, layout, bytes; *conv is a converted
- * copy owned by the caller (NULL when the host bytes go as they are). */
-static int plan_matrix(ts_rt_weights *wt, const ts_rt_host_slot *s, probe_cache *pc, int *n_pc, char *note,
-                       size_t note_size, uint32_t *type, ts_eng_wlayout *layout, const void **src, uint64_t *bytes,
-                       uint64_t *expert_bytes, uint8_t **conv, ts_err *err) {
-    const ts_engine *dev = wt->dev;
-    *conv = NULL;
-    *expert_bytes = s->expert_bytes;
-    const int n_exp = s->n_expert > 0 ? s->n_expert : 1;
-    int chosen = -1;
+/* The weight type the device computes slot s's matrix in (probed once per
+ * type and width, the probe's line added to note), or -1 with err. */
+static int choose_type(ts_rt_weights *wt, const ts_rt_host_slot *s, probe_cache *pc, int *n_pc, char *note,
+                       size_t note_size, ts_err *err) {
     for (int i = 0; i < *n_pc; i++)
         if (pc[i].wtype == s->wtype && pc[i].n_in == s->n_in)
-            chosen = pc[i].result;
-    if (chosen < 0) {
-        char line[400];
-        chosen = ts_rt_probe_weight_type(wt->dev, s->wtype, s->n_in, line, sizeof line, err);
-        if (chosen < 0)
-            return -1;
-        if (*n_pc < 64)
-            pc[(*n_pc)++] = (probe_cache){s->wtype, s->n_in, chosen};
-        if (note && note_size) {
-            const size_t len = strlen(note);
-            if (len < note_size)
-                snprintf(note + len, note_size - len, "%s%s[%lld]: %s", len ? "\n" : "", ts_type_info(s->wtype)->name,
-                         (long long)s->n_in, line);
-        }
-    }
-    /* an engine with a layout of its own for this matrix gets it, packed
-     * once from GGUF rows of the chosen type (converted first if needed) */
-    const uint64_t own = s->n_expert > 0 ? 0 : ts_eng_packed_bytes(dev, (uint32_t)chosen, s->n_in, s->n_out);
-    if (own) {
-        const size_t crb = ts_row_size((uint32_t)chosen, s->n_in);
-        const uint8_t *rows = (uint32_t)chosen == s->wtype ? (s->rows ? s->rows : s->layout == TS_WL_ROWS ? s->data : NULL)
-                                                           : NULL;
-        uint8_t *tmp_rows = NULL;
-        if (!rows) {
-            /* convert (or read the panels back) into rows of the chosen type */
-            if (!(tmp_rows = convert_rows(s, (uint32_t)chosen, 1, err)))
-                return -1;
-            rows = tmp_rows;
-            if ((uint32_t)chosen != s->wtype)
-                wt->converted++;
-        }
-        uint8_t *packed = malloc((size_t)own);
-        if (!packed || ts_eng_pack(dev, (uint32_t)chosen, rows, crb, s->n_in, s->n_out, packed, err)) {
-            if (!packed)
-                ts_err_set(err, "out of memory packing a weight");
-            free(packed);
-            free(tmp_rows);
-            return -1;
-        }
-        free(tmp_rows);
-        *conv = packed;
-        *type = (uint32_t)chosen, *layout = TS_WL_ENGINE, *src = packed, *bytes = own;
-        wt->packed++;
-        return 0;
-    }
-    if ((uint32_t)chosen == s->wtype && (ts_eng_describe(dev)->cpu_layouts || s->layout == TS_WL_ROWS)) {
-        *type = s->wtype, *layout = s->layout, *src = s->data, *bytes = s->bytes;
-        return 0;
-    }
-    if ((uint32_t)chosen == s->wtype && s->rows) {
-        *type = s->wtype, *layout = TS_WL_ROWS, *src = s->rows;
-        *bytes = (uint64_t)n_exp * (uint64_t)s->n_out * ts_row_size(s->wtype, s->n_in);
-        *expert_bytes = s->n_expert > 0 ? (uint64_t)s->n_out * ts_row_size(s->wtype, s->n_in) : 0;
-        return 0;
-    }
-    /* convert once, from the exact values of the stored weights (an expert
-     * array: every expert, stacked as rows) */
-    const size_t drb = ts_row_size((uint32_t)chosen, s->n_in);
-    uint8_t *dst = convert_rows(s, (uint32_t)chosen, n_exp, err);
-    if (!dst)
+            return pc[i].result;
+    char line[400];
+    const int chosen = ts_rt_probe_weight_type(wt->dev, s->wtype, s->n_in, line, sizeof line, err);
+    if (chosen < 0)
         return -1;
-    *conv = dst;
-    *type = (uint32_t)chosen, *layout = TS_WL_ROWS, *src = dst, *bytes = (uint64_t)n_exp * (uint64_t)s->n_out * drb;
-    *expert_bytes = s->n_expert > 0 ? (uint64_t)s->n_out * drb : 0;
-    wt->converted++;
-    if (s->n_expert > 0)
-        return 0; /* expert arrays stay in rows */
-    /* an engine running the CPU's kernels gets the converted matrix in
-     * their panel layout where they have one (as the loader repacks the
-     * file's matrices): the same arithmetic on every such engine */
-    const ts_wmat w = {.type = (uint32_t)chosen, .data = dst, .n_in = s->n_in, .n_out = s->n_out, .row_bytes = drb};
-    if (ts_eng_describe(dev)->cpu_layouts && ts_linear_wants_pack(&w)) {
-        const size_t pb = ts_rp_matrix_bytes(w.type, w.n_in, w.n_out);
-        uint8_t *panels = pb ? malloc(pb) : NULL;
-        if (panels && ts_linear_pack(&w, panels, NULL) == 0) {
-            free(dst);
-            *conv = panels;
-            *layout = TS_WL_PANELS, *src = panels, *bytes = pb;
-        } else {
-            free(panels);
-        }
+    if (*n_pc < 64)
+        pc[(*n_pc)++] = (probe_cache){s->wtype, s->n_in, chosen};
+    if (note && note_size) {
+        const size_t len = strlen(note);
+        if (len < note_size)
+            snprintf(note + len, note_size - len, "%s%s[%lld]: %s", len ? "\n" : "", ts_type_info(s->wtype)->name,
+                     (long long)s->n_in, line);
     }
+    return chosen;
+}
+
+/* The device form of slot s's matrix in type `chosen` (s->data may be NULL:
+ * a streamed slot, whose bytes arrive in s->layout). */
+static mat_form decide_form(const ts_engine *dev, const ts_rt_host_slot *s, uint32_t chosen) {
+    const int n_exp = s->n_expert > 0 ? s->n_expert : 1;
+    const size_t crb = ts_row_size(chosen, s->n_in);
+    mat_form f = {.type = chosen, .layout = TS_WL_ROWS, .expert_bytes = s->expert_bytes};
+    /* an engine with a layout of its own for this matrix gets it, packed
+     * from GGUF rows of the chosen type (converted first if needed) */
+    const uint64_t own = s->n_expert > 0 ? 0 : ts_eng_packed_bytes(dev, chosen, s->n_in, s->n_out);
+    if (own) {
+        f.how = MF_PACK, f.layout = TS_WL_ENGINE, f.bytes = own;
+        return f;
+    }
+    if (chosen == s->wtype && (ts_eng_describe(dev)->cpu_layouts || s->layout == TS_WL_ROWS)) {
+        f.how = MF_AS_IS, f.layout = s->layout, f.bytes = s->bytes;
+        return f;
+    }
+    f.bytes = (uint64_t)n_exp * (uint64_t)s->n_out * crb;
+    f.expert_bytes = s->n_expert > 0 ? (uint64_t)s->n_out * crb : 0;
+    if (chosen == s->wtype && s->rows) {
+        f.how = MF_ROWS;
+        return f;
+    }
+    /* converted from the exact values of the stored weights (an expert
+     * array: every expert, stacked as rows); an engine running the CPU's
+     * kernels gets a converted matrix in their panel layout where they have
+     * one (as the loader repacks the file's matrices): the same arithmetic
+     * on every such engine */
+    f.how = MF_CONVERT;
+    const ts_wmat w = {.type = chosen, .n_in = s->n_in, .n_out = s->n_out, .row_bytes = crb};
+    if (!s->n_expert && ts_eng_describe(dev)->cpu_layouts && ts_linear_wants_pack(&w) &&
+        ts_rp_matrix_bytes(chosen, s->n_in, s->n_out)) {
+        f.how = MF_CONVERT_PANELS, f.layout = TS_WL_PANELS, f.bytes = ts_rp_matrix_bytes(chosen, s->n_in, s->n_out);
+    }
+    return f;
+}
+
+/* Bytes of scratch make_form needs for slot s in form f: the matrix as rows
+ * of the chosen type when it is converted before it is packed. */
+static uint64_t form_scratch(const ts_rt_host_slot *s, const mat_form *f) {
+    const bool direct_rows = f->type == s->wtype && (s->rows || s->layout == TS_WL_ROWS);
+    if (f->how == MF_CONVERT_PANELS || (f->how == MF_PACK && !direct_rows))
+        return (uint64_t)s->n_out * ts_row_size(f->type, s->n_in);
+    return 0;
+}
+
+/* Writes slot s's matrix in form f (MF_PACK, MF_CONVERT, MF_CONVERT_PANELS)
+ * into dst [f->bytes]; rows [form_scratch] and row [n_in] are scratch. */
+static int make_form(const ts_engine *dev, const ts_rt_host_slot *s, const mat_form *f, uint8_t *dst, uint8_t *rows,
+                     float *row, ts_err *err) {
+    const int n_exp = s->n_expert > 0 ? s->n_expert : 1;
+    const size_t crb = ts_row_size(f->type, s->n_in);
+    if (f->how == MF_CONVERT)
+        return convert_rows(s, f->type, n_exp, dst, row, err);
+    const uint8_t *src = f->type == s->wtype ? (s->rows ? s->rows : s->layout == TS_WL_ROWS ? s->data : NULL) : NULL;
+    if (!src) {
+        /* convert (or read the panels back) into rows of the chosen type */
+        if (convert_rows(s, f->type, 1, rows, row, err))
+            return -1;
+        src = rows;
+    }
+    if (f->how == MF_PACK)
+        return ts_eng_pack(dev, f->type, src, crb, s->n_in, s->n_out, dst, err);
+    const ts_wmat w = {.type = f->type, .data = src, .n_in = s->n_in, .n_out = s->n_out, .row_bytes = crb};
+    return ts_linear_pack(&w, dst, err);
+}
+
+/* The device form of one resident matrix: type, layout, bytes; *conv is a
+ * converted copy owned by the caller (NULL when the host bytes go as they
+ * are). */
+static int plan_matrix(ts_rt_weights *wt, const ts_rt_host_slot *s, probe_cache *pc, int *n_pc, char *note,
+                       size_t note_size, mat_form *f, const void **src, uint8_t **conv, ts_err *err) {
+    *conv = NULL;
+    const int chosen = choose_type(wt, s, pc, n_pc, note, note_size, err);
+    if (chosen < 0)
+        return -1;
+    *f = decide_form(wt->dev, s, (uint32_t)chosen);
+    if (f->how == MF_AS_IS || f->how == MF_ROWS) {
+        *src = f->how == MF_AS_IS ? s->data : s->rows;
+        return 0;
+    }
+    const uint64_t sb = form_scratch(s, f);
+    uint8_t *dst = malloc((size_t)f->bytes), *rows = sb ? malloc((size_t)sb) : NULL;
+    float *row = malloc((size_t)s->n_in * sizeof(float));
+    int rc = dst && row && (rows || !sb) ? make_form(wt->dev, s, f, dst, rows, row, err)
+                                          : ts_err_set(err, "out of memory converting a weight");
+    free(rows);
+    free(row);
+    if (rc) {
+        free(dst);
+        return -1;
+    }
+    if ((uint32_t)chosen != s->wtype || f->how != MF_PACK)
+        wt->converted++;
+    if (f->how == MF_PACK)
+        wt->packed++;
+    *conv = dst, *src = dst;
     return 0;
 }
 
@@ -586,43 +629,33 @@ static int plan_layer(ts_rt_weights *wt, int l, probe_cache *pc, int *n_pc, char
     ts_eng_bind *b = wt->binds + (size_t)l * TS_LS_COUNT;
     layer_plan *lp = &wt->plans[l];
     for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++) {
-        if (slots[s].streamed) {
-            /* in the file: the device must take it as the arena holds it
-             * (the stored type, in the CPU's layout): converting or packing
-             * it as it streams is not built */
-            const ts_engine *dev = wt->dev;
-            if (!ts_eng_supports_op(dev, TS_OP_MATMUL, slots[s].wtype) ||
-                (slots[s].layout != TS_WL_ROWS && !ts_eng_describe(dev)->cpu_layouts) ||
-                (!slots[s].n_expert && ts_eng_packed_bytes(dev, slots[s].wtype, slots[s].n_in, slots[s].n_out)))
-                return ts_err_set(err,
-                                  "layer %d streams from the file (--mem-budget) and %s would convert or repack its %s "
-                                  "weights, which streaming does not do yet: prefill on loop, or on the CPU",
-                                  l, ts_eng_describe(dev)->name, ts_type_info(slots[s].wtype)->name);
-            lp->streamed[s] = true;
-            lp->bytes[s] = slots[s].bytes;
-            b[s].wtype = slots[s].wtype;
-            b[s].layout = slots[s].layout;
-            b[s].row_bytes = ts_row_size(slots[s].wtype, slots[s].n_in);
-            b[s].n_expert = slots[s].n_expert;
-            b[s].expert_bytes = slots[s].expert_bytes;
-            lp->off[s] = lp->total;
-            lp->total += align64(lp->bytes[s]);
-            continue;
-        }
-        if (!slots[s].data)
+        if (!slots[s].data && !slots[s].streamed)
             continue;
         if (is_matrix(s)) {
-            uint32_t type = 0;
-            ts_eng_wlayout layout = TS_WL_ROWS;
-            uint64_t eb = 0;
-            if (plan_matrix(wt, &slots[s], pc, n_pc, note, note_size, &type, &layout, &lp->src[s], &lp->bytes[s], &eb,
-                            &lp->conv[s], err))
+            mat_form f;
+            if (slots[s].streamed) {
+                /* in the file: the form is chosen now, and each run that
+                 * uploads the layer makes it from the arena slot's bytes
+                 * (stream_in) */
+                const int chosen = choose_type(wt, &slots[s], pc, n_pc, note, note_size, err);
+                if (chosen < 0)
+                    return -1;
+                f = decide_form(wt->dev, &slots[s], (uint32_t)chosen);
+                lp->streamed[s] = true;
+                lp->form[s] = f;
+            } else if (plan_matrix(wt, &slots[s], pc, n_pc, note, note_size, &f, &lp->src[s], &lp->conv[s], err)) {
                 return -1;
-            b[s].wtype = type;
-            b[s].layout = layout;
-            b[s].row_bytes = ts_row_size(type, slots[s].n_in);
+            }
+            lp->bytes[s] = f.bytes;
+            b[s].wtype = f.type;
+            b[s].layout = f.layout;
+            b[s].row_bytes = ts_row_size(f.type, slots[s].n_in);
             b[s].n_expert = slots[s].n_expert;
-            b[s].expert_bytes = eb;
+            b[s].expert_bytes = f.expert_bytes;
+        } else if (slots[s].streamed) {
+            lp->streamed[s] = true;
+            lp->form[s] = (mat_form){.how = MF_AS_IS};
+            lp->bytes[s] = slots[s].bytes;
         } else {
             lp->src[s] = slots[s].data;
             lp->bytes[s] = slots[s].bytes;
@@ -648,16 +681,27 @@ static void bind_layer(const ts_rt_weights *wt, ts_eng_bind *binds, int l, ts_en
 static uint64_t arena_part_off(const ts_rt_host_slot *slots, int s);
 
 /* Enqueues the upload of layer l's block into buf at offset base on queue
- * q; a streamed layer's parts from its arena slot host_slot (NULL: none). */
+ * q; a streamed layer's parts from its arena slot host_slot (NULL: none),
+ * made into their device form in stage first where they need it. */
 static int enqueue_layer_upload(const ts_rt_weights *wt, ts_eng_queue *q, int l, ts_eng_buf *buf, uint64_t base,
-                                const uint8_t *host_slot, ts_err *err) {
+                                const uint8_t *host_slot, const stage_buf *stage, ts_err *err) {
     const layer_plan *lp = &wt->plans[l];
+    const ts_rt_host_slot *slots = wt->slots + (size_t)l * TS_LS_COUNT;
     for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++) {
         const void *src = lp->src[s];
         if (lp->streamed[s]) {
             if (!host_slot)
                 return ts_err_set(err, "layer %d streams from the file and has no arena slot to upload from", l);
-            src = host_slot + arena_part_off(wt->slots + (size_t)l * TS_LS_COUNT, s);
+            src = host_slot + arena_part_off(slots, s);
+            if (lp->form[s].how != MF_AS_IS) {
+                ts_rt_host_slot v = slots[s];
+                v.data = src;
+                if (!stage || !stage->out)
+                    return ts_err_set(err, "layer %d streams and has no staging buffer for its device form", l);
+                if (make_form(wt->dev, &v, &lp->form[s], stage->out + lp->off[s], stage->rows, stage->row, err))
+                    return -1;
+                src = stage->out + lp->off[s];
+            }
         }
         if (src && ts_eng_enqueue_write(q, buf, (size_t)(base + lp->off[s]), src, (size_t)lp->bytes[s], err))
             return -1;
@@ -742,6 +786,29 @@ static int arena_setup(ts_rt_layers *pf, ts_err *err) {
         }
         for (int e = 0; e < max_exp; e++)
             pf->all_experts[e] = e;
+        /* a device that converts or packs: the staging for its forms */
+        uint64_t out_b = 0, rows_b = 0;
+        int64_t n_in = 0;
+        for (int l = 0; l < nl; l++) {
+            const layer_plan *lp = &wt->plans[l];
+            bool any = false;
+            for (int s = TS_LS_ROPE_FREQ; s < TS_LS_COUNT; s++)
+                if (lp->streamed[s] && lp->form[s].how != MF_AS_IS) {
+                    const ts_rt_host_slot *S = wt->slots + (size_t)l * TS_LS_COUNT + s;
+                    const uint64_t sb = form_scratch(S, &lp->form[s]);
+                    any = true;
+                    rows_b = sb > rows_b ? sb : rows_b;
+                    n_in = S->n_in > n_in ? S->n_in : n_in;
+                }
+            if (any && lp->total > out_b)
+                out_b = lp->total;
+        }
+        if (out_b && (!(pf->stage.out = malloc((size_t)out_b)) ||
+                      (rows_b && !(pf->stage.rows = malloc((size_t)rows_b))) ||
+                      !(pf->stage.row = malloc((size_t)n_in * sizeof(float))))) {
+            ts_err_set(err, "out of memory for the staging of streamed layers (%.1f MiB)", (double)out_b / 1048576.0);
+            goto done;
+        }
     }
     pf->arena = ts_rt_arena_new(&src, 2, slot_bytes, order, n, TS_LS_COUNT, off, bytes, nexp, err);
     rc = pf->arena ? 0 : -1;
@@ -828,7 +895,7 @@ static int pack_resident(ts_rt_weights *wt, ts_eng_queue *q, ts_err *err) {
                 if (!wt->resident[k] || !wt->plans[k].total)
                     continue;
                 bind_layer(wt, wt->binds, k, buf, base);
-                if (enqueue_layer_upload(wt, q, k, buf, base, NULL, err))
+                if (enqueue_layer_upload(wt, q, k, buf, base, NULL, NULL, err))
                     return -1;
                 base += wt->plans[k].total;
             }
@@ -944,7 +1011,7 @@ static int place_weights(ts_rt_weights *wt, ts_eng_queue *q, ts_err *err) {
             wt->resident[l] = true;
             wt->n_resident++;
             bind_layer(wt, wt->binds, l, wt->dev_layer[l], 0);
-            if (enqueue_layer_upload(wt, q, l, wt->dev_layer[l], 0, NULL, err))
+            if (enqueue_layer_upload(wt, q, l, wt->dev_layer[l], 0, NULL, NULL, err))
                 return -1;
             /* the converted copies must outlive their uploads */
             if (ts_eng_queue_finish(q, err))
@@ -1401,7 +1468,7 @@ static int stream_in(ts_rt_layers *pf, int k, ts_err *err) {
             return -1;
         host_slot = ts_rt_arena_slot(pf->arena, ak % ts_rt_arena_n_slots(pf->arena));
     }
-    if (enqueue_layer_upload(pf->w, pf->uq, l, pf->slot[j], 0, host_slot, err))
+    if (enqueue_layer_upload(pf->w, pf->uq, l, pf->slot[j], 0, host_slot, &pf->stage, err))
         return -1;
     ts_eng_event_free(pf->slot_up[j]);
     if (!(pf->slot_up[j] = ts_eng_enqueue_marker(pf->uq, err)))

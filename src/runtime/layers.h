@@ -45,8 +45,10 @@
  * at its first graph and, in a MoE layer, at its routing node (the CPU
  * graph is cut after it: routed experts are read on demand). On a device
  * every layer streams (the device gets only its slots), a streamed one
- * uploaded whole from the arena slot; a device that would convert or
- * repack such a matrix, or leave its matmul to the CPU, is refused.
+ * uploaded whole from the arena slot (a device that converts or packs
+ * gets the form chosen at load, made from the slot's bytes in a staging
+ * buffer at each upload); a device that would leave a streamed matmul to
+ * the CPU is refused.
  * A window that holds neither is refused with the numbers (the caller runs
  * on the CPU). Peak window use never exceeds the window (engine.c refuses
  * every allocation past it). Several states may run at once from their own

@@ -121,6 +121,26 @@ void ts_mdl_drop_pages(const void *p, size_t n) {
     if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED); /* advisory: failure only costs memory */
 }
 
+/* Packs w (mapped from the file) into panels at dst, a slice of about 1 MiB
+ * of rows at a time, dropping each slice's pages once its panels exist: the
+ * load's peak stays near one copy of the weights plus a slice, instead of
+ * plus the largest matrix (SmolLM2's tied 17 MiB output projection made a
+ * 21 MiB transient at a 40M budget). Panels are TS_RP_ROWS rows each, so a
+ * slice of whole panels packs exactly as the matrix does. */
+static int pack_dropping(const ts_wmat *w, uint8_t *dst, ts_err *err) {
+    const size_t pb = ts_rp_panel_bytes(w->type, w->n_in), slice_rows = (size_t)1 << 20;
+    int64_t step = (int64_t)(slice_rows / (w->row_bytes * TS_RP_ROWS)) * TS_RP_ROWS;
+    if (step < TS_RP_ROWS) step = TS_RP_ROWS;
+    for (int64_t r0 = 0; r0 < w->n_out; r0 += step) {
+        const int64_t nr = w->n_out - r0 < step ? w->n_out - r0 : step;
+        const ts_wmat sl = {w->type, (const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->n_in, nr, w->row_bytes,
+                            NULL};
+        if (ts_linear_pack(&sl, dst + (size_t)(r0 / TS_RP_ROWS) * pb, err)) return -1;
+        ts_mdl_drop_pages(sl.data, (size_t)nr * w->row_bytes);
+    }
+    return 0;
+}
+
 int ts_mdl_prepare_fast(ts_mdl *m, bool in_place, ts_err *err) {
     m->ref_kernels = env_ref_kernels();
     if (m->ref_kernels || m->hp.n_layer < 1) return 0;
@@ -170,12 +190,9 @@ int ts_mdl_prepare_fast(ts_mdl *m, bool in_place, ts_err *err) {
     for (int i = 0; i < n; i++) {
         ts_wmat *w = mats[i];
         if (!ts_linear_wants_pack(w)) continue;
-        if (ts_linear_pack(w, buf + off, err)) goto fail;
+        if (pack_dropping(w, buf + off, err)) goto fail;
         w->packed = buf + off;
         off += (ts_rp_matrix_bytes(w->type, w->n_in, w->n_out) + 63) / 64 * 64;
-        /* drop each matrix's rows as soon as its panels exist: the load's
-         * peak stays near one copy of the weights instead of two */
-        ts_mdl_drop_pages(w->data, (size_t)w->n_out * w->row_bytes);
     }
     /* expert arrays: each expert's panels, expert after expert (the
      * stride is one expert's panel bytes: cpu_ops binds them so) */
@@ -185,7 +202,7 @@ int ts_mdl_prepare_fast(ts_mdl *m, bool in_place, ts_err *err) {
         for (int e = 0; e < m->hp.n_expert; e++) {
             const ts_wmat we = {w->type, (const uint8_t *)w->data + (size_t)e * rows, w->n_in, w->n_out, w->row_bytes,
                                 NULL};
-            if (ts_linear_pack(&we, buf + off + (size_t)e * eb, err)) goto fail;
+            if (pack_dropping(&we, buf + off + (size_t)e * eb, err)) goto fail;
         }
         w->packed = buf + off;
         off += expert_array_bytes(m, w);

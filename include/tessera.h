@@ -342,6 +342,15 @@ typedef struct ts_sampling_params {
 /* Defaults; thread-safe. */
 TS_API ts_sampling_params ts_sampling_default_params(void);
 
+/* The precision of the activations a quantized matmul multiplies on the CPU
+ * (docs/FIDELITY.md "Two modes"). */
+typedef enum ts_activations {
+    TS_ACTIVATIONS_EXACT = 0, /* default: 16-bit activations (two int8 planes), within the logit bounds of the
+                                 oracle tests */
+    TS_ACTIVATIONS_Q8 = 1     /* 8-bit activations per 32 (K-quants: 256) values, as llama.cpp computes:
+                                 faster, judged by KL divergence against the exact mode */
+} ts_activations;
+
 typedef struct ts_context_params {
     size_t struct_size;
     int32_t n_ctx;           /* KV capacity in tokens; 0: min(n_ctx_train, 4096) */
@@ -369,6 +378,9 @@ typedef struct ts_context_params {
                                    when the CPU's measured time for it exceeds the crossings it would cost there
                                    (the device's crossing cost x crossings per chunk; until the CPU has run a
                                    batch, chunks stay on the CPU) */
+    ts_activations activations; /* the CPU's matmul arithmetic (TS_ACTIVATIONS_EXACT, the default, or _Q8); the
+                                   environment variable TS_ACT=q8|exact overrides it (debugging). A prefill
+                                   device keeps its own (amx: its act= option) */
 } ts_context_params;
 
 /* Defaults; thread-safe. */
@@ -594,6 +606,8 @@ typedef struct ts_stats {
      * read from the file instead, and its size. */
     int64_t stream_cache_hits, stream_cache_misses;
     double stream_cache_mib;
+    ts_activations activations; /* the precision the CPU's matmuls ran at (TS_ACT may have overridden the
+                                   context's parameter) */
 } ts_stats;
 
 /* Same thread as ctx. */

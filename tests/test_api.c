@@ -12,6 +12,7 @@
  *
  * usage: test_api MODELS_DIR WORK_DIR
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -241,6 +242,10 @@ static void test_bad_params(const ts_model *m) {
     CHECK(ts_context_create(m, &cp, &c, &err) == TS_ERR_UNSUPPORTED && strstr(err.message, "decoder"), "decoder: %s",
           err.message);
     cp = ts_context_default_params();
+    cp.activations = (ts_activations)7;
+    CHECK(ts_context_create(m, &cp, &c, &err) == TS_ERR_INVALID_ARG && strstr(err.message, "activations"),
+          "activations: %s", err.message);
+    cp = ts_context_default_params();
     cp.chat_template = "vicuna";
     CHECK(ts_context_create(m, &cp, &c, &err) == TS_ERR_INVALID_ARG && strstr(err.message, "vicuna"), "template: %s",
           err.message);
@@ -339,6 +344,44 @@ static void test_context_errors(const ts_model *m) {
     ts_stats bad = {0};
     CHECK(ts_context_get_stats(c, &bad) == TS_ERR_INVALID_ARG, "stats without struct_size");
     ts_context_free(c);
+}
+
+/* activations: q8 is reported by the stats and changes the logits a little
+ * (the exact mode is the default; TS_ACT unset in this test) */
+static void test_activations(const ts_model *m) {
+    if (getenv("TS_ACT")) return;
+    enum { NV_MAX = 1 << 18 };
+    static float lg[2][NV_MAX];
+    ts_model_info info = TS_STRUCT_INIT(ts_model_info);
+    ts_model_get_info(m, &info);
+    if (info.n_vocab > NV_MAX) return;
+    int32_t ids[64];
+    int64_t n = 0;
+    ts_error err;
+    CHECK(ts_model_tokenize(m, SMOL_PROMPT, strlen(SMOL_PROMPT), true, true, ids, 64, &n, &err) == TS_OK && n > 3,
+          "tokenize: %s", err.message);
+    for (int a = 0; a < 2; a++) {
+        ts_context_params cp = ts_context_default_params();
+        cp.n_ctx = 64;
+        cp.n_threads = 2;
+        cp.activations = a ? TS_ACTIVATIONS_Q8 : TS_ACTIVATIONS_EXACT;
+        ts_context *c = NULL;
+        CHECK(ts_context_create(m, &cp, &c, &err) == TS_OK, "create: %s", err.message);
+        if (!c) return;
+        CHECK(ts_context_eval(c, ids, (int32_t)n, lg[a]) == TS_OK, "eval: %s", ts_last_error(c));
+        ts_stats st = TS_STRUCT_INIT(ts_stats);
+        ts_context_get_stats(c, &st);
+        CHECK(st.activations == cp.activations, "stats.activations %d, asked %d", (int)st.activations,
+              (int)cp.activations);
+        ts_context_free(c);
+    }
+    float diff = 0, mx = 0;
+    for (int32_t i = 0; i < info.n_vocab; i++) {
+        float d = fabsf(lg[0][i] - lg[1][i]);
+        diff = d > diff ? d : diff;
+        mx = fabsf(lg[0][i]) > mx ? fabsf(lg[0][i]) : mx;
+    }
+    CHECK(diff > 0 && diff < 0.1f * mx, "q8 vs exact logits: max difference %g (max |logit| %g)", diff, mx);
 }
 
 static void test_stats_and_logits(const ts_model *m) {
@@ -703,6 +746,7 @@ int main(int argc, char **argv) {
         test_bad_params(smol);
         test_context_errors(smol);
         test_stats_and_logits(smol);
+        test_activations(smol);
         test_text_calls(smol);
         test_parallel_contexts(smol);
         test_cancel(smol);

@@ -7,7 +7,9 @@
 #   tools/build_llamacpp.sh [DIR]    (default DIR: ~/.cache/tessera/llamacpp)
 #   LLAMACPP_AMX=off tools/build_llamacpp.sh [DIR]
 #
-# Prints the path of llama-bench. Version pinned so figures can be repeated.
+# Builds llama-bench and llama-perplexity (the KL-divergence oracle, tests
+# kld_llamacpp_*); prints the path of llama-bench, llama-perplexity lies
+# beside it. Version pinned so figures can be repeated.
 # The build is -march=native (GGML_NATIVE): on a CPU with AMX that includes
 # ggml-cpu's AMX path, which in this version segfaults in
 # ggml_backend_amx_mul_mat on our AMX machine. LLAMACPP_AMX=off builds the
@@ -38,11 +40,11 @@ if [ "${LLAMACPP_AMX:-on}" = off ]; then
   flags=(-DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
          -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
 fi
-if [ ! -x $bdir/bin/llama-bench ]; then
-  echo "build_llamacpp: building llama-bench in $bdir (several minutes on 2 cores)" >&2
+if [ ! -x $bdir/bin/llama-bench ] || [ ! -x $bdir/bin/llama-perplexity ]; then
+  echo "build_llamacpp: building llama-bench and llama-perplexity in $bdir (several minutes on 2 cores)" >&2
   cmake -S "$src" -B $bdir -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-    -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+    -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF \
     "${flags[@]}" >/dev/null
-  ninja -C $bdir ${JOBS:+-j$JOBS} llama-bench >/dev/null
+  ninja -C $bdir ${JOBS:+-j$JOBS} llama-bench llama-perplexity >/dev/null
 fi
 echo "$DIR/$bdir/bin/llama-bench"

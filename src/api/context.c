@@ -100,6 +100,9 @@ ts_status ts_context_create(const ts_model *model, const ts_context_params *para
     if (p.prefill_min_tokens < -1)
         return ts_api_fail(err, &lg, TS_ERR_INVALID_ARG, "prefill_min_tokens %d is negative (-1: auto)",
                            (int)p.prefill_min_tokens);
+    if (p.activations != TS_ACTIVATIONS_EXACT && p.activations != TS_ACTIVATIONS_Q8)
+        return ts_api_fail(err, &lg, TS_ERR_INVALID_ARG, "activations %d is not one of exact (0) or q8 (1)",
+                           (int)p.activations);
     if (p.decoder != TS_DECODER_AUTOREGRESSIVE && p.decoder != TS_DECODER_DIFFUSION) /* diffusion: api/diffusion.c */
         return ts_api_fail(err, &lg, TS_ERR_UNSUPPORTED, "decoder %d is not supported (autoregressive 0, diffusion 1)",
                            (int)p.decoder);
@@ -137,6 +140,7 @@ ts_status ts_context_create(const ts_model *model, const ts_context_params *para
     if (stp.prefill_device && !strcmp(stp.prefill_device, "none")) stp.prefill_device = NULL;
     stp.chunk = p.chunk;
     stp.prefill_min_tokens = p.prefill_min_tokens;
+    stp.act_q8 = p.activations == TS_ACTIVATIONS_Q8;
     if (!(c->st = ts_state_new(model->mdl, &stp, &e))) {
         st = strstr(e.msg, "out of memory") ? TS_ERR_NO_MEMORY : TS_ERR_INTERNAL;
         ts_context_free(c);
@@ -149,9 +153,9 @@ ts_status ts_context_create(const ts_model *model, const ts_context_params *para
      * from ts_stats.device_fallback; a log callback hears it too) */
     if (ts_state_dev_fallback(c->st)) ts_api_log(&lg, TS_LOG_INFO, "%s", ts_state_dev_fallback(c->st));
     if (ts_state_dev_info(c->st)) ts_api_log(&lg, TS_LOG_INFO, "%s", ts_state_dev_info(c->st));
-    ts_api_log(&lg, TS_LOG_INFO, "context: n_ctx %d, n_batch %d, %d threads, %s KV cache, engine cpu",
+    ts_api_log(&lg, TS_LOG_INFO, "context: n_ctx %d, n_batch %d, %d threads, %s KV cache, engine cpu, %s activations",
                (int)ts_state_n_ctx(c->st), (int)ts_context_n_batch(c), (int)stp.n_threads,
-               p.kv_f32 ? "f32" : "f16");
+               p.kv_f32 ? "f32" : "f16", ts_state_act_q8(c->st) ? "q8" : "exact");
     *out = c;
     return ts_api_ok(err);
 oom:
@@ -509,6 +513,7 @@ ts_status ts_context_get_stats(const ts_context *c, ts_stats *out) {
     s.n_ctx = ts_state_n_ctx(c->st);
     s.n_batch = ts_state_n_batch(c->st);
     s.n_threads = ts_state_n_threads(c->st);
+    s.activations = ts_state_act_q8(c->st) ? TS_ACTIVATIONS_Q8 : TS_ACTIVATIONS_EXACT;
     s.seed = c->sp.seed;
     struct rusage ru;
     s.peak_rss_mib = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : 0.0; /* Linux: KiB */

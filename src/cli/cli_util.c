@@ -164,6 +164,16 @@ bool cli_mem_flag(const char *name) {
            !strcmp(name, "--cache-mb") || !strcmp(name, "--prefill-routed-full");
 }
 
+int cli_parse_act(const char *flag, const char *val, ts_activations *out) {
+    if (!strcmp(val, "exact")) *out = TS_ACTIVATIONS_EXACT;
+    else if (!strcmp(val, "q8")) *out = TS_ACTIVATIONS_Q8;
+    else {
+        fprintf(stderr, "error: %s: '%s' is not a mode (exact or q8)\n", flag, val);
+        return -1;
+    }
+    return 0;
+}
+
 int cli_mem_parse(const char *name, const char *val, cli_mem_opts *o) {
     if (!strcmp(name, "--mem-budget")) {
         if (cli_parse_size(name, val, &o->mem_budget)) return -1;
@@ -276,6 +286,7 @@ int cli_score_window(ts_context *ctx, const int32_t *ids, int32_t n_ctx, int32_t
             acc->nll += v;
             acc->nll2 += v * v;
             acc->count++;
+            if (acc->row && acc->row(acc->row_u, rows + (size_t)j * n_vocab, target)) return -1;
         }
     }
     return 0;

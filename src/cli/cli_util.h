@@ -43,6 +43,13 @@ int cli_parse_u64(const char *flag, const char *s, uint64_t *out);
  * MiB, GiB and KB, MB, GB read the same), e.g. "300M", "1.5G", "4096". */
 int cli_parse_size(const char *flag, const char *s, uint64_t *out);
 
+/* --act exact|q8 (run, chat, perplexity, bench, serve): the CPU's activation
+ * precision (ts_context_params.activations). 0, or -1 with a message. */
+#define CLI_ACT_HELP                                                                                           \
+    "      --act MODE           exact (default: 16-bit activations) or q8 (8-bit, llama.cpp's precision:\n"   \
+    "                           faster; its KL divergence from exact: docs/FIDELITY.md)\n"
+int cli_parse_act(const char *flag, const char *val, ts_activations *out);
+
 /* The memory budget flags every command that loads a model for generation
  * takes (run, chat, perplexity, bench, serve): --mem-budget SIZE,
  * --loaders N, --stream-opts S (ts_model_params.mem_budget, n_loaders,
@@ -80,11 +87,15 @@ const char *cli_mem_stream_opts(cli_mem_opts *o);
  * first token replaced by bos when bos >= 0, from an empty KV cache, in
  * batches of n_batch (rows holds n_batch * n_vocab logits); the logits at
  * positions n_ctx/2 .. n_ctx-2 score the next of ids. Adds each score's NLL
- * to *nll, its square to *nll2, and counts them. 0, or -1 with a message
- * printed. */
+ * to *nll, its square to *nll2, counts them, and calls acc->row with each
+ * where given. 0, or -1 with a message printed. */
 typedef struct cli_ppl_acc {
     double nll, nll2;
     int64_t count;
+    /* optional: called with each scored row (logits [n_vocab]) and its
+     * target, in order (the KL-divergence file); nonzero stops with -1 */
+    int (*row)(void *u, const float *logits, int32_t target);
+    void *row_u;
 } cli_ppl_acc;
 int cli_score_window(ts_context *ctx, const int32_t *ids, int32_t n_ctx, int32_t bos, int32_t n_vocab, int32_t n_batch,
                      int32_t *win, float *rows, cli_ppl_acc *acc);

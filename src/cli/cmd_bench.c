@@ -148,7 +148,9 @@ static void usage(FILE *f) {
                "              dev_busy_ms, dev_host_wait_ms (means per run) and prefill_dev_tokens (per run)\n"
                "  --chunk N   tokens per device chunk (default 256)\n"
                "  --sched S   inorder (default) or ooo: prompt chunks out of order on the device\n"
-               "  --prefill-min-tokens N  narrower chunks stay on the CPU (default 32)\n" CLI_MEM_HELP,
+               "  --prefill-min-tokens N  narrower chunks stay on the CPU (default 32)\n"
+               "  --act MODE  exact (default) or q8: the CPU's activation precision; the backend\n"
+               "              column says CPU,q8 for q8\n" CLI_MEM_HELP,
             BENCH_MAX_REPS);
 }
 
@@ -167,6 +169,7 @@ typedef struct {
     char device_buf[512];
     int chunk, prefill_min;     /* 0: library defaults */
     cli_mem_opts mem;           /* --mem-budget, --loaders, --stream-opts */
+    ts_activations act;         /* --act */
 } bench_opts;
 
 /* 0 ok, 1 help printed, 2 usage error (printed). */
@@ -195,7 +198,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         const bool known = !strcmp(a, "-m") || !strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "-t") ||
                            !strcmp(a, "-r") || !strcmp(a, "-b") || !strcmp(a, "-o") ||
                            !strcmp(a, "--prefill-device") || !strcmp(a, "--chunk") ||
-                           !strcmp(a, "--prefill-min-tokens") || !strcmp(a, "--sched") || cli_mem_flag(a);
+                           !strcmp(a, "--prefill-min-tokens") || !strcmp(a, "--sched") || cli_mem_flag(a) ||
+                           !strcmp(a, "--act");
         if (!known) {
             fprintf(stderr, "tessera bench: unknown option '%s'\n", a);
             usage(stderr);
@@ -214,6 +218,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             o->prefill_device = v;
         } else if (!strcmp(a, "--sched")) {
             o->sched = v;
+        } else if (!strcmp(a, "--act")) {
+            if (cli_parse_act(a, v, &o->act)) return 2;
         } else if (cli_mem_flag(a)) {
             if (cli_mem_parse(a, v, &o->mem)) return 2;
         } else if (!strcmp(a, "--chunk") || !strcmp(a, "--prefill-min-tokens")) {
@@ -308,6 +314,7 @@ int cli_bench(int argc, char **argv) {
             cp.n_threads = o.th.v[ti];
             cp.log = cli_log;
             cp.prefill_device = o.prefill_device;
+            cp.activations = o.act;
             if (o.chunk) cp.chunk = o.chunk;
             if (o.prefill_min) cp.prefill_min_tokens = o.prefill_min;
             if (ts_context_create(m, &cp, &ctx, &err) != TS_OK) {
@@ -318,7 +325,8 @@ int cli_bench(int argc, char **argv) {
             ts_context_get_stats(ctx, &st0);
             if (st0.device_fallback) fprintf(stderr, "%s\n", st0.device_fallback);
             char backend[64];
-            snprintf(backend, sizeof backend, st0.device ? "CPU+%s" : "CPU", st0.device);
+            snprintf(backend, sizeof backend, st0.device ? "CPU%s+%s" : "CPU%s",
+                     st0.activations == TS_ACTIVATIONS_Q8 ? ",q8" : "", st0.device);
             uint64_t rng = 0x9E3779B97F4A7C15ull;
             for (int k = 0; k < o.pp.n + o.tg.n; k++) {
                 const int n_prompt = k < o.pp.n ? o.pp.v[k] : 0;
@@ -363,7 +371,8 @@ int cli_bench(int argc, char **argv) {
                     for (int i = 0; i < o.reps; i++) printf("%s%.0f", i ? ", " : "", ns[i]);
                     printf("], \"samples_ts\": [");
                     for (int i = 0; i < o.reps; i++) printf("%s%.6f", i ? ", " : "", ts[i]);
-                    printf("], \"prefill_device\": ");
+                    printf("], \"activations\": \"%s\", \"prefill_device\": ",
+                           st0.activations == TS_ACTIVATIONS_Q8 ? "q8" : "exact");
                     if (st0.device)
                         cli_json_str(stdout, st0.device);
                     else

@@ -32,6 +32,8 @@ static void serve_usage(FILE *f) {
             "  --prefill-device DEV  run prompt prefill on a device (loop, loop:npu, opencl[:N]; see\n"
             "                        `tessera devices`); decode stays on the CPU; the slots share one copy of\n"
             "                        the weights on it. /health says if it opened\n"
+            "  --act MODE            exact (default) or q8: the CPU's activation precision (8-bit: faster,\n"
+            "                        llama.cpp's precision)\n"
             "  -v, --verbose         also print the library's informational messages\n"
             "every slot streams the layers beyond the budget through two slots of its own:\n" CLI_MEM_HELP);
 }
@@ -78,6 +80,9 @@ int cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--chat-template")) cfg.chat_template = v;
         else if (!strcmp(a, "--alias")) cfg.alias = v;
         else if (!strcmp(a, "--prefill-device")) cfg.prefill_device = v;
+        else if (!strcmp(a, "--act")) {
+            if (cli_parse_act(a, v, &cfg.activations)) return 2;
+        }
         else if (cli_mem_flag(a)) {
             if (cli_mem_parse(a, v, &mo)) return 2;
         }

@@ -52,7 +52,8 @@ static void print_help(enum gen_cmd cmd, FILE *f) {
                    "  -n, --n-predict N        max tokens per reply (default -1 = until end of turn or context full)\n"
                    "      --stats json         after each reply, one JSON object of counters on stderr\n");
     } else {
-        fprintf(f, "usage: tessera perplexity -m MODEL.gguf -f TEXT_FILE [options]\n\n"
+        fprintf(f, "usage: tessera perplexity -m MODEL.gguf -f TEXT_FILE [options]\n"
+                   "       tessera perplexity -m MODEL.gguf --kl-divergence-base FILE --kl-divergence [options]\n\n"
                    "Perplexity as llama-perplexity computes it: the file is tokenized (BOS per the\n"
                    "metadata), cut into non-overlapping windows of -c tokens whose first token is\n"
                    "replaced by BOS when the model adds BOS, and the second half of each window\n"
@@ -60,9 +61,14 @@ static void print_help(enum gen_cmd cmd, FILE *f) {
                    "running values \"[1]x,[2]y,...\" on stderr, then on stdout\n"
                    "\"Final estimate: PPL = x +/- y\" (y: ppl * std(NLL) / sqrt(count-1)).\n\n"
                    "  -m, --model FILE         GGUF model (required)\n"
-                   "  -f, --file FILE          text to score (required; needs >= 2*c tokens)\n"
+                   "  -f, --file FILE          text to score (required unless --kl-divergence; >= 2*c tokens)\n"
                    "  -c, --ctx-size N         window length (default 512)\n"
-                   "      --chunks N           score at most N windows (default: all)\n");
+                   "      --chunks N           score at most N windows (default: all)\n"
+                   "      --kl-divergence-base FILE  (also --save-all-logits) write the log-probabilities of\n"
+                   "                           every scored token to FILE, in llama-perplexity's format\n"
+                   "      --kl-divergence      compare with the --kl-divergence-base FILE instead (its tokens\n"
+                   "                           and window length; no -f): KL divergence (mean, quantiles),\n"
+                   "                           same top token, both perplexities and their ratio\n");
     }
     fprintf(f, "  -t, --threads N          worker threads (default: physical cores)\n"
                "      --prefill-device DEV prompt chunks on a device, decode on the CPU: loop, loop:npu,\n"
@@ -75,7 +81,7 @@ static void print_help(enum gen_cmd cmd, FILE *f) {
                "                           CPU's work overlapping the device's (docs/ENGINE.md)\n"
                "      --prefill-min-tokens N  narrower chunks (the tail) stay on the CPU (default 32); auto: a chunk\n"
                "                              goes to the device when the CPU's measured time for it exceeds the\n"
-               "                              device's crossing cost\n" CLI_MEM_HELP);
+               "                              device's crossing cost\n" CLI_ACT_HELP CLI_MEM_HELP);
     if (cmd == GEN_PPL)
         fprintf(f, "      --stats json         print the counters (and the device's) as one JSON object on stderr\n");
     if (cmd != GEN_PPL)
@@ -135,6 +141,10 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
             o->mem.no_routed = true;
             continue;
         }
+        if (cmd == GEN_PPL && !strcmp(a, "--kl-divergence")) {
+            o->kld = true;
+            continue;
+        }
         if (cmd == GEN_RUN && !strcmp(a, "--chat")) {
             o->chat = true;
             continue;
@@ -157,9 +167,11 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
 #define FLAG(s, l) (!strcmp(name, s) || !strcmp(name, l))
         bool known = FLAG("-m", "--model") || FLAG("-t", "--threads") || FLAG("-c", "--ctx-size") ||
                      FLAG("-b", "--batch-size") || FLAG("-f", "--file") ||
-                     (cmd == GEN_PPL && (!strcmp(name, "--chunks") || !strcmp(name, "--stats"))) ||
+                     (cmd == GEN_PPL && (!strcmp(name, "--chunks") || !strcmp(name, "--stats") ||
+                                         !strcmp(name, "--kl-divergence-base") || !strcmp(name, "--save-all-logits"))) ||
                      !strcmp(name, "--prefill-device") || !strcmp(name, "--chunk") ||
                      !strcmp(name, "--prefill-min-tokens") || !strcmp(name, "--sched") || cli_mem_flag(name) ||
+                     !strcmp(name, "--act") ||
                      (cmd != GEN_PPL &&
                       (FLAG("-n", "--n-predict") || !strcmp(name, "--temp") || !strcmp(name, "--top-k") ||
                        !strcmp(name, "--top-p") || !strcmp(name, "--min-p") || !strcmp(name, "--repeat-penalty") ||
@@ -186,6 +198,7 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
         else if (!strcmp(name, "--system")) o->system = val;
         else if (!strcmp(name, "--chat-template")) o->chat_template = val;
         else if (!strcmp(name, "--logits-out")) o->logits_out = val;
+        else if (!strcmp(name, "--kl-divergence-base") || !strcmp(name, "--save-all-logits")) o->kld_base = val;
         else if (!strcmp(name, "--stats")) {
             if (strcmp(val, "json") != 0) {
                 fprintf(stderr, "error: --stats: '%s' is not a known format (only 'json')\n", val);
@@ -194,12 +207,16 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
             o->stats_json = true;
         } else if (FLAG("-n", "--n-predict")) rc = cli_parse_i32(name, val, -1, &o->n_predict);
         else if (FLAG("-t", "--threads")) rc = cli_parse_i32(name, val, 1, &o->n_threads);
-        else if (FLAG("-c", "--ctx-size")) rc = cli_parse_i32(name, val, cmd == GEN_PPL ? 4 : 1, &o->n_ctx);
+        else if (FLAG("-c", "--ctx-size")) {
+            rc = cli_parse_i32(name, val, cmd == GEN_PPL ? 4 : 1, &o->n_ctx);
+            o->ctx_set = true;
+        }
         else if (FLAG("-b", "--batch-size")) rc = cli_parse_i32(name, val, 1, &o->n_batch);
         else if (!strcmp(name, "--chunks")) rc = cli_parse_i32(name, val, 1, &o->chunks);
         else if (!strcmp(name, "--prefill-device")) o->prefill_device = val;
         else if (cli_mem_flag(name)) rc = cli_mem_parse(name, val, &o->mem);
         else if (!strcmp(name, "--sched")) o->sched = val;
+        else if (!strcmp(name, "--act")) rc = cli_parse_act(name, val, &o->act);
         else if (!strcmp(name, "--chunk")) {
             rc = cli_parse_i32(name, val, 1, &o->chunk);
             if (!rc && o->chunk > 65536) {
@@ -238,7 +255,12 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
         fprintf(stderr, "tessera run: give exactly one of -p TEXT or -f FILE\n");
         return -1;
     }
-    if (cmd == GEN_PPL && !o->file) {
+    if (cmd == GEN_PPL && o->kld && !o->kld_base) {
+        fprintf(stderr, "tessera perplexity: --kl-divergence compares with the file of --kl-divergence-base FILE: "
+                        "give it (written by an earlier run with --kl-divergence-base and no --kl-divergence)\n");
+        return -1;
+    }
+    if (cmd == GEN_PPL && !o->file && !o->kld) {
         fprintf(stderr, "tessera perplexity: -f TEXT_FILE is required\n");
         return -1;
     }
@@ -279,6 +301,7 @@ int gen_load(gen_opts *o, ts_model **m, ts_context **ctx) {
     cp.sampling = &o->sp;
     cp.chat_template = o->chat_template;
     cp.prefill_device = o->prefill_device;
+    cp.activations = o->act;
     if (o->chunk > 0) cp.chunk = o->chunk;
     if (o->prefill_min_tokens != 0) cp.prefill_min_tokens = o->prefill_min_tokens;
     if (ts_context_create(*m, &cp, ctx, &err) != TS_OK) {
@@ -297,10 +320,10 @@ void gen_print_dev_json(FILE *f, const ts_stats *st) {
     fprintf(f,
             ",\"prefill_dev_tokens\":%lld,\"prefill_dev_nodes\":%lld,\"prefill_cpu_tokens\":%lld,"
             "\"dev_upload_mib\":%.3f,\"dev_stall_ms\":%.3f,\"dev_busy_ms\":%.3f,\"graph_builds\":%lld,"
-            "\"crossings\":%lld,",
+            "\"crossings\":%lld,\"activations\":\"%s\",",
             (long long)st->prefill_dev_tokens, (long long)st->prefill_dev_nodes, (long long)st->prefill_cpu_tokens,
             st->dev_upload_mib, st->dev_stall_ms, st->dev_busy_ms, (long long)st->graph_builds,
-            (long long)st->crossings);
+            (long long)st->crossings, st->activations == TS_ACTIVATIONS_Q8 ? "q8" : "exact");
     if (st->dev_ooo_chunks)
         fprintf(f, "\"dev_ooo_chunks\":%lld,\"dev_host_wait_ms\":%.3f,", (long long)st->dev_ooo_chunks,
                 st->dev_host_wait_ms);

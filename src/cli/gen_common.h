@@ -26,6 +26,9 @@ typedef struct gen_opts {
     int32_t n_predict;        /* -n; -1 = until EOS / context full */
     int32_t n_threads, n_ctx, n_batch; /* 0 = library default */
     int32_t chunks;           /* perplexity --chunks; -1 = all */
+    bool ctx_set;             /* -c given */
+    const char *kld_base;     /* perplexity --kl-divergence-base FILE */
+    bool kld;                 /* perplexity --kl-divergence: compare with kld_base */
     bool seed_set;
     ts_sampling_params sp;
     const char *prefill_device; /* --prefill-device, or NULL */
@@ -34,6 +37,7 @@ typedef struct gen_opts {
     int32_t chunk;              /* --chunk; 0 = library default (256) */
     int32_t prefill_min_tokens; /* --prefill-min-tokens; 0 = library default (32) */
     cli_mem_opts mem;           /* --mem-budget, --loaders, --stream-opts */
+    ts_activations act;         /* --act */
 } gen_opts;
 
 /* Parses argv (argv[0] = subcommand). Returns 0 to go on, 1 when --help was

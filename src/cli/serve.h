@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tessera.h"
+
 typedef struct tsrv_config {
     const char *model_path;    /* -m */
     const char *host;          /* --host; numeric IPv4/IPv6 or a name; default 127.0.0.1 */
@@ -23,6 +25,7 @@ typedef struct tsrv_config {
     const char *chat_template; /* --chat-template override, NULL: the model's */
     const char *alias;         /* --alias: model id reported to clients; NULL: file name */
     const char *prefill_device;/* --prefill-device: ts_context_params.prefill_device; NULL: CPU only */
+    ts_activations activations;/* --act: ts_context_params.activations */
     bool verbose;              /* -v: library INFO messages too */
     uint64_t mem_budget;       /* --mem-budget: ts_model_params.mem_budget; 0: every weight in memory */
     int32_t n_loaders;         /* --loaders */

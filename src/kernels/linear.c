@@ -20,6 +20,7 @@ struct ts_linear_ws {
     int max_tok;
     int n_threads;
     int hi;           /* activation precision of the panel kernels */
+    int env_act;      /* TS_ACT named the precision: ts_linear_ws_set_hi leaves it */
     uint8_t *q8;      /* [max_tok][q8_stride] */
     size_t q8_stride;
     uint8_t *q8k;     /* [max_tok][q8k_stride] */
@@ -46,6 +47,7 @@ ts_linear_ws *ts_linear_ws_new(int64_t max_n_in, int max_tok, int n_threads, ts_
     ws->max_tok = max_tok;
     ws->n_threads = n_threads;
     const char *act = getenv("TS_ACT");
+    ws->env_act = act && (!strcmp(act, "q8") || !strcmp(act, "exact"));
     ws->hi = !(act && strcmp(act, "q8") == 0);
     const int64_t n32 = (max_n_in + 31) / 32 * 32, n256 = (max_n_in + 255) / 256 * 256;
     ws->q8_stride = ts_act_row_bytes(TS_ACT_Q8, n32);
@@ -64,6 +66,10 @@ ts_linear_ws *ts_linear_ws_new(int64_t max_n_in, int max_tok, int n_threads, ts_
 }
 
 int ts_linear_ws_hi(const ts_linear_ws *ws) { return ws->hi; }
+
+void ts_linear_ws_set_hi(ts_linear_ws *ws, int hi) {
+    if (!ws->env_act) ws->hi = hi != 0;
+}
 
 void ts_linear_ws_free(ts_linear_ws *ws) {
     if (!ws) return;

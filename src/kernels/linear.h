@@ -51,6 +51,9 @@ typedef struct ts_linear_ws ts_linear_ws;
 ts_linear_ws *ts_linear_ws_new(int64_t max_n_in, int max_tok, int n_threads, ts_err *err);
 void ts_linear_ws_free(ts_linear_ws *ws); /* NULL is a no-op */
 int ts_linear_ws_hi(const ts_linear_ws *ws); /* 1: hi precision, 0: lo (TS_ACT=q8) */
+/* Sets the precision (1 hi, 0 lo) unless the environment names one:
+ * TS_ACT=q8 (lo) or TS_ACT=exact (hi) override it, for debugging. */
+void ts_linear_ws_set_hi(ts_linear_ws *ws, int hi);
 
 /* y[i][t * w[i]->n_out + r] = sum_k x[t * n_in + k] * W_i[r][k] for i < n_mat
  * (<= 4), t < n_tok (<= max_tok), r < w[i]->n_out. Every w[i] has the same

@@ -364,7 +364,7 @@ ts_state *ts_state_new(const ts_mdl *m, const ts_state_params *p, ts_err *err) {
     s->pool = ts_threadpool_new(p->n_threads, err);
     if (!s->pool) goto fail;
     s->n_threads = ts_threadpool_n_threads(s->pool);
-    if (!(s->cpu_eng = ts_eng_cpu_open_pool(s->pool, err))) goto fail;
+    if (!(s->cpu_eng = ts_eng_cpu_open_pool(s->pool, p->act_q8, err))) goto fail;
     pf_open(s, p); /* prefill device: may raise n_batch to hold a chunk */
     s->n_kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
     s->n_q_dim = (int64_t)hp->n_head * hp->head_dim;
@@ -410,6 +410,7 @@ ts_state *ts_state_new(const ts_mdl *m, const ts_state_params *p, ts_err *err) {
         if (hp->n_ff > max_in) max_in = hp->n_ff;
         s->lin = ts_linear_ws_new(max_in, s->n_batch, s->n_threads, err);
         if (!s->lin) goto fail;
+        ts_linear_ws_set_hi(s->lin, !p->act_q8);
     }
 
     if (!s->k_cache || !s->v_cache || !s->x || !s->xn || !s->o || !s->q || !s->attn || !s->k || !s->v ||
@@ -466,6 +467,7 @@ void ts_state_kv_truncate(ts_state *s, int32_t n) {
 }
 
 bool ts_state_kv_f32(const ts_state *s) { return s->kv_f32; }
+bool ts_state_act_q8(const ts_state *s) { return s->lin && !ts_linear_ws_hi(s->lin); }
 
 int ts_state_kv_copy(ts_state *dst, const ts_state *src, int32_t a, int32_t b, ts_err *err) {
     if (!dst || !src) return ts_err_set(err, "kv copy: state is NULL");

@@ -124,6 +124,7 @@ typedef struct ts_state_params {
     int32_t prefill_min_tokens; /* chunks narrower than this stay on the CPU; 0: the device's min_width if > 1, else 32 (at least 2: decode stays);
                                    -1: a chunk goes to the device when the CPU's measured time for it exceeds the
                                    crossings it costs there (desc.crossing_ns x crossings per run) */
+    bool act_q8;                /* the CPU's matmuls at 8-bit activations (TS_ACT overrides; linear.h) */
 } ts_state_params;
 ts_state_params ts_state_default_params(void);
 
@@ -137,6 +138,7 @@ int32_t ts_state_n_threads(const ts_state *s);
 /* Drops cached positions >= n (n <= n_past). ts_state_kv_truncate(s, 0) resets. */
 void ts_state_kv_truncate(ts_state *s, int32_t n);
 bool ts_state_kv_f32(const ts_state *s); /* the KV cache is f32 (ts_state_params.kv_f32) */
+bool ts_state_act_q8(const ts_state *s); /* the CPU's matmuls run at 8-bit activations */
 /* Rows [a, b) of dst's KV cache, every layer, := src's (the same model and
  * KV type; nothing in flight on either). A device holding a copy of dst's
  * cache re-reads those rows before its next run. The sparse cache refresh's

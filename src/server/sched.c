@@ -394,6 +394,7 @@ int tsrv_sched_start(tsrv_server *s, tsrv_error *e) {
     cp.n_threads = s->cfg.n_threads;
     cp.chat_template = s->cfg.chat_template;
     cp.prefill_device = s->cfg.prefill_device;
+    cp.activations = s->cfg.activations;
     cp.log = srv_log_cb;
     cp.log_user_data = s;
     if (s->diffusion) {

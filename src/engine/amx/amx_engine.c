@@ -217,7 +217,7 @@ static int amx_graph_init(ts_engine *e, ts_eng_graph *g, ts_err *err) {
         g->impl = NULL;
         return -1;
     }
-    if (!(ag->cpu = ts_cpu_exec_new(g->nodes, g->n_nodes, g->width, A->n_threads, err)) ||
+    if (!(ag->cpu = ts_cpu_exec_new(g->nodes, g->n_nodes, g->width, A->n_threads, A->act != TS_AMX_Q8, err)) ||
         (mi && !(ag->ws = ts_amx_ws_new(mi, g->width, err)))) {
         amx_graph_fini(g);
         g->impl = NULL;

@@ -22,6 +22,7 @@ typedef struct cpu_eng {
     ts_threadpool *pool;
     int n_threads;
     bool own_pool; /* false: the caller's (ts_eng_cpu_open_pool) */
+    bool act_q8;   /* act=q8: the matmuls at 8-bit activations (linear.h; TS_ACT overrides) */
 } cpu_eng;
 
 typedef struct cpu_ev {
@@ -167,7 +168,7 @@ static uint64_t cpu_graph_scratch(const ts_engine *e, const ts_eng_graph *g) {
 
 static int cpu_graph_init(ts_engine *e, ts_eng_graph *g, ts_err *err) {
     const cpu_eng *c = e->impl;
-    g->impl = ts_cpu_exec_new(g->nodes, g->n_nodes, g->width, c->n_threads, err);
+    g->impl = ts_cpu_exec_new(g->nodes, g->n_nodes, g->width, c->n_threads, !c->act_q8, err);
     return g->impl ? 0 : -1;
 }
 
@@ -212,7 +213,9 @@ uint64_t ts_eng_cpu_weight_types(void) {
 }
 
 /* The engine over pool (owned when own). */
-static ts_engine *cpu_make(const ts_eng_opts *o, ts_threadpool *pool, bool own, ts_err *err) {
+static const char *const act_names[] = {"exact", "q8", NULL};
+
+static ts_engine *cpu_make(const ts_eng_opts *o, ts_threadpool *pool, bool own, bool act_q8, ts_err *err) {
     ts_engine *e = ts_eng_alloc(&cpu_vt, o, err);
     cpu_eng *c = e ? calloc(1, sizeof *c) : NULL;
     if (!c) {
@@ -226,10 +229,12 @@ static ts_engine *cpu_make(const ts_eng_opts *o, ts_threadpool *pool, bool own, 
     c->pool = pool;
     c->own_pool = own;
     c->n_threads = ts_threadpool_n_threads(pool);
+    c->act_q8 = act_q8;
     ts_eng_desc *d = &e->desc;
     snprintf(d->name, sizeof d->name, "cpu");
-    snprintf(d->detail, sizeof d->detail, "the host CPU (%s kernels, %d thread%s), synchronous queue",
-             ts_cpu_level_name(ts_cpu_level_active()), c->n_threads, c->n_threads == 1 ? "" : "s");
+    snprintf(d->detail, sizeof d->detail, "the host CPU (%s kernels, %d thread%s%s), synchronous queue",
+             ts_cpu_level_name(ts_cpu_level_active()), c->n_threads, c->n_threads == 1 ? "" : "s",
+             act_q8 ? ", 8-bit activations" : "");
     d->kind = TS_ENG_KIND_CPU;
     const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     d->window_bytes = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : (uint64_t)1 << 34;
@@ -248,13 +253,15 @@ static ts_engine *cpu_make(const ts_eng_opts *o, ts_threadpool *pool, bool own, 
 
 static ts_engine *cpu_open(const ts_eng_opts *o, ts_err *err) {
     long long threads = 1;
-    if (ts_eng_opt_int(o, "threads", 1, 256, o->threads_hint > 0 ? o->threads_hint : 1, &threads, err))
+    int act = 0;
+    if (ts_eng_opt_int(o, "threads", 1, 256, o->threads_hint > 0 ? o->threads_hint : 1, &threads, err) ||
+        ts_eng_opt_choice(o, "act", act_names, 0, &act, err))
         return NULL;
     ts_threadpool *pool = ts_threadpool_new((int)threads, err);
-    return pool ? cpu_make(o, pool, true, err) : NULL;
+    return pool ? cpu_make(o, pool, true, act == 1, err) : NULL;
 }
 
-ts_engine *ts_eng_cpu_open_pool(ts_threadpool *pool, ts_err *err) {
+ts_engine *ts_eng_cpu_open_pool(ts_threadpool *pool, bool act_q8, ts_err *err) {
     if (!pool) {
         ts_err_set(err, "cpu engine: thread pool is NULL");
         return NULL;
@@ -262,10 +269,10 @@ ts_engine *ts_eng_cpu_open_pool(ts_threadpool *pool, ts_err *err) {
     ts_eng_opts o;
     memset(&o, 0, sizeof o);
     snprintf(o.base, sizeof o.base, "cpu");
-    return cpu_make(&o, pool, false, err);
+    return cpu_make(&o, pool, false, act_q8, err);
 }
 
-static const char *const cpu_options[] = {"threads", NULL};
+static const char *const cpu_options[] = {"threads", "act", NULL};
 const ts_eng_backend ts_eng_backend_cpu = {
     .name = "cpu",
     .options = cpu_options,

@@ -9,7 +9,8 @@
 #include "engine/engine.h"
 
 /* The `cpu` engine on pool (not owned: it must outlive the engine, and no
- * other caller may run work on it while a graph runs). NULL with err. */
-ts_engine *ts_eng_cpu_open_pool(ts_threadpool *pool, ts_err *err);
+ * other caller may run work on it while a graph runs); act_q8: its matmuls
+ * at 8-bit activations (the registry's act=q8). NULL with err. */
+ts_engine *ts_eng_cpu_open_pool(ts_threadpool *pool, bool act_q8, ts_err *err);
 
 #endif

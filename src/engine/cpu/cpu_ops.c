@@ -141,7 +141,7 @@ uint64_t ts_cpu_exec_bytes(const ts_eng_node *nodes, int n_nodes, int width, int
     return b;
 }
 
-ts_cpu_exec *ts_cpu_exec_new(const ts_eng_node *nodes, int n_nodes, int width, int n_threads, ts_err *err) {
+ts_cpu_exec *ts_cpu_exec_new(const ts_eng_node *nodes, int n_nodes, int width, int n_threads, int hi, ts_err *err) {
     int64_t max_in, attn_row;
     int max_rot;
     needs(nodes, n_nodes, &max_in, &attn_row, &max_rot);
@@ -154,6 +154,7 @@ ts_cpu_exec *ts_cpu_exec_new(const ts_eng_node *nodes, int n_nodes, int width, i
             free(x);
             return NULL;
         }
+        ts_linear_ws_set_hi(x->lin, hi);
     }
     if (attn_row) {
         x->attn_stride = attn_row;

@@ -26,7 +26,8 @@ typedef struct ts_cpu_exec ts_cpu_exec;
 /* Bytes ts_cpu_exec_new will allocate for these nodes (an upper estimate,
  * for window accounting). */
 uint64_t ts_cpu_exec_bytes(const ts_eng_node *nodes, int n_nodes, int width, int n_threads);
-ts_cpu_exec *ts_cpu_exec_new(const ts_eng_node *nodes, int n_nodes, int width, int n_threads, ts_err *err);
+/* hi: the matmuls' activation precision (linear.h ts_linear_ws_set_hi) */
+ts_cpu_exec *ts_cpu_exec_new(const ts_eng_node *nodes, int n_nodes, int width, int n_threads, int hi, ts_err *err);
 void ts_cpu_exec_free(ts_cpu_exec *x);
 
 /* Matmuls whose weights are bound in an engine's own layout (TS_WL_ENGINE:

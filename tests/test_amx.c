@@ -38,7 +38,7 @@
 #include "kernels/repack.h"
 #include "quant/quant.h"
 
-static const uint32_t types[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q5_0, TS_TYPE_Q8_0,
+static const uint32_t types[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q5_0, TS_TYPE_Q5_1, TS_TYPE_Q8_0,
                                  TS_TYPE_Q3_K, TS_TYPE_Q4_K, TS_TYPE_Q5_K, TS_TYPE_Q6_K};
 
 #include "qrows.h"
@@ -297,7 +297,7 @@ static void test_int_modes(void) {
 }
 
 static void test_int8_mode(void) {
-    static const uint32_t t8[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q5_0, TS_TYPE_Q8_0, TS_TYPE_Q3_K, TS_TYPE_Q4_K,
+    static const uint32_t t8[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q5_0, TS_TYPE_Q5_1, TS_TYPE_Q8_0, TS_TYPE_Q3_K, TS_TYPE_Q4_K,
                                   TS_TYPE_Q5_K, TS_TYPE_Q6_K, TS_TYPE_F16,  TS_TYPE_BF16, TS_TYPE_F32};
     double worst = 0;
     for (size_t ti = 0; ti < sizeof t8 / sizeof t8[0]; ti++) {
@@ -616,7 +616,7 @@ static int test_hw(void) {
                 CHECK(!memcmp(c1, c2, sizeof c1), "op %d %dx%d: hardware != emulator", op, M, N);
             }
     /* every kernel path */
-    static const uint32_t all[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q5_0, TS_TYPE_Q8_0, TS_TYPE_Q3_K, TS_TYPE_Q4_K,
+    static const uint32_t all[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q5_0, TS_TYPE_Q5_1, TS_TYPE_Q8_0, TS_TYPE_Q3_K, TS_TYPE_Q4_K,
                                    TS_TYPE_Q5_K, TS_TYPE_Q6_K, TS_TYPE_F16, TS_TYPE_BF16, TS_TYPE_F32};
     for (size_t ti = 0; ti < sizeof all / sizeof all[0]; ti++)
         for (int act = TS_AMX_EXACT; act <= TS_AMX_INT8; act++) {

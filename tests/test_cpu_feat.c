@@ -20,8 +20,8 @@
  *   - matmul variants: the list is non-empty, names "panels", "rows" and
  *     "ref" (each with a reference and a bound), and a matrix is given to
  *     the variant its type calls for: packed -> panels, F16 (no panel
- *     layout) -> rows at both precisions, Q5_1 -> rows at the lo precision
- *     and ref at hi, BF16 -> ref; ts_linear's results on those equal the
+ *     layout) -> rows at both precisions, Q2_K -> rows at the lo precision
+ *     and ref at hi, BF16 -> rows; ts_linear's results on those equal the
  *     variant's kernel called directly, bit for bit.
  *
  * Usage: test_cpu_feat [--expect-level NAME]
@@ -312,18 +312,18 @@ static void test_variants(void) {
     CHECK(hi && lo && ts_linear_ws_hi(hi) == 1 && ts_linear_ws_hi(lo) == 0, "work spaces");
     if (!hi || !lo) return;
 
-    uint8_t *s16, *s51, *sbf, *s40;
+    uint8_t *s16, *s2k, *sbf, *s40;
     const ts_wmat wf16 = make_mat(TS_TYPE_F16, NI, NO, &s16);
-    const ts_wmat wq51 = make_mat(TS_TYPE_Q5_1, NI, NO, &s51);
+    const ts_wmat wq2k = make_mat(TS_TYPE_Q2_K, NI, NO, &s2k);
     const ts_wmat wbf = make_mat(TS_TYPE_BF16, NI, NO, &sbf);
     ts_wmat wq40 = make_mat(TS_TYPE_Q4_0, NI, NO, &s40);
-    CHECK(!ts_rp_supported(TS_TYPE_F16) && !ts_rp_supported(TS_TYPE_Q5_1), "F16 / Q5_1 have a panel layout now: "
+    CHECK(!ts_rp_supported(TS_TYPE_F16) && !ts_rp_supported(TS_TYPE_Q2_K), "F16 / Q2_K have a panel layout now: "
           "pick other types for this test");
     CHECK(strcmp(ts_linear_variant_for(hi, &wf16), "rows") == 0, "F16 (hi): %s", ts_linear_variant_for(hi, &wf16));
     CHECK(strcmp(ts_linear_variant_for(lo, &wf16), "rows") == 0, "F16 (lo): %s", ts_linear_variant_for(lo, &wf16));
-    CHECK(strcmp(ts_linear_variant_for(lo, &wq51), "rows") == 0, "Q5_1 (lo): %s", ts_linear_variant_for(lo, &wq51));
-    CHECK(strcmp(ts_linear_variant_for(hi, &wq51), "ref") == 0, "Q5_1 (hi): %s", ts_linear_variant_for(hi, &wq51));
-    CHECK(strcmp(ts_linear_variant_for(hi, &wbf), "ref") == 0, "BF16: %s", ts_linear_variant_for(hi, &wbf));
+    CHECK(strcmp(ts_linear_variant_for(lo, &wq2k), "rows") == 0, "Q2_K (lo): %s", ts_linear_variant_for(lo, &wq2k));
+    CHECK(strcmp(ts_linear_variant_for(hi, &wq2k), "ref") == 0, "Q2_K (hi): %s", ts_linear_variant_for(hi, &wq2k));
+    CHECK(strcmp(ts_linear_variant_for(hi, &wbf), "rows") == 0, "BF16: %s", ts_linear_variant_for(hi, &wbf));
     CHECK(strcmp(ts_linear_variant_for(lo, &wq40), "rows") == 0, "Q4_0 unpacked (lo): %s",
           ts_linear_variant_for(lo, &wq40));
     uint8_t *panels = malloc(ts_rp_matrix_bytes(TS_TYPE_Q4_0, NI, NO));
@@ -337,7 +337,7 @@ static void test_variants(void) {
     CHECK(strcmp(ts_linear_variant_for(lo, &wq40), "panels") == 0, "Q4_0 packed (lo): %s",
           ts_linear_variant_for(lo, &wq40));
 
-    /* F16 through ts_linear = its dot kernels (rows); BF16 = ts_matmul (ref) */
+    /* F16 and BF16 through ts_linear = their dot kernels (rows); Q2_K at hi = ts_matmul (ref) */
     float y[NT * NO], z[NT * NO], buf[NI];
     const ts_wmat *wp[1] = {&wf16};
     float *yp[1] = {y};
@@ -349,14 +349,20 @@ static void test_variants(void) {
     CHECK(same, "F16 via ts_linear != ts_qgemm");
     wp[0] = &wbf;
     ts_linear(NULL, hi, 1, wp, yp, x, NT);
-    ts_matmul(NULL, &wbf, x, NI, z, NO, NT, buf, NI);
+    ts_qgemm(k, TS_TYPE_BF16, wbf.data, wbf.row_bytes, NI, x, NI * sizeof(float), NT, z, NO, 0, NO);
     same = 1;
     for (int i = 0; i < NT * NO; i++) same &= bits(y[i]) == bits(z[i]);
-    CHECK(same, "BF16 via ts_linear != ts_matmul");
+    CHECK(same, "BF16 via ts_linear != ts_qgemm");
+    wp[0] = &wq2k;
+    ts_linear(NULL, hi, 1, wp, yp, x, NT);
+    ts_matmul(NULL, &wq2k, x, NI, z, NO, NT, buf, NI);
+    same = 1;
+    for (int i = 0; i < NT * NO; i++) same &= bits(y[i]) == bits(z[i]);
+    CHECK(same, "Q2_K (hi) via ts_linear != ts_matmul");
 
     free(panels);
     free(s16);
-    free(s51);
+    free(s2k);
     free(sbf);
     free(s40);
     ts_linear_ws_free(hi);

@@ -94,9 +94,9 @@ static void test_registry(void) {
                   strstr(ad->detail, "act=q8"),
               "amx,emulate=1 profile: %s %d %s", ad->name, ad->min_width, ad->detail);
         CHECK(ts_eng_supports_op(a, TS_OP_MATMUL, TS_TYPE_Q4_K) && ts_eng_supports_op(a, TS_OP_MATMUL, TS_TYPE_BF16) &&
-                  !ts_eng_supports_op(a, TS_OP_MATMUL, TS_TYPE_Q5_1),
-              "amx act=q8 takes the panel and float types, not Q5_1");
-        CHECK(ts_eng_packed_bytes(a, TS_TYPE_Q4_0, 256, 40) > 0 && ts_eng_packed_bytes(a, TS_TYPE_Q5_1, 256, 40) == 0,
+                  ts_eng_supports_op(a, TS_OP_MATMUL, TS_TYPE_Q5_1) && !ts_eng_supports_op(a, TS_OP_MATMUL, TS_TYPE_Q2_K),
+              "amx act=q8 takes the panel and float types, not Q2_K");
+        CHECK(ts_eng_packed_bytes(a, TS_TYPE_Q4_0, 256, 40) > 0 && ts_eng_packed_bytes(a, TS_TYPE_Q2_K, 256, 40) == 0,
               "amx packs what it takes only");
         ts_eng_close(a);
         a = open_or_die("amx,emulate=1,act=int8,min_width=64");
@@ -710,7 +710,7 @@ static void test_probe(void) {
         /* amx (emulated): probed in its own tile layout; types without a
          * tile kernel in the mode become Q8_0 */
         {amx, TS_TYPE_Q4_K, TS_TYPE_Q4_K, 256},  {amx, TS_TYPE_Q6_K, TS_TYPE_Q6_K, 256},
-        {amx, TS_TYPE_F16, TS_TYPE_F16, 64},     {amx, TS_TYPE_Q5_1, TS_TYPE_Q8_0, 64},
+        {amx, TS_TYPE_F16, TS_TYPE_F16, 64},     {amx, TS_TYPE_Q5_1, TS_TYPE_Q5_1, 64},
         {amx, TS_TYPE_Q2_K, TS_TYPE_Q8_0, 256},  {amx8, TS_TYPE_Q5_1, TS_TYPE_Q5_1, 64},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

@@ -349,6 +349,7 @@ static const wtype_info wtypes[] = {
     {TS_TYPE_Q5_1, {0, 2}, 4, 20},    {TS_TYPE_Q8_0, {0, -1}, 0, 0},     {TS_TYPE_Q2_K, {80, 82}, 16, 64},
     {TS_TYPE_Q3_K, {108, -1}, 0, 0},  {TS_TYPE_Q4_K, {0, 2}, 16, 128},   {TS_TYPE_Q5_K, {0, 2}, 16, 160},
     {TS_TYPE_Q6_K, {208, -1}, 0, 0},  {TS_TYPE_F32, {-1, -1}, 0, 0},    {TS_TYPE_F16, {-1, -1}, 0, 0},
+    {TS_TYPE_BF16, {-1, -1}, 0, 0},
 };
 
 enum { W_RANDOM, W_EXTREME, W_NMODES };
@@ -371,6 +372,13 @@ static void gen_weights(const wtype_info *ti, uint8_t *w, int64_t n, int rows, i
     }
     if (ti->type == TS_TYPE_F16) {
         for (int64_t i = 0; i < n * rows; i++) put_f16(w + 2 * i, mode == W_EXTREME ? 65504.0f : nrand() * 0.05f);
+        return;
+    }
+    if (ti->type == TS_TYPE_BF16) {
+        for (int64_t i = 0; i < n * rows; i++) {
+            const uint16_t h = ts_f32_to_bf16(mode == W_EXTREME ? 65536.0f : nrand() * 0.05f);
+            w[2 * i] = (uint8_t)h, w[2 * i + 1] = (uint8_t)(h >> 8);
+        }
         return;
     }
     for (size_t i = 0; i < rb * (size_t)rows; i++) w[i] = (uint8_t)rng();

@@ -74,9 +74,9 @@ static void test_pool(const char *spin) {
 
 /* ---- panels ---- */
 
-static const uint32_t rp_types[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q5_0, TS_TYPE_Q8_0,
+static const uint32_t rp_types[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q5_0, TS_TYPE_Q5_1, TS_TYPE_Q8_0,
                                     TS_TYPE_Q3_K, TS_TYPE_Q4_K, TS_TYPE_Q5_K, TS_TYPE_Q6_K};
-#define N_RP_TYPES 8
+#define N_RP_TYPES 9
 
 /* random rows of type ty: n_out rows of n_in into q (row_bytes each); types
  * without a quantizer get random bytes with sane f16 scales */
@@ -101,6 +101,10 @@ static void make_rows(uint32_t ty, int64_t n_in, int64_t n_out, uint8_t *q, size
             uint8_t *blk = row + b * bs;
             switch (ty) {
             case TS_TYPE_Q5_0: put_f16(blk, 0.05f * s * (1 + frand() * 0.5f)); break;
+            case TS_TYPE_Q5_1:
+                put_f16(blk, 0.05f * s * (1 + frand() * 0.5f));
+                put_f16(blk + 2, -0.8f * s * (1 + frand() * 0.5f));
+                break;
             case TS_TYPE_Q4_K:
             case TS_TYPE_Q5_K:
                 put_f16(blk, 0.01f * s * (1 + frand() * 0.5f));
@@ -286,7 +290,7 @@ static void test_linear(int hi) {
     else
         setenv("TS_ACT", "q8", 1);
     enum { NI = 512, NO = 80, MAXT = 70 };
-    const uint32_t types[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q8_0, TS_TYPE_Q5_0, TS_TYPE_Q3_K, TS_TYPE_Q4_K,
+    const uint32_t types[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q8_0, TS_TYPE_Q5_0, TS_TYPE_Q5_1, TS_TYPE_Q3_K, TS_TYPE_Q4_K,
                               TS_TYPE_Q5_K, TS_TYPE_Q6_K, TS_TYPE_F32,  TS_TYPE_F16,  TS_TYPE_BF16};
     const int nts = (int)(sizeof types / sizeof types[0]);
     static float x[MAXT * NI], y[3][MAXT * NO], y1[3][MAXT * NO], yr[MAXT * NO];

@@ -14,7 +14,8 @@ ts_act_type ts_qdot_act_type(uint32_t type) {
     case TS_TYPE_Q5_K:
     case TS_TYPE_Q6_K: return TS_ACT_Q8K;
     case TS_TYPE_F32:
-    case TS_TYPE_F16: return TS_ACT_F32;
+    case TS_TYPE_F16:
+    case TS_TYPE_BF16: return TS_ACT_F32;
     default: return TS_ACT_Q8;
     }
 }

@@ -47,7 +47,7 @@ static inline float rd_f16(const uint8_t *p) {
 
 typedef struct {
     uint8_t q[256];      /* unsigned quants */
-    uint8_t d[2], m[2];  /* raw f16: d, and m (Q4_1) / dmin (Q4_K, Q5_K) */
+    uint8_t d[2], m[2];  /* raw f16: d, and m (Q4_1, Q5_1) / dmin (Q4_K, Q5_K) */
     uint8_t sc[16];      /* Q4_K, Q5_K: 8 sub-block scales; Q3_K, Q6_K: 16 group scales (int8 bits) */
     uint8_t mn[8];       /* Q4_K, Q5_K: 8 sub-block mins */
 } dec_block;
@@ -73,14 +73,17 @@ static void decode(uint32_t type, const uint8_t *b, dec_block *o) {
         if (type == TS_TYPE_Q4_1) memcpy(o->m, b + 2, 2);
         break;
     }
-    case TS_TYPE_Q5_0: {
+    case TS_TYPE_Q5_0:
+    case TS_TYPE_Q5_1: { /* Q5_0: d, qh, qs; Q5_1: d, m, qh, qs */
+        const int h = type == TS_TYPE_Q5_1 ? 4 : 2;
         uint32_t qh;
-        memcpy(&qh, b + 2, 4);
+        memcpy(&qh, b + h, 4);
         for (int k = 0; k < 16; k++) {
-            o->q[k] = (uint8_t)((b[6 + k] & 0x0f) | (((qh >> k) & 1u) << 4));
-            o->q[k + 16] = (uint8_t)((b[6 + k] >> 4) | (((qh >> (k + 16)) & 1u) << 4));
+            o->q[k] = (uint8_t)((b[h + 4 + k] & 0x0f) | (((qh >> k) & 1u) << 4));
+            o->q[k + 16] = (uint8_t)((b[h + 4 + k] >> 4) | (((qh >> (k + 16)) & 1u) << 4));
         }
         memcpy(o->d, b, 2);
+        if (type == TS_TYPE_Q5_1) memcpy(o->m, b + 2, 2);
         break;
     }
     case TS_TYPE_Q8_0:
@@ -166,10 +169,12 @@ void ts_rp_pack_panel(uint32_t type, int64_t n_in, const uint8_t *src, size_t ro
                 if (type == TS_TYPE_Q4_1) memcpy(o + rp_m(kd) + 2 * r, d.m, 2);
                 break;
             case TS_TYPE_Q5_0:
+            case TS_TYPE_Q5_1:
                 put_nibbles(o, r, d.q);
                 for (int v = 0; v < 8; v++)
                     for (int c = 0; c < 4; c++) o[hb + 4 * r + c] |= (uint8_t)(((d.q[4 * v + c] >> 4) & 1) << v);
                 memcpy(o + dof + 2 * r, d.d, 2);
+                if (type == TS_TYPE_Q5_1) memcpy(o + rp_m(kd) + 2 * r, d.m, 2);
                 break;
             case TS_TYPE_Q8_0:
                 for (int v = 0; v < 8; v++)
@@ -241,7 +246,7 @@ static inline int panel_u(int kd, const uint8_t *o, int r, int sub, int k) {
         return ((nb[64 * (v / 4) + 4 * r + c] >> (2 * (v % 4))) & 3) | (((nb[rp_hb(kd) + 4 * r + c] >> v) & 1) << 2);
     const uint8_t byte = nb[64 * (v / 2) + 4 * r + c];
     int u = v % 2 ? byte >> 4 : byte & 0x0f;
-    if (kd == K_Q5_0 || kd == K_Q5_K) u |= ((nb[rp_hb(kd) + 4 * r + c] >> v) & 1) << 4;
+    if (rp_5bit(kd)) u |= ((nb[rp_hb(kd) + 4 * r + c] >> v) & 1) << 4;
     if (kd == K_Q6_K) u |= ((nb[rp_hb(kd) + 64 * (v / 4) + 4 * r + c] >> (2 * (v % 4))) & 3) << 4;
     return u;
 }
@@ -264,7 +269,8 @@ void ts_rp_row(uint32_t type, int64_t n_in, const uint8_t *packed, int64_t r, fl
             for (int k = 0; k < 32; k++) y[k] = (float)(panel_u(kd, o, rr, 0, k) - off) * d;
             break;
         }
-        case TS_TYPE_Q4_1: {
+        case TS_TYPE_Q4_1:
+        case TS_TYPE_Q5_1: {
             const float m = rd_f16(o + rp_m(kd) + 2 * rr);
             for (int k = 0; k < 32; k++) {
                 const float p = (float)panel_u(kd, o, rr, 0, k) * d;
@@ -354,15 +360,21 @@ void ts_rp_quant_ref(const float *x, int64_t n_in, int hi, uint8_t *tile, int nt
     }
 }
 
+int ts_rp_type_terms(uint32_t type, int *o, bool *halves, bool *has_m) {
+    if (rp_kind(type) < 0) return 0;
+    *halves = type == TS_TYPE_Q3_K || type == TS_TYPE_Q6_K;
+    *has_m = type == TS_TYPE_Q4_1 || type == TS_TYPE_Q5_1 || type == TS_TYPE_Q4_K || type == TS_TYPE_Q5_K;
+    *o = type == TS_TYPE_Q4_0 ? 8 : type == TS_TYPE_Q5_0 ? 16 : type == TS_TYPE_Q8_0 ? 128
+       : type == TS_TYPE_Q3_K ? 4 : type == TS_TYPE_Q6_K ? 32 : 0;
+    return 1;
+}
+
 int ts_rp_block_terms(uint32_t type, const uint8_t *o, ts_rp_terms *t) {
     const int kd = rp_kind(type);
     if (kd < 0) return 0;
     const int n_sub = rp_be(kd) / 32;
     memset(t, 0, sizeof *t);
-    t->halves = type == TS_TYPE_Q3_K || type == TS_TYPE_Q6_K;
-    t->has_m = type == TS_TYPE_Q4_1 || type == TS_TYPE_Q4_K || type == TS_TYPE_Q5_K;
-    t->o = type == TS_TYPE_Q4_0 ? 8 : type == TS_TYPE_Q5_0 ? 16 : type == TS_TYPE_Q8_0 ? 128
-         : type == TS_TYPE_Q3_K ? 4 : type == TS_TYPE_Q6_K ? 32 : 0;
+    ts_rp_type_terms(type, &t->o, &t->halves, &t->has_m);
     for (int sub = 0; sub < n_sub; sub++)
         for (int r = 0; r < 16; r++) {
             for (int k = 0; k < 32; k++) t->u[sub][k / 4][4 * r + k % 4] = (uint8_t)panel_u(kd, o, r, sub, k);
@@ -373,6 +385,7 @@ int ts_rp_block_terms(uint32_t type, const uint8_t *o, ts_rp_terms *t) {
             case TS_TYPE_Q5_0:
             case TS_TYPE_Q8_0: t->wd[sub][0][r] = dw; break;
             case TS_TYPE_Q4_1:
+            case TS_TYPE_Q5_1:
                 t->wd[sub][0][r] = dw;
                 t->wm[sub][r] = rd_f16(o + rp_m(kd) + 2 * r);
                 break;
@@ -447,7 +460,8 @@ static void rp_gemm_ref(uint32_t type, int64_t n_in, const uint8_t *panel, const
                     acc = fmaf((float)i, dw * s, acc);
                     break;
                 }
-                case TS_TYPE_Q4_1: {
+                case TS_TYPE_Q4_1:
+                case TS_TYPE_Q5_1: {
                     const int32_t i = block_dot(kd, o, r, 0, q1, q2, hi, 0, 32, 0);
                     acc = fmaf((float)i, dw * s, acc);
                     acc = fmaf(rd_f16(o + rp_m(kd) + 2 * r), ds, acc);
@@ -487,6 +501,7 @@ static void rp_gemm_ref(uint32_t type, int64_t n_in, const uint8_t *panel, const
 REF_ENTRY(rp_q4_0_ref, TS_TYPE_Q4_0)
 REF_ENTRY(rp_q4_1_ref, TS_TYPE_Q4_1)
 REF_ENTRY(rp_q5_0_ref, TS_TYPE_Q5_0)
+REF_ENTRY(rp_q5_1_ref, TS_TYPE_Q5_1)
 REF_ENTRY(rp_q8_0_ref, TS_TYPE_Q8_0)
 REF_ENTRY(rp_q3_k_ref, TS_TYPE_Q3_K)
 REF_ENTRY(rp_q4_k_ref, TS_TYPE_Q4_K)
@@ -498,6 +513,7 @@ ts_rp_gemm_fn ts_rp_gemm_ref(uint32_t type) {
     case TS_TYPE_Q4_0: return rp_q4_0_ref;
     case TS_TYPE_Q4_1: return rp_q4_1_ref;
     case TS_TYPE_Q5_0: return rp_q5_0_ref;
+    case TS_TYPE_Q5_1: return rp_q5_1_ref;
     case TS_TYPE_Q8_0: return rp_q8_0_ref;
     case TS_TYPE_Q3_K: return rp_q3_k_ref;
     case TS_TYPE_Q4_K: return rp_q4_k_ref;

@@ -10,7 +10,7 @@
  * needed, and a decoded weight vector is reused by up to 8 tokens.
  *
  * ---- weights ----
- * Supported types: Q4_0, Q4_1, Q5_0, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K. A panel holds rows
+ * Supported types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K. A panel holds rows
  * 16p .. 16p+15 (rows past n_out are zero) as a sequence of panel blocks
  * (32 elements; 256 for the K-quants) whose exact byte layout is defined
  * in kernels/rp_layout.h (read by repack.c and every level's kernel). Every 32-element block's quants are eight byte-vectors
@@ -23,7 +23,7 @@
  * memory beyond the zero rows padding a last partial panel.
  *
  * Weight w = a * (u - o) (+ offset), by type:
- *   Q4_0  d (u - 8)     Q4_1  d u + m      Q5_0  d (u - 16)    Q8_0  d (u - 128)
+ *   Q4_0  d (u - 8)     Q4_1  d u + m      Q5_0  d (u - 16)    Q5_1  d u + m    Q8_0  d (u - 128)
  *   Q4_K, Q5_K  (d sc_j) u - (dmin m_j)   (sub-block j of 32)
  *   Q6_K  (d sc_g) (u - 32)         (group g of 16)
  *   Q3_K  (d sc_g) (u - 4)          (group g of 16; sc_g = stored 6-bit scale - 32)
@@ -53,7 +53,7 @@
  *                (sumX = sum of the block's X, or of the half named)
  * The integer terms undo the weight offsets o: sum_j (u_j - o) X_j =
  * sum_j u_j X_j - o * sumX, with u the unsigned bytes vpdpbusd multiplies;
- * Q4_1's and Q4_K's offset terms are m * (s * sumX).
+ * Q4_1's, Q5_1's and Q4_K's offset terms are m * (s * sumX).
  *
  * ---- result ----
  * Of one (row, token), the definition every kernel level computes bit for
@@ -63,7 +63,7 @@
  *     i = exact int32 sum_j u_j X_j - o * sumX
  *         (hi: computed as 256 * sum u q1 + (sum u q2 - o * sumX))
  *     Q4_0 Q5_0 Q8_0:  acc = fmaf((float)i, d * s, acc)
- *     Q4_1:            acc = fmaf((float)i, d * s, acc); acc = fmaf(m, s * sumX, acc)
+ *     Q4_1 Q5_1:       acc = fmaf((float)i, d * s, acc); acc = fmaf(m, s * sumX, acc)
  *     Q4_K, Q5_K:      acc = fmaf((float)i, (d * sc_j) * s, acc);
  *                      acc = fmaf(-(dmin * m_j), s * sumX, acc)
  *     Q3_K, Q6_K:      per half h = 0, 1 (16 elements, its own i and sumX; Q3_K's
@@ -144,7 +144,7 @@ static inline void ts_rp_put_side(uint8_t *side, float s, int32_t sum_lo, int32_
  *   wd[sub][h][r]  the weight factor of half h's integer (h = 0 only unless
  *                  halves): d, d * sc_j or d * sc_h, computed as the
  *                  reference computes it (so wd * s is its product)
- *   wm[sub][r]     the offset factor of s * sumX when has_m: m (Q4_1),
+ *   wm[sub][r]     the offset factor of s * sumX when has_m: m (Q4_1, Q5_1),
  *                  -(dmin * m_j) (Q4_K, Q5_K)
  * and for the type: o (the integer offset: i = sum u X - o sumX over the
  * 32-block, or over each half of 16 when halves), halves, has_m. Returns
@@ -157,6 +157,9 @@ typedef struct ts_rp_terms {
     bool halves, has_m;
 } ts_rp_terms;
 int ts_rp_block_terms(uint32_t type, const uint8_t *block, ts_rp_terms *t);
+/* The type's part of ts_rp_terms (o, halves, has_m) alone, for layouts
+ * built on the panels' arithmetic (the AMX tiles); 0 for an unsupported type. */
+int ts_rp_type_terms(uint32_t type, int *o, bool *halves, bool *has_m);
 
 /* One 32-block of an activation row x[32] at the given precision (above):
  * the planes q1 (and q2 when hi), s and the sums of X over elements 0..15

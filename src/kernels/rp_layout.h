@@ -10,7 +10,7 @@
  * sub-blocks j of 32). For every type the 32 quants of a 32-block are eight
  * byte-vectors v = 0..7 of 64 bytes; byte 4r + c of vector v belongs to row
  * r, element 4v + c. 4-bit types store them as four vectors of nibbles
- * (vector j: v = 2j low, v = 2j + 1 high); Q5_0 (and each Q5_K sub-block)
+ * (vector j: v = 2j low, v = 2j + 1 high); Q5_0, Q5_1 (and each Q5_K sub-block)
  * adds a 64-byte vector whose byte 4r + c holds in bit v the 5th bit of
  * element 4v + c; Q6_K adds two whose byte 4r + c holds in bits 2(v%4),
  * 2(v%4)+1 of vector v/4 the top two bits of element 4v + c. Per-row fields
@@ -19,6 +19,7 @@
  *   Q4_0  nib 0 | d 256                                            = 288
  *   Q4_1  nib 0 | d 256 | m 288                                    = 320
  *   Q5_0  nib 0 | hbit 256 | d 320                                 = 352
+ *   Q5_1  nib 0 | hbit 256 | d 320 | m 352                         = 384
  *   Q8_0  bytes 0 (vector v at 64v) | d 512                        = 544
  *   Q4_K  per sub-block j: nib 256j | d 2048 | dmin 2080 | sc 2112 + 16j | min 2240 + 16j   = 2368
  *   Q3_K  per sub-block j: 2-bit 224j (two vectors: bits 2(v%4), +1 of vector v/4 hold element
@@ -38,7 +39,7 @@
 #include "quant/quant.h"
 
 /* panel kinds (the kernels' compile-time type parameter) */
-enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K, K_Q5_K, K_Q3_K, RP_KIND_COUNT };
+enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K, K_Q5_K, K_Q3_K, K_Q5_1, RP_KIND_COUNT };
 
 /* the kind of a GGUF type, or -1 when it has no panel layout */
 static inline int rp_kind(uint32_t type) {
@@ -46,6 +47,7 @@ static inline int rp_kind(uint32_t type) {
     case TS_TYPE_Q4_0: return K_Q4_0;
     case TS_TYPE_Q4_1: return K_Q4_1;
     case TS_TYPE_Q5_0: return K_Q5_0;
+    case TS_TYPE_Q5_1: return K_Q5_1;
     case TS_TYPE_Q8_0: return K_Q8_0;
     case TS_TYPE_Q4_K: return K_Q4_K;
     case TS_TYPE_Q6_K: return K_Q6_K;
@@ -63,7 +65,7 @@ static inline int rp_be(int kind) { return rp_kq(kind) ? 256 : 32; }
 
 /* bytes of one panel block (16 rows x rp_be inputs) */
 static inline size_t rp_wb(int kind) {
-    return kind == K_Q4_0 ? 288 : kind == K_Q4_1 ? 320 : kind == K_Q5_0 ? 352 : kind == K_Q8_0 ? 544
+    return kind == K_Q4_0 ? 288 : kind == K_Q4_1 ? 320 : kind == K_Q5_0 ? 352 : kind == K_Q5_1 ? 384 : kind == K_Q8_0 ? 544
          : kind == K_Q3_K ? 1824 : kind == K_Q4_K ? 2368 : kind == K_Q5_K ? 2880 : 3360;
 }
 
@@ -73,10 +75,16 @@ static inline int rp_sub(int kind) {
     return kind == K_Q3_K ? 224 : kind == K_Q4_K ? 256 : kind == K_Q5_K ? 320 : kind == K_Q6_K ? 416 : 0;
 }
 
+/* the 5-bit kinds: nibbles plus one high-bit vector (bit v -> bit 4) */
+static inline int rp_5bit(int kind) { return kind == K_Q5_0 || kind == K_Q5_1 || kind == K_Q5_K; }
+
+/* the 32-block kinds with an offset scale m per row (w = d u + m) */
+static inline int rp_has_m32(int kind) { return kind == K_Q4_1 || kind == K_Q5_1; }
+
 /* the high-bit vectors of a 32-block, from the start of its quants: Q5_0,
- * Q5_K one (bit 4), Q6_K two (bits 4, 5), Q3_K one (bit 2); 0 for none */
+ * Q5_1, Q5_K one (bit 4), Q6_K two (bits 4, 5), Q3_K one (bit 2); 0 for none */
 static inline int rp_hb(int kind) {
-    return kind == K_Q3_K ? 128 : kind == K_Q5_0 || kind == K_Q5_K || kind == K_Q6_K ? 256 : 0;
+    return kind == K_Q3_K ? 128 : rp_5bit(kind) || kind == K_Q6_K ? 256 : 0;
 }
 
 /* Q3_K, Q6_K: the first int8 group scale of sub-block j at rp_sub * j +
@@ -85,11 +93,11 @@ static inline int rp_gsc(int kind) { return kind == K_Q3_K ? 192 : 384; }
 
 /* the f16 d of the 16 rows */
 static inline int rp_d(int kind) {
-    return kind == K_Q8_0 ? 512 : kind == K_Q5_0 ? 320 : kind == K_Q3_K ? 1792 : kind == K_Q4_K ? 2048
+    return kind == K_Q8_0 ? 512 : kind == K_Q5_0 || kind == K_Q5_1 ? 320 : kind == K_Q3_K ? 1792 : kind == K_Q4_K ? 2048
          : kind == K_Q5_K ? 2560 : kind == K_Q6_K ? 3328 : 256;
 }
 
-/* the f16 offset scale of the 16 rows: Q4_1's m, Q4_K's and Q5_K's dmin */
+/* the f16 offset scale of the 16 rows: Q4_1's and Q5_1's m, Q4_K's and Q5_K's dmin */
 static inline int rp_m(int kind) { return rp_d(kind) + 32; }
 
 /* Q4_K, Q5_K: the scale bytes / min bytes of sub-block j at rp_sc + 16 j /

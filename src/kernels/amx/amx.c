@@ -139,10 +139,10 @@ static int plan(ts_amx_act act, uint32_t type, int64_t n_in, int64_t n_out, ts_a
     h->n_rt = (int32_t)((n_out + 15) / 16);
     uint64_t bytes = 0;
     if (path == TS_AMX_PATH_INT) {
-        h->halves = type == TS_TYPE_Q3_K || type == TS_TYPE_Q6_K;
-        h->has_m = type == TS_TYPE_Q4_1 || type == TS_TYPE_Q4_K || type == TS_TYPE_Q5_K;
-        h->o = type == TS_TYPE_Q4_0 ? 8 : type == TS_TYPE_Q5_0 ? 16 : type == TS_TYPE_Q8_0 ? 128
-             : type == TS_TYPE_Q3_K ? 4 : type == TS_TYPE_Q6_K ? 32 : 0;
+        int o;
+        bool halves, has_m;
+        ts_rp_type_terms(type, &o, &halves, &has_m);
+        h->halves = halves, h->has_m = has_m, h->o = o;
         h->k_pad = n_in;
         h->n_blk = (int32_t)(n_in / 32);
         h->off_wd = (uint32_t)(16 * n_in);

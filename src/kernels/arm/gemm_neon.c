@@ -93,7 +93,7 @@ AI void decode_quarter(const int kind, const uint8_t *q, const int k, int8x16_t 
         b[2 * j] = vandq_u8(raw, m4);
         b[2 * j + 1] = vshrq_n_u8(raw, 4);
     }
-    if (kind == K_Q5_0 || kind == K_Q5_K) { /* bit v of the hbit vector -> bit 4 of vector v */
+    if (rp_5bit(kind)) { /* bit v of the hbit vector -> bit 4 of vector v */
         const uint8x16_t hb = vld1q_u8(q + rp_hb(kind) + 16 * k), k10 = vdupq_n_u8(0x10);
         for (int v = 0; v < 8; v++)
             b[v] = vorrq_u8(b[v], vandq_u8(vtstq_u8(hb, vdupq_n_u8((uint8_t)(1u << v))), k10));
@@ -180,7 +180,7 @@ AI void quarter_tile(const int kind, const int hi, int64_t n, const uint8_t *w, 
                 const int off_at = kind == K_Q4_0 ? 8 : kind == K_Q5_0 ? 16 : 0;
                 decode_quarter(kind, w, k, u);
                 block_part(kind, hi, u, x, nt, 0, 8, off_at, ld_f16x4(w + doff + 8 * k), f);
-                if (kind == K_Q4_1) {
+                if (rp_has_m32(kind)) {
                     const float32x4_t m = ld_f16x4(w + rp_m(kind) + 8 * k);
                     for (int t = 0; t < nt; t++) f[t] = vfmaq_f32(f[t], m, bcastf(side + TS_RP_SIDE * t + 4));
                 }
@@ -211,6 +211,7 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
 RP_ENTRY(ts_rp_q4_0_neon, K_Q4_0)
 RP_ENTRY(ts_rp_q4_1_neon, K_Q4_1)
 RP_ENTRY(ts_rp_q5_0_neon, K_Q5_0)
+RP_ENTRY(ts_rp_q5_1_neon, K_Q5_1)
 RP_ENTRY(ts_rp_q8_0_neon, K_Q8_0)
 RP_ENTRY(ts_rp_q3_k_neon, K_Q3_K)
 RP_ENTRY(ts_rp_q4_k_neon, K_Q4_K)

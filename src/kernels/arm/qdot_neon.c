@@ -474,6 +474,43 @@ AI void f16_tile(int64_t n, const uint8_t *w, const uint8_t *const *x, float *ou
     }
 }
 
+/* BF16 x f32: a weight is the top half of an f32, widened by a shift, exactly */
+AI float32x4_t ld_bf16x4(const uint8_t *p) {
+    uint16x4_t h;
+    memcpy(&h, p, 8);
+    return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
+}
+
+AI float ld_bf16(const uint8_t *p) {
+    const uint32_t u = (uint32_t)(p[0] | (p[1] << 8)) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+AI void bf16_tile(int64_t n, const uint8_t *w, const uint8_t *const *x, float *out, const int nt) {
+    float32x4_t a[4][4];
+    for (int t = 0; t < nt; t++)
+        for (int k = 0; k < 4; k++) a[t][k] = vdupq_n_f32(0.0f);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        float32x4_t wv[4];
+        for (int k = 0; k < 4; k++) wv[k] = ld_bf16x4(w + 2 * (i + 4 * k));
+        for (int t = 0; t < nt; t++)
+            for (int k = 0; k < 4; k++)
+                a[t][k] = vfmaq_f32(a[t][k], wv[k], vld1q_f32((const float *)(const void *)x[t] + i + 4 * k));
+    }
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t wv = ld_bf16x4(w + 2 * i);
+        for (int t = 0; t < nt; t++) a[t][0] = vfmaq_f32(a[t][0], wv, vld1q_f32((const float *)(const void *)x[t] + i));
+    }
+    for (int t = 0; t < nt; t++) {
+        float s = f_finish(a[t]);
+        for (int64_t k = i; k < n; k++) s = fmaf(ld_bf16(w + 2 * k), ld_f32(x[t] + 4 * k), s);
+        out[t] = s;
+    }
+}
+
 /* ---- entry points and the table ---- */
 
 #define ENTRIES(name)                                                                         \
@@ -499,6 +536,7 @@ ENTRIES(q5_k)
 ENTRIES(q6_k)
 ENTRIES(f32)
 ENTRIES(f16)
+ENTRIES(bf16)
 
 #define ENTRY(T, name) .dot[T] = name##_1, .dot4[T] = name##_4
 
@@ -520,11 +558,13 @@ const ts_kern ts_kern_tab_neon = {
     ENTRY(TS_TYPE_Q6_K, q6_k),
     ENTRY(TS_TYPE_F32, f32),
     ENTRY(TS_TYPE_F16, f16),
+    ENTRY(TS_TYPE_BF16, bf16),
     /* panel GEMM (gemm_neon.c): bit-identical to the scalar definition */
     .rp_gemm[TS_TYPE_Q4_0] = ts_rp_q4_0_neon,
     .rp_gemm[TS_TYPE_Q4_1] = ts_rp_q4_1_neon,
     .rp_gemm[TS_TYPE_Q8_0] = ts_rp_q8_0_neon,
     .rp_gemm[TS_TYPE_Q5_0] = ts_rp_q5_0_neon,
+    .rp_gemm[TS_TYPE_Q5_1] = ts_rp_q5_1_neon,
     .rp_gemm[TS_TYPE_Q3_K] = ts_rp_q3_k_neon,
     .rp_gemm[TS_TYPE_Q4_K] = ts_rp_q4_k_neon,
     .rp_gemm[TS_TYPE_Q5_K] = ts_rp_q5_k_neon,

@@ -334,6 +334,14 @@ static float dot_f16(int64_t n, const void *vw, const void *vx) {
     return sum;
 }
 
+/* BF16: the top half of an f32, so the conversion is exact */
+static float dot_bf16(int64_t n, const void *vw, const void *vx) {
+    const uint8_t *w = vw, *x = vx;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) sum += ts_bf16_to_f32((uint16_t)(w[2 * i] | (w[2 * i + 1] << 8))) * rd_f32(x + 4 * i);
+    return sum;
+}
+
 /* The scalar "tile" is four independent dots: same function, same results. */
 #define TILE(name)                                                                            \
     static void name##_x4(int64_t n, const void *w, const void *const x[4], float out[4]) { \
@@ -351,6 +359,7 @@ TILE(dot_q5_k)
 TILE(dot_q6_k)
 TILE(dot_f32)
 TILE(dot_f16)
+TILE(dot_bf16)
 
 #define ENTRY(T, name) .dot[T] = name, .dot4[T] = name##_x4
 
@@ -372,4 +381,5 @@ const ts_kern ts_kern_tab_scalar = {
     ENTRY(TS_TYPE_Q6_K, dot_q6_k),
     ENTRY(TS_TYPE_F32, dot_f32),
     ENTRY(TS_TYPE_F16, dot_f16),
+    ENTRY(TS_TYPE_BF16, dot_bf16),
 };

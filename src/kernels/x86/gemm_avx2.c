@@ -1,7 +1,7 @@
 /* gemm_avx2.c - the panel GEMM and activation-tile quantizer of repack.h
  * for AVX2 + FMA + F16C (no VNNI): 16 output rows (two ymm of 8 int32 / f32
  * lanes: rows 0..7 and 8..15, the two 32-byte halves of every 64-byte
- * weight vector) x up to 8 tokens per call, for Q4_0, Q4_1, Q5_0, Q8_0,
+ * weight vector) x up to 8 tokens per call, for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
  * Q3_K, Q4_K, Q5_K and Q6_K panels. This file alone gets -mavx2 -mfma -mf16c.
  *
  * Integer dots without vpdpbusd: vpmaddubsw multiplies the unsigned weight
@@ -12,7 +12,7 @@
  * (vpmaddwd with ones: the lane's two int16 into its row's int32):
  *   4-bit (Q4_0, Q4_1, Q4_K; u <= 15): pair <= 3840, and a group of 8
  *     vectors adds 8 pairs per int16 lane: <= 30720;
- *   Q5_0 (u <= 31): pair <= 7936, groups of 4 <= 31744;
+ *   Q5_0, Q5_1 (u <= 31): pair <= 7936, groups of 4 <= 31744;
  *   Q6_K (u <= 63): pair <= 16128, groups of 2 <= 32256;
  *   Q8_0 (u = q + 128 <= 255): a pair could reach 65280, so u is split into
  *     nibbles u = 16 uh + ul, each a 4-bit group of 8, widened with 16 and 1.
@@ -20,7 +20,7 @@
  * the integer of repack.h's definition (the hi precision as (a1 << 8) + a2
  * with the offset term in a2, like the reference). The f32 work after it is
  * the definition's, lane by lane and in its order (one convert, the row
- * scale times the token scale, one FMA; Q4_1 / Q4_K one more FMA), so the
+ * scale times the token scale, one FMA; Q4_1 / Q5_1 / Q4_K one more FMA), so the
  * results are bit-identical to ts_rp_gemm_ref and to the AVX-512 kernels
  * (tests/test_rp_gemm.c, tests/test_perf_kernels.c).
  *
@@ -112,7 +112,7 @@ AI void decode_block(const int kind, const uint8_t *q, wblock *b) {
             b->u[2 * j][h] = _mm256_and_si256(raw, m4);
             b->u[2 * j + 1][h] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
         }
-        if (kind == K_Q5_0 || kind == K_Q5_K) { /* bit v of the hbit vector -> bit 4 of vector v */
+        if (rp_5bit(kind)) { /* bit v of the hbit vector -> bit 4 of vector v */
             const __m256i hb = ld256(q + rp_hb(kind) + 32 * h), m = _mm256_set1_epi8(0x10);
             for (int v = 0; v < 8; v++) {
                 /* a shift by < 8 inside 32-bit lanes: bit 4 of each byte
@@ -138,7 +138,7 @@ AI void decode_block(const int kind, const uint8_t *q, wblock *b) {
 AI void dot_plane(const int kind, const wblock *b, const uint8_t *xq, const int vb, const int ve, __m256i out[2]) {
     const __m256i ones = _mm256_set1_epi16(1);
     /* vectors per int16 group (the saturation bounds at the top) */
-    const int g = kind == K_Q5_0 || kind == K_Q5_K ? 4 : kind == K_Q6_K ? 2 : 8;
+    const int g = rp_5bit(kind) ? 4 : kind == K_Q6_K ? 2 : 8;
     __m256i r0 = _mm256_setzero_si256(), r1 = _mm256_setzero_si256();
     for (int v0 = vb; v0 < ve; v0 += g) {
         __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
@@ -229,7 +229,7 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
                 decode_block(kind, w, &b);
                 const __m256 S[2] = {ld_f16x8(w + doff), ld_f16x8(w + doff + 16)};
                 block_part(kind, hi, &b, x, nt, 0, 8, off_at, S, f);
-                if (kind == K_Q4_1) {
+                if (rp_has_m32(kind)) {
                     const __m256 m[2] = {ld_f16x8(w + rp_m(kind)), ld_f16x8(w + rp_m(kind) + 16)};
                     for (int t = 0; t < nt; t++) {
                         const __m256 ds = bcastf(side + TS_RP_SIDE * t + 4);
@@ -248,6 +248,7 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
 RP_ENTRY(ts_rp_q4_0_avx2, K_Q4_0)
 RP_ENTRY(ts_rp_q4_1_avx2, K_Q4_1)
 RP_ENTRY(ts_rp_q5_0_avx2, K_Q5_0)
+RP_ENTRY(ts_rp_q5_1_avx2, K_Q5_1)
 RP_ENTRY(ts_rp_q8_0_avx2, K_Q8_0)
 RP_ENTRY(ts_rp_q3_k_avx2, K_Q3_K)
 RP_ENTRY(ts_rp_q4_k_avx2, K_Q4_K)

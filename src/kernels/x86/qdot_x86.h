@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "kernels/qdot_impl.h"
+#include "quant/quant.h"
 
 #define AI static inline __attribute__((always_inline))
 
@@ -509,12 +510,25 @@ AI void f32_tile(int64_t n, const uint8_t *w, const uint8_t *const *x, float *ou
     }
 }
 
-AI void f16_tile(int64_t n, const uint8_t *w, const uint8_t *const *x, float *out, const int nt) {
+#endif
+
+/* F16 and BF16 x f32, 8 lanes: bf16 on every x86 level, f16 where the
+ * level has no wider kernel of its own. A bf16 weight is the top half of an
+ * f32, widened by a shift, exactly. */
+AI __m256 ld_h16x8(const int bf, const uint8_t *p) {
+    return bf ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(ld128(p)), 16)) : _mm256_cvtph_ps(ld128(p));
+}
+
+AI float ld_h16(const int bf, const uint8_t *p) {
+    return bf ? ts_bf16_to_f32((uint16_t)(p[0] | (p[1] << 8))) : ld_f16(p);
+}
+
+AI void h16_tile(const int bf, int64_t n, const uint8_t *w, const uint8_t *const *x, float *out, const int nt) {
     __m256 a0[4], a1[4];
     for (int t = 0; t < nt; t++) a0[t] = a1[t] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        const __m256 w0 = _mm256_cvtph_ps(ld128(w + 2 * i)), w1 = _mm256_cvtph_ps(ld128(w + 2 * i + 16));
+        const __m256 w0 = ld_h16x8(bf, w + 2 * i), w1 = ld_h16x8(bf, w + 2 * i + 16);
         for (int t = 0; t < nt; t++) {
             const float *xf = (const float *)(const void *)x[t];
             a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xf + i), a0[t]);
@@ -522,56 +536,26 @@ AI void f16_tile(int64_t n, const uint8_t *w, const uint8_t *const *x, float *ou
         }
     }
     if (i + 8 <= n) {
-        const __m256 w0 = _mm256_cvtph_ps(ld128(w + 2 * i));
+        const __m256 w0 = ld_h16x8(bf, w + 2 * i);
         for (int t = 0; t < nt; t++)
             a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps((const float *)(const void *)x[t] + i), a0[t]);
         i += 8;
     }
     for (int t = 0; t < nt; t++) {
         float s = hsum8(_mm256_add_ps(a0[t], a1[t]));
-        for (int64_t k = i; k < n; k++) s = fmaf(ld_f16(w + 2 * k), ld_f32(x[t] + 4 * k), s);
+        for (int64_t k = i; k < n; k++) s = fmaf(ld_h16(bf, w + 2 * k), ld_f32(x[t] + 4 * k), s);
         out[t] = s;
     }
-}
-#endif
-
-/* BF16 x f32 (every x86 level: 8 lanes; a weight is the top half of an f32,
- * widened by a shift, exactly) */
-AI __m256 ld_bf16x8(const uint8_t *p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(ld128(p)), 16));
-}
-
-AI float ld_bf16(const uint8_t *p) {
-    const uint32_t u = (uint32_t)(p[0] | (p[1] << 8)) << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
 }
 
 AI void bf16_tile(int64_t n, const uint8_t *w, const uint8_t *const *x, float *out, const int nt) {
-    __m256 a0[4], a1[4];
-    for (int t = 0; t < nt; t++) a0[t] = a1[t] = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m256 w0 = ld_bf16x8(w + 2 * i), w1 = ld_bf16x8(w + 2 * i + 16);
-        for (int t = 0; t < nt; t++) {
-            const float *xf = (const float *)(const void *)x[t];
-            a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xf + i), a0[t]);
-            a1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xf + i + 8), a1[t]);
-        }
-    }
-    if (i + 8 <= n) {
-        const __m256 w0 = ld_bf16x8(w + 2 * i);
-        for (int t = 0; t < nt; t++)
-            a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps((const float *)(const void *)x[t] + i), a0[t]);
-        i += 8;
-    }
-    for (int t = 0; t < nt; t++) {
-        float s = hsum8(_mm256_add_ps(a0[t], a1[t]));
-        for (int64_t k = i; k < n; k++) s = fmaf(ld_bf16(w + 2 * k), ld_f32(x[t] + 4 * k), s);
-        out[t] = s;
-    }
+    h16_tile(1, n, w, x, out, nt);
 }
+#if !TS_X86_WIDE_F32
+AI void f16_tile(int64_t n, const uint8_t *w, const uint8_t *const *x, float *out, const int nt) {
+    h16_tile(0, n, w, x, out, nt);
+}
+#endif
 
 /* ---- entry points and the table ---- */
 

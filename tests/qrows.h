@@ -34,7 +34,7 @@ static uint8_t wbyte(uint32_t ty, int m) {
 /* n_rows GGUF rows of n_in elements: quant bytes by mode, sane scales */
 static void make_rows(uint32_t ty, int64_t n_in, int n_rows, int mode, uint8_t *q) {
     const size_t rb = ts_row_size(ty, n_in);
-    const int kq = ty == TS_TYPE_Q3_K || ty == TS_TYPE_Q4_K || ty == TS_TYPE_Q5_K || ty == TS_TYPE_Q6_K;
+    const int kq = ty == TS_TYPE_Q2_K || ty == TS_TYPE_Q3_K || ty == TS_TYPE_Q4_K || ty == TS_TYPE_Q5_K || ty == TS_TYPE_Q6_K;
     const size_t bs = ts_row_size(ty, kq ? 256 : 32);
     for (size_t i = 0; i < rb * (size_t)n_rows; i++) q[i] = wbyte(ty, mode);
     for (size_t b = 0; b < rb * (size_t)n_rows / bs; b++) {
@@ -52,6 +52,11 @@ static void make_rows(uint32_t ty, int64_t n_in, int n_rows, int mode, uint8_t *
         case TS_TYPE_Q6_K:
             for (int k = 192; k < 208; k++) blk[k] = (uint8_t)rng(); /* int8 group scales */
             put_f16(blk + 208, rand_f16());
+            break;
+        case TS_TYPE_Q2_K:
+            for (int k = 0; k < 16; k++) blk[k] = (uint8_t)rng(); /* 4-bit scales and mins */
+            put_f16(blk + 80, rand_f16());
+            put_f16(blk + 82, rand_f16());
             break;
         case TS_TYPE_Q3_K:
             for (int k = 96; k < 108; k++) blk[k] = (uint8_t)rng(); /* packed 6-bit group scales */

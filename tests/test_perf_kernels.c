@@ -75,8 +75,8 @@ static void test_pool(const char *spin) {
 /* ---- panels ---- */
 
 static const uint32_t rp_types[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q5_0, TS_TYPE_Q5_1, TS_TYPE_Q8_0,
-                                    TS_TYPE_Q3_K, TS_TYPE_Q4_K, TS_TYPE_Q5_K, TS_TYPE_Q6_K};
-#define N_RP_TYPES 9
+                                    TS_TYPE_Q2_K, TS_TYPE_Q3_K, TS_TYPE_Q4_K, TS_TYPE_Q5_K, TS_TYPE_Q6_K};
+#define N_RP_TYPES 10
 
 /* random rows of type ty: n_out rows of n_in into q (row_bytes each); types
  * without a quantizer get random bytes with sane f16 scales */
@@ -112,6 +112,10 @@ static void make_rows(uint32_t ty, int64_t n_in, int64_t n_out, uint8_t *q, size
                 break;
             case TS_TYPE_Q6_K: put_f16(blk + 208, 0.0005f * s * (1 + frand() * 0.5f)); break;
             case TS_TYPE_Q3_K: put_f16(blk + 108, 0.01f * s * (1 + frand() * 0.5f)); break;
+            case TS_TYPE_Q2_K:
+                put_f16(blk + 80, 0.01f * s * (1 + frand() * 0.5f));
+                put_f16(blk + 82, 0.005f * s * (1 + frand() * 0.5f));
+                break;
             default: break;
             }
         }
@@ -290,8 +294,8 @@ static void test_linear(int hi) {
     else
         setenv("TS_ACT", "q8", 1);
     enum { NI = 512, NO = 80, MAXT = 70 };
-    const uint32_t types[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q8_0, TS_TYPE_Q5_0, TS_TYPE_Q5_1, TS_TYPE_Q3_K, TS_TYPE_Q4_K,
-                              TS_TYPE_Q5_K, TS_TYPE_Q6_K, TS_TYPE_F32,  TS_TYPE_F16,  TS_TYPE_BF16};
+    const uint32_t types[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q8_0, TS_TYPE_Q5_0, TS_TYPE_Q5_1, TS_TYPE_Q2_K, TS_TYPE_Q3_K,
+                              TS_TYPE_Q4_K, TS_TYPE_Q5_K, TS_TYPE_Q6_K, TS_TYPE_F32, TS_TYPE_F16, TS_TYPE_BF16};
     const int nts = (int)(sizeof types / sizeof types[0]);
     static float x[MAXT * NI], y[3][MAXT * NO], y1[3][MAXT * NO], yr[MAXT * NO];
     static float scratch[4 * NI], wf[3][NO * NI];

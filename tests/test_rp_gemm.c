@@ -4,7 +4,7 @@
  * ts_rp_gemm_ref / ts_rp_quant_ref of kernels/repack.h. Bound: EXACT (bit for bit), since repack.h defines
  * the integers and the f32 operation order every level must follow.
  *
- * Cases, per type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K) and precision (hi,
+ * Cases, per type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and precision (hi,
  * lo):
  *   - weights: random quant bytes, and all-extreme ones (every u at its
  *     maximum 15 / 31 / 63 / 255, or 0, or a random mix of both) which push
@@ -36,7 +36,7 @@
 #define NMAX 768 /* largest n_in tested */
 
 static const uint32_t types[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q5_0, TS_TYPE_Q5_1, TS_TYPE_Q8_0,
-                                 TS_TYPE_Q3_K, TS_TYPE_Q4_K, TS_TYPE_Q5_K, TS_TYPE_Q6_K};
+                                 TS_TYPE_Q2_K, TS_TYPE_Q3_K, TS_TYPE_Q4_K, TS_TYPE_Q5_K, TS_TYPE_Q6_K};
 #define N_TYPES (sizeof types / sizeof types[0])
 
 #include "qrows.h"
@@ -165,7 +165,7 @@ static void test_gemm(const ts_kern *k) {
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const uint32_t ty = types[ti];
         if (!k->rp_gemm[ty]) continue;
-        const int kq = ty == TS_TYPE_Q3_K || ty == TS_TYPE_Q4_K || ty == TS_TYPE_Q5_K || ty == TS_TYPE_Q6_K;
+        const int kq = ty == TS_TYPE_Q2_K || ty == TS_TYPE_Q3_K || ty == TS_TYPE_Q4_K || ty == TS_TYPE_Q5_K || ty == TS_TYPE_Q6_K;
         const int64_t sizes[2] = {kq ? 256 : 32, kq ? NMAX : 288};
         for (int hi = 0; hi < 2; hi++)
             for (int mode = 0; mode < W_MODES; mode++)

@@ -13,7 +13,8 @@ benchmarks only (the weights are noise; the outputs mean nothing).
   (--only llada-8b-Q4_0.gguf), for the diffusion decoders' speed figures
   Llama-3.2-1B shape, Q5_K and Q3_K (file types Q5_K_S, Q3_K_S), only on
   request (--only llama3.2-1b-Q5_K.gguf llama3.2-1b-Q3_K.gguf), for those
-  panel kernels; SmolLM2-135M shape in Q5_1 (file type Q5_1) on request
+  panel kernels, and in Q2_K (file type Q2_K: every layer matrix Q2_K; --only
+  llama3.2-1b-Q2_K.gguf) for its panel kernel; SmolLM2-135M shape in Q5_1 (file type Q5_1) on request
   (--only smollm2-135m-Q5_1.gguf), for its panel kernel
 
 Tensor types follow llama-quantize for those file types: every layer matrix
@@ -61,11 +62,12 @@ FILES = [("smollm2-135m", "Q4_0"), ("smollm2-135m", "Q4_1"), ("smollm2-135m", "Q
          ("llama3.2-1b", "Q4_0"), ("llama3.2-1b", "Q4_1")]
 # written only when --only names them: LLaDA (~4.6 GB), and 1Bs of K-quants
 # (Q5_K_S / Q3_K_S: every layer matrix Q5_K / Q3_K) for those panel kernels
-ON_REQUEST = [("llada-8b", "Q4_0"), ("llama3.2-1b", "Q5_K"), ("llama3.2-1b", "Q3_K"), ("smollm2-135m", "Q5_1")]
-FILE_TYPE = {"Q4_0": 2, "Q4_1": 3, "Q5_1": 9, "Q8_0": 7, "Q3_K": 11, "Q5_K": 16}  # llama_ftype (MOSTLY_Q3_K_S, _Q5_K_S)
+ON_REQUEST = [("llada-8b", "Q4_0"), ("llama3.2-1b", "Q5_K"), ("llama3.2-1b", "Q3_K"), ("llama3.2-1b", "Q2_K"),
+              ("smollm2-135m", "Q5_1")]
+FILE_TYPE = {"Q4_0": 2, "Q4_1": 3, "Q5_1": 9, "Q8_0": 7, "Q2_K": 10, "Q3_K": 11, "Q5_K": 16}  # llama_ftype (MOSTLY_Q3_K_S, _Q5_K_S)
 
 # (bytes per block, elements per block)
-BLOCK = {QT.Q4_0: (18, 32), QT.Q4_1: (20, 32), QT.Q5_1: (24, 32), QT.Q8_0: (34, 32), QT.Q3_K: (110, 256), QT.Q5_K: (176, 256),
+BLOCK = {QT.Q4_0: (18, 32), QT.Q4_1: (20, 32), QT.Q5_1: (24, 32), QT.Q8_0: (34, 32), QT.Q2_K: (84, 256), QT.Q3_K: (110, 256), QT.Q5_K: (176, 256),
          QT.Q6_K: (210, 256)}
 
 
@@ -78,13 +80,17 @@ def random_blocks(rng, qt, n_out, n_in):
     target = 1.0 / math.sqrt(n_in)
     # Q5_K: 5-bit q (std 9.2) times a 6-bit sub-block scale (~32)
     # Q3_K: (u - 4) in -4..3 (std 2.3) times a signed 6-bit group scale (std 18.5)
-    quant_std = {QT.Q4_0: 4.6, QT.Q4_1: 4.6, QT.Q5_1: 9.2, QT.Q8_0: 74.0, QT.Q3_K: 2.3 * 18.5, QT.Q5_K: 9.2 * 32.0,
+    # Q2_K: 2-bit q (std 1.1) times a 4-bit group scale (~8.7 rms)
+    quant_std = {QT.Q4_0: 4.6, QT.Q4_1: 4.6, QT.Q5_1: 9.2, QT.Q8_0: 74.0, QT.Q2_K: 1.1 * 8.7, QT.Q3_K: 2.3 * 18.5, QT.Q5_K: 9.2 * 32.0,
                  QT.Q6_K: 18.5 * 74.0}[qt]
     d = (target / quant_std * (1.0 + 0.1 * rng.standard_normal(nb))).astype(np.float16)
     if qt == QT.Q6_K:
         raw[:, 208:210] = d.view(np.uint8).reshape(nb, 2)
     elif qt == QT.Q3_K:
         raw[:, 108:110] = d.view(np.uint8).reshape(nb, 2)
+    elif qt == QT.Q2_K:  # d, and dmin: the group mins (4-bit, ~7.5) take off about d * 7.5 * 1.5
+        raw[:, 80:82] = d.view(np.uint8).reshape(nb, 2)
+        raw[:, 82:84] = (1.5 * d.astype(np.float32)).astype(np.float16).view(np.uint8).reshape(nb, 2)
     else:
         raw[:, 0:2] = d.view(np.uint8).reshape(nb, 2)
     if qt == QT.Q5_K:  # dmin: the sub-block mins (6-bit, ~32) take off about d * 32 * 15.5

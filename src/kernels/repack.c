@@ -48,7 +48,8 @@ static inline float rd_f16(const uint8_t *p) {
 typedef struct {
     uint8_t q[256];      /* unsigned quants */
     uint8_t d[2], m[2];  /* raw f16: d, and m (Q4_1, Q5_1) / dmin (Q4_K, Q5_K) */
-    uint8_t sc[16];      /* Q4_K, Q5_K: 8 sub-block scales; Q3_K, Q6_K: 16 group scales (int8 bits) */
+    uint8_t sc[16];      /* Q4_K, Q5_K: 8 sub-block scales; Q3_K, Q6_K: 16 group scales (int8 bits);
+                            Q2_K: 16 group bytes, scale | min << 4 */
     uint8_t mn[8];       /* Q4_K, Q5_K: 8 sub-block mins */
 } dec_block;
 
@@ -99,6 +100,14 @@ static void decode(uint32_t type, const uint8_t *b, dec_block *o) {
                 o->q[64 * k + l] = b[16 + 32 * k + l] & 0x0f;
                 o->q[64 * k + 32 + l] = b[16 + 32 * k + l] >> 4;
             }
+        break;
+    case TS_TYPE_Q2_K: /* sub-block 4n + j, element l: bits 2j, 2j+1 of qs[32n + l] */
+        for (int n = 0; n < 2; n++)
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l < 32; l++) o->q[128 * n + 32 * j + l] = (uint8_t)((b[16 + 32 * n + l] >> (2 * j)) & 3);
+        memcpy(o->sc, b, 16);
+        memcpy(o->d, b + 80, 2);
+        memcpy(o->m, b + 82, 2);
         break;
     case TS_TYPE_Q3_K: /* u = 2-bit q + 4 * hmask bit (w = d sc (u - 4)), sc = 6-bit scale - 32 */
         for (int n = 0; n < 2; n++)
@@ -190,6 +199,7 @@ void ts_rp_pack_panel(uint32_t type, int64_t n_in, const uint8_t *src, size_t ro
                 memcpy(o + dof + 2 * r, d.d, 2);
                 memcpy(o + rp_m(kd) + 2 * r, d.m, 2);
                 break;
+            case TS_TYPE_Q2_K:
             case TS_TYPE_Q3_K:
                 for (int j = 0; j < 8; j++) {
                     uint8_t *oj = o + sub * j;
@@ -197,12 +207,13 @@ void ts_rp_pack_panel(uint32_t type, int64_t n_in, const uint8_t *src, size_t ro
                     for (int v = 0; v < 8; v++)
                         for (int c = 0; c < 4; c++) {
                             oj[64 * (v / 4) + 4 * r + c] |= (uint8_t)((q[4 * v + c] & 3) << (2 * (v % 4)));
-                            oj[hb + 4 * r + c] |= (uint8_t)(((q[4 * v + c] >> 2) & 1) << v);
+                            if (type == TS_TYPE_Q3_K) oj[hb + 4 * r + c] |= (uint8_t)(((q[4 * v + c] >> 2) & 1) << v);
                         }
                     oj[rp_gsc(kd) + r] = d.sc[2 * j];
                     oj[rp_gsc(kd) + 16 + r] = d.sc[2 * j + 1];
                 }
                 memcpy(o + dof + 2 * r, d.d, 2);
+                if (type == TS_TYPE_Q2_K) memcpy(o + rp_m(kd) + 2 * r, d.m, 2);
                 break;
             case TS_TYPE_Q5_K:
                 for (int j = 0; j < 8; j++) {
@@ -242,6 +253,7 @@ static inline int panel_u(int kd, const uint8_t *o, int r, int sub, int k) {
     const int v = k / 4, c = k % 4;
     if (kd == K_Q8_0) return o[64 * v + 4 * r + c];
     const uint8_t *nb = o + rp_sub(kd) * sub; /* the 32-block's quants */
+    if (kd == K_Q2_K) return (nb[64 * (v / 4) + 4 * r + c] >> (2 * (v % 4))) & 3;
     if (kd == K_Q3_K)
         return ((nb[64 * (v / 4) + 4 * r + c] >> (2 * (v % 4))) & 3) | (((nb[rp_hb(kd) + 4 * r + c] >> v) & 1) << 2);
     const uint8_t byte = nb[64 * (v / 2) + 4 * r + c];
@@ -292,6 +304,17 @@ void ts_rp_row(uint32_t type, int64_t n_in, const uint8_t *packed, int64_t r, fl
                     y[32 * j + k] = p - ml;
                 }
             }
+            break;
+        }
+        case TS_TYPE_Q2_K: { /* as quant.c's dq_q2_k: (d * sc) * q - (dmin * m) */
+            const float dmin = rd_f16(o + rp_m(kd) + 2 * rr);
+            for (int j = 0; j < 8; j++)
+                for (int k = 0; k < 32; k++) {
+                    const uint8_t g = o[rp_sub(kd) * j + rp_gsc(kd) + (k < 16 ? 0 : 16) + rr];
+                    const float dl = d * (float)(g & 0x0f), ml = dmin * (float)(g >> 4);
+                    const float p = dl * (float)panel_u(kd, o, rr, j, k);
+                    y[32 * j + k] = p - ml;
+                }
             break;
         }
         case TS_TYPE_Q3_K:
@@ -361,7 +384,8 @@ void ts_rp_quant_ref(const float *x, int64_t n_in, int hi, uint8_t *tile, int nt
 }
 
 int ts_rp_type_terms(uint32_t type, int *o, bool *halves, bool *has_m) {
-    if (rp_kind(type) < 0) return 0;
+    /* Q2_K's offset term is per half (dmin * m_h * sumX_h): not one of these */
+    if (rp_kind(type) < 0 || type == TS_TYPE_Q2_K) return 0;
     *halves = type == TS_TYPE_Q3_K || type == TS_TYPE_Q6_K;
     *has_m = type == TS_TYPE_Q4_1 || type == TS_TYPE_Q5_1 || type == TS_TYPE_Q4_K || type == TS_TYPE_Q5_K;
     *o = type == TS_TYPE_Q4_0 ? 8 : type == TS_TYPE_Q5_0 ? 16 : type == TS_TYPE_Q8_0 ? 128
@@ -374,7 +398,7 @@ int ts_rp_block_terms(uint32_t type, const uint8_t *o, ts_rp_terms *t) {
     if (kd < 0) return 0;
     const int n_sub = rp_be(kd) / 32;
     memset(t, 0, sizeof *t);
-    ts_rp_type_terms(type, &t->o, &t->halves, &t->has_m);
+    if (!ts_rp_type_terms(type, &t->o, &t->halves, &t->has_m)) return 0;
     for (int sub = 0; sub < n_sub; sub++)
         for (int r = 0; r < 16; r++) {
             for (int k = 0; k < 32; k++) t->u[sub][k / 4][4 * r + k % 4] = (uint8_t)panel_u(kd, o, r, sub, k);
@@ -476,6 +500,15 @@ static void rp_gemm_ref(uint32_t type, int64_t n_in, const uint8_t *panel, const
                     acc = fmaf(-ml, ds, acc);
                     break;
                 }
+                case TS_TYPE_Q2_K: /* per half: d sc_h, then the min term with -sumX_h = field / 32 */
+                    for (int h = 0; h < 2; h++) {
+                        const uint8_t g = o[rp_sub(kd) * sub + rp_gsc(kd) + 16 * h + r];
+                        const float dl = dw * (float)(g & 0x0f), ml = rd_f16(o + rp_m(kd) + 2 * r) * (float)(g >> 4);
+                        const int32_t i = block_dot(kd, o, r, sub, q1, q2, hi, 16 * h, 16 * h + 16, 0);
+                        acc = fmaf((float)i, dl * s, acc);
+                        acc = fmaf((float)(side_i32(side, 20 + 4 * h) / 32), ml * s, acc);
+                    }
+                    break;
                 case TS_TYPE_Q3_K: /* offset 4: (-32 sumX_half) / 8, exact */
                 case TS_TYPE_Q6_K:
                     for (int h = 0; h < 2; h++) {
@@ -503,6 +536,7 @@ REF_ENTRY(rp_q4_1_ref, TS_TYPE_Q4_1)
 REF_ENTRY(rp_q5_0_ref, TS_TYPE_Q5_0)
 REF_ENTRY(rp_q5_1_ref, TS_TYPE_Q5_1)
 REF_ENTRY(rp_q8_0_ref, TS_TYPE_Q8_0)
+REF_ENTRY(rp_q2_k_ref, TS_TYPE_Q2_K)
 REF_ENTRY(rp_q3_k_ref, TS_TYPE_Q3_K)
 REF_ENTRY(rp_q4_k_ref, TS_TYPE_Q4_K)
 REF_ENTRY(rp_q5_k_ref, TS_TYPE_Q5_K)
@@ -515,6 +549,7 @@ ts_rp_gemm_fn ts_rp_gemm_ref(uint32_t type) {
     case TS_TYPE_Q5_0: return rp_q5_0_ref;
     case TS_TYPE_Q5_1: return rp_q5_1_ref;
     case TS_TYPE_Q8_0: return rp_q8_0_ref;
+    case TS_TYPE_Q2_K: return rp_q2_k_ref;
     case TS_TYPE_Q3_K: return rp_q3_k_ref;
     case TS_TYPE_Q4_K: return rp_q4_k_ref;
     case TS_TYPE_Q5_K: return rp_q5_k_ref;

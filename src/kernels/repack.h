@@ -69,6 +69,10 @@
  *     Q3_K, Q6_K:      per half h = 0, 1 (16 elements, its own i and sumX; Q3_K's
  *                      offset term -4 sumX_h is the -32 sumX_h field / 8):
  *                      acc = fmaf((float)i_h, (d * sc_h) * s, acc)
+ *     Q2_K:            per half h = 0, 1 (i_h with no offset term):
+ *                      acc = fmaf((float)i_h, (d * sc_h) * s, acc);
+ *                      acc = fmaf((float)(-sumX_h), (dmin * m_h) * s, acc)
+ *                      (-sumX_h: the -32 sumX_h field / 32, exact)
  * (Every |i| < 2^31: at most 32 * 255 * 32512 + 128 * 32 * 32512.) The
  * sequence does not depend on how many tokens share a tile or which thread
  * runs the panel, so decode and batched prefill agree bit for bit.
@@ -148,7 +152,8 @@ static inline void ts_rp_put_side(uint8_t *side, float s, int32_t sum_lo, int32_
  *                  -(dmin * m_j) (Q4_K, Q5_K)
  * and for the type: o (the integer offset: i = sum u X - o sumX over the
  * 32-block, or over each half of 16 when halves), halves, has_m. Returns
- * the number of 32-blocks (1 or 8), 0 for an unsupported type. */
+ * the number of 32-blocks (1 or 8), 0 for a type without these terms (no
+ * panels, or Q2_K, whose offset term is per half). */
 typedef struct ts_rp_terms {
     uint8_t u[8][8][64];
     float wd[8][2][16];
@@ -158,7 +163,7 @@ typedef struct ts_rp_terms {
 } ts_rp_terms;
 int ts_rp_block_terms(uint32_t type, const uint8_t *block, ts_rp_terms *t);
 /* The type's part of ts_rp_terms (o, halves, has_m) alone, for layouts
- * built on the panels' arithmetic (the AMX tiles); 0 for an unsupported type. */
+ * built on the panels' arithmetic (the AMX tiles); 0 as ts_rp_block_terms. */
 int ts_rp_type_terms(uint32_t type, int *o, bool *halves, bool *has_m);
 
 /* One 32-block of an activation row x[32] at the given precision (above):

@@ -29,6 +29,9 @@
  *         sc 2624 + 16j | min 2752 + 16j                                     = 2880
  *   Q6_K  per sub-block j: nib 416j | hbits 416j + 256 | sc_lo 416j + 384 | sc_hi 416j + 400 |
  *         d 3328                                                             = 3360
+ *   Q2_K  per sub-block j: 2-bit 160j (as Q3_K's) | scm_lo 160j + 128 | scm_hi 160j + 144 (per
+ *         half, GGUF's byte: scale in the low nibble, min in the high) | d 1280 | dmin 1312 = 1344
+ *         (2.625 bits per weight, as the GGUF block)
  */
 #ifndef TS_KERNELS_RP_LAYOUT_H
 #define TS_KERNELS_RP_LAYOUT_H
@@ -39,7 +42,7 @@
 #include "quant/quant.h"
 
 /* panel kinds (the kernels' compile-time type parameter) */
-enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K, K_Q5_K, K_Q3_K, K_Q5_1, RP_KIND_COUNT };
+enum { K_Q4_0, K_Q4_1, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K, K_Q5_K, K_Q3_K, K_Q5_1, K_Q2_K, RP_KIND_COUNT };
 
 /* the kind of a GGUF type, or -1 when it has no panel layout */
 static inline int rp_kind(uint32_t type) {
@@ -53,12 +56,13 @@ static inline int rp_kind(uint32_t type) {
     case TS_TYPE_Q6_K: return K_Q6_K;
     case TS_TYPE_Q5_K: return K_Q5_K;
     case TS_TYPE_Q3_K: return K_Q3_K;
+    case TS_TYPE_Q2_K: return K_Q2_K;
     default: return -1;
     }
 }
 
 /* K-quant kinds: a panel block is 256 inputs, 8 sub-blocks of 32 */
-static inline int rp_kq(int kind) { return kind == K_Q3_K || kind == K_Q4_K || kind == K_Q5_K || kind == K_Q6_K; }
+static inline int rp_kq(int kind) { return kind == K_Q2_K || kind == K_Q3_K || kind == K_Q4_K || kind == K_Q5_K || kind == K_Q6_K; }
 
 /* inputs per panel block (32, or a K-quant super-block of 256) */
 static inline int rp_be(int kind) { return rp_kq(kind) ? 256 : 32; }
@@ -66,13 +70,13 @@ static inline int rp_be(int kind) { return rp_kq(kind) ? 256 : 32; }
 /* bytes of one panel block (16 rows x rp_be inputs) */
 static inline size_t rp_wb(int kind) {
     return kind == K_Q4_0 ? 288 : kind == K_Q4_1 ? 320 : kind == K_Q5_0 ? 352 : kind == K_Q5_1 ? 384 : kind == K_Q8_0 ? 544
-         : kind == K_Q3_K ? 1824 : kind == K_Q4_K ? 2368 : kind == K_Q5_K ? 2880 : 3360;
+         : kind == K_Q2_K ? 1344 : kind == K_Q3_K ? 1824 : kind == K_Q4_K ? 2368 : kind == K_Q5_K ? 2880 : 3360;
 }
 
 /* K-quants: bytes per sub-block; sub-block j's quants start at rp_sub * j
  * (the other kinds: one 32-block whose quants start at 0) */
 static inline int rp_sub(int kind) {
-    return kind == K_Q3_K ? 224 : kind == K_Q4_K ? 256 : kind == K_Q5_K ? 320 : kind == K_Q6_K ? 416 : 0;
+    return kind == K_Q2_K ? 160 : kind == K_Q3_K ? 224 : kind == K_Q4_K ? 256 : kind == K_Q5_K ? 320 : kind == K_Q6_K ? 416 : 0;
 }
 
 /* the 5-bit kinds: nibbles plus one high-bit vector (bit v -> bit 4) */
@@ -88,16 +92,16 @@ static inline int rp_hb(int kind) {
 }
 
 /* Q3_K, Q6_K: the first int8 group scale of sub-block j at rp_sub * j +
- * rp_gsc (16 rows), the second 16 bytes further */
-static inline int rp_gsc(int kind) { return kind == K_Q3_K ? 192 : 384; }
+ * rp_gsc (16 rows), the second 16 bytes further; Q2_K: its scale|min bytes */
+static inline int rp_gsc(int kind) { return kind == K_Q2_K ? 128 : kind == K_Q3_K ? 192 : 384; }
 
 /* the f16 d of the 16 rows */
 static inline int rp_d(int kind) {
-    return kind == K_Q8_0 ? 512 : kind == K_Q5_0 || kind == K_Q5_1 ? 320 : kind == K_Q3_K ? 1792 : kind == K_Q4_K ? 2048
+    return kind == K_Q8_0 ? 512 : kind == K_Q5_0 || kind == K_Q5_1 ? 320 : kind == K_Q2_K ? 1280 : kind == K_Q3_K ? 1792 : kind == K_Q4_K ? 2048
          : kind == K_Q5_K ? 2560 : kind == K_Q6_K ? 3328 : 256;
 }
 
-/* the f16 offset scale of the 16 rows: Q4_1's and Q5_1's m, Q4_K's and Q5_K's dmin */
+/* the f16 offset scale of the 16 rows: Q4_1's and Q5_1's m, Q2_K's, Q4_K's and Q5_K's dmin */
 static inline int rp_m(int kind) { return rp_d(kind) + 32; }
 
 /* Q4_K, Q5_K: the scale bytes / min bytes of sub-block j at rp_sc + 16 j /

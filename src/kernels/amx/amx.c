@@ -122,7 +122,9 @@ static int path_of(ts_amx_act act, uint32_t type, int64_t n_in) {
         return TS_AMX_PATH_I8;
     if (type == TS_TYPE_F16 || type == TS_TYPE_BF16 || type == TS_TYPE_F32)
         return TS_AMX_PATH_BF16;
-    return ts_rp_panel_bytes(type, n_in) ? TS_AMX_PATH_INT : -1;
+    int o;
+    bool halves, has_m; /* Q2_K has panels but not the terms the tiles take (its min is per half) */
+    return ts_rp_panel_bytes(type, n_in) && ts_rp_type_terms(type, &o, &halves, &has_m) ? TS_AMX_PATH_INT : -1;
 }
 
 /* the header of a matrix (its sizes), 0 when there is no kernel */

@@ -37,8 +37,8 @@ static inline void ts_amx_quant_row_i8(const float *x, int64_t n, int8_t *q, flo
     float amax;
     memcpy(&amax, &mb, 4);
     *s_out = ts_amx_i8_scale(mb);
-    if (!(*s_out > 0.0f)) { /* zero or not finite */
-        memset(q, 0, (size_t)n);
+    if (!(*s_out > 0.0f)) { /* zero or not finite (n > 0 said, for gcc's object-size check) */
+        if (n > 0) memset(q, 0, (size_t)n);
         return;
     }
     const float inv = 127.0f / amax;

@@ -14,6 +14,8 @@ void ts_rp_q5_0_neon(int64_t n, const uint8_t *w, const uint8_t *x, int nt, int 
                      int n_rows);
 void ts_rp_q5_1_neon(int64_t n, const uint8_t *w, const uint8_t *x, int nt, int hi, float *y, int64_t ys,
                      int n_rows);
+void ts_rp_q2_k_neon(int64_t n, const uint8_t *w, const uint8_t *x, int nt, int hi, float *y, int64_t ys,
+                     int n_rows);
 void ts_rp_q3_k_neon(int64_t n, const uint8_t *w, const uint8_t *x, int nt, int hi, float *y, int64_t ys,
                      int n_rows);
 void ts_rp_q4_k_neon(int64_t n, const uint8_t *w, const uint8_t *x, int nt, int hi, float *y, int64_t ys,

@@ -11,7 +11,7 @@
  * planes fit in the 32 vector registers.
  *
  * sdot is signed x signed; the definition's u is unsigned (repack.h):
- *   3/4/5/6-bit types: u <= 63 is its own int8, and the offset term (-o sumX)
+ *   2/3/4/5/6-bit types: u <= 63 is its own int8, and the offset term (-o sumX)
  *     from the tile is added as in the definition (Q3_K: the -32 sumX field
  *     shifted right by 3, exact);
  *   Q8_0 (u = q + 128 up to 255): the stored signed byte q = u ^ 0x80 is
@@ -56,6 +56,14 @@ AI float32x4_t cvt4_u(const uint8_t *p) {
     const uint16x4_t h = vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(v))));
     return vcvtq_f32_u32(vmovl_u16(h));
 }
+/* 4 bytes -> the f32 of their low / high nibbles (Q2_K's scale | min bytes) */
+AI void cvt4_nib(const uint8_t *p, float32x4_t *lo, float32x4_t *hi) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    const uint32x4_t b = vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(v)))));
+    *lo = vcvtq_f32_u32(vandq_u32(b, vdupq_n_u32(0x0f)));
+    *hi = vcvtq_f32_u32(vshrq_n_u32(b, 4));
+}
 AI float32x4_t cvt4_s(const uint8_t *p) {
     uint32_t v;
     memcpy(&v, p, 4);
@@ -72,6 +80,15 @@ AI void decode_quarter(const int kind, const uint8_t *q, const int k, int8x16_t 
     if (kind == K_Q8_0) {
         for (int v = 0; v < 8; v++) /* the panel holds u; q = u - 128 = u ^ 0x80 */
             u[v] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(q + 64 * v + 16 * k), vdupq_n_u8(0x80)));
+        return;
+    }
+    if (kind == K_Q2_K) { /* bits 2j, 2j+1 of 2-bit vector g -> v = 4g + j */
+        const uint8x16_t m3 = vdupq_n_u8(3);
+        for (int g = 0; g < 2; g++) {
+            const uint8x16_t raw = vld1q_u8(q + 64 * g + 16 * k);
+            for (int j = 0; j < 4; j++)
+                u[4 * g + j] = vreinterpretq_s8_u8(vandq_u8(vshlq_u8(raw, vdupq_n_s8((int8_t)(-2 * j))), m3));
+        }
         return;
     }
     if (kind == K_Q3_K) { /* bits 2j, 2j+1 of 2-bit vector g -> v = 4g + j; bit v of hbit -> bit 2 */
@@ -160,7 +177,22 @@ AI void quarter_tile(const int kind, const int hi, int64_t n, const uint8_t *w, 
     for (int64_t pb = 0; pb < n / rp_be(kind); pb++, w += wb) {
         for (int sub = 0; sub < (kq ? 8 : 1); sub++, x += xb) {
             const uint8_t *side = x + (hi ? 64 : 32) * nt;
-            if (kind == K_Q6_K || kind == K_Q3_K) { /* two 16-element groups, int8 scales */
+            if (kind == K_Q2_K) { /* two 16-element groups, each a scale and a min (nibbles of a byte) */
+                const uint8_t *q = w + rp_sub(kind) * sub;
+                decode_quarter(kind, q, k, u);
+                const float32x4_t d = ld_f16x4(w + rp_d(kind) + 8 * k), dm = ld_f16x4(w + rp_m(kind) + 8 * k);
+                for (int g = 0; g < 2; g++) {
+                    float32x4_t sc, mn;
+                    cvt4_nib(q + rp_gsc(kind) + 16 * g + 4 * k, &sc, &mn);
+                    block_part(kind, hi, u, x, nt, 4 * g, 4 * g + 4, 0, vmulq_f32(d, sc), f);
+                    const float32x4_t ml = vmulq_f32(dm, mn);
+                    for (int t = 0; t < nt; t++) { /* + (-sumX_g) (dmin m_g) s */
+                        const uint8_t *st = side + TS_RP_SIDE * t;
+                        const float32x4_t nsum = vcvtq_f32_s32(vshrq_n_s32(bcast32(st + 20 + 4 * g), 5));
+                        f[t] = vfmaq_f32(f[t], nsum, vmulq_f32(ml, bcastf(st)));
+                    }
+                }
+            } else if (kind == K_Q6_K || kind == K_Q3_K) { /* two 16-element groups, int8 scales */
                 const uint8_t *q = w + rp_sub(kind) * sub;
                 decode_quarter(kind, q, k, u);
                 const float32x4_t d = ld_f16x4(w + rp_d(kind) + 8 * k);
@@ -213,6 +245,7 @@ RP_ENTRY(ts_rp_q4_1_neon, K_Q4_1)
 RP_ENTRY(ts_rp_q5_0_neon, K_Q5_0)
 RP_ENTRY(ts_rp_q5_1_neon, K_Q5_1)
 RP_ENTRY(ts_rp_q8_0_neon, K_Q8_0)
+RP_ENTRY(ts_rp_q2_k_neon, K_Q2_K)
 RP_ENTRY(ts_rp_q3_k_neon, K_Q3_K)
 RP_ENTRY(ts_rp_q4_k_neon, K_Q4_K)
 RP_ENTRY(ts_rp_q5_k_neon, K_Q5_K)

@@ -2,7 +2,7 @@
  * for AVX2 + FMA + F16C (no VNNI): 16 output rows (two ymm of 8 int32 / f32
  * lanes: rows 0..7 and 8..15, the two 32-byte halves of every 64-byte
  * weight vector) x up to 8 tokens per call, for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
- * Q3_K, Q4_K, Q5_K and Q6_K panels. This file alone gets -mavx2 -mfma -mf16c.
+ * Q2_K, Q3_K, Q4_K, Q5_K and Q6_K panels. This file alone gets -mavx2 -mfma -mf16c.
  *
  * Integer dots without vpdpbusd: vpmaddubsw multiplies the unsigned weight
  * bytes u by the signed activation bytes (broadcast, 4 per row) and adds
@@ -85,6 +85,14 @@ typedef struct {
 AI void decode_block(const int kind, const uint8_t *q, wblock *b) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int h = 0; h < 2; h++) {
+        if (kind == K_Q2_K) { /* bits 2k, 2k+1 of 2-bit vector g -> v = 4g + k */
+            const __m256i m3 = _mm256_set1_epi8(3);
+            for (int g = 0; g < 2; g++) {
+                const __m256i raw = ld256(q + 64 * g + 32 * h);
+                for (int k = 0; k < 4; k++) b->u[4 * g + k][h] = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * k), m3);
+            }
+            continue;
+        }
         if (kind == K_Q3_K) { /* bits 2k, 2k+1 of 2-bit vector g -> v = 4g + k; bit v of hbit -> bit 2 */
             const __m256i m3 = _mm256_set1_epi8(3), m = _mm256_set1_epi8(0x04);
             const __m256i hb = ld256(q + rp_hb(kind) + 32 * h);
@@ -200,7 +208,27 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
     for (int64_t pb = 0; pb < n / rp_be(kind); pb++, w += wb) {
         for (int sub = 0; sub < (kq ? 8 : 1); sub++, x += xb) {
             const uint8_t *side = x + (hi ? 64 : 32) * nt;
-            if (kind == K_Q6_K || kind == K_Q3_K) { /* two 16-element groups, int8 scales */
+            if (kind == K_Q2_K) { /* two 16-element groups, each a scale and a min (nibbles of a byte) */
+                const uint8_t *q = w + rp_sub(kind) * sub;
+                decode_block(kind, q, &b);
+                const __m256i m4 = _mm256_set1_epi32(0x0f);
+                for (int g = 0; g < 2; g++) {
+                    __m256 S[2], ml[2];
+                    for (int h = 0; h < 2; h++) {
+                        const __m256i gb =
+                            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i_u *)(q + rp_gsc(kind) + 16 * g + 8 * h)));
+                        S[h] = _mm256_mul_ps(ld_f16x8(w + rp_d(kind) + 16 * h), _mm256_cvtepi32_ps(_mm256_and_si256(gb, m4)));
+                        ml[h] = _mm256_mul_ps(ld_f16x8(w + rp_m(kind) + 16 * h), _mm256_cvtepi32_ps(_mm256_srli_epi32(gb, 4)));
+                    }
+                    block_part(kind, hi, &b, x, nt, 4 * g, 4 * g + 4, 0, S, f);
+                    for (int t = 0; t < nt; t++) { /* + (-sumX_g) (dmin m_g) s */
+                        const uint8_t *st = side + TS_RP_SIDE * t;
+                        const __m256 nsum = _mm256_cvtepi32_ps(_mm256_srai_epi32(bcast32(st + 20 + 4 * g), 5));
+                        const __m256 s = bcastf(st);
+                        for (int h = 0; h < 2; h++) f[t][h] = _mm256_fmadd_ps(nsum, _mm256_mul_ps(ml[h], s), f[t][h]);
+                    }
+                }
+            } else if (kind == K_Q6_K || kind == K_Q3_K) { /* two 16-element groups, int8 scales */
                 const uint8_t *q = w + rp_sub(kind) * sub;
                 const int doff = rp_d(kind), s0 = rp_gsc(kind), s1 = rp_gsc(kind) + 16;
                 decode_block(kind, q, &b);
@@ -250,6 +278,7 @@ RP_ENTRY(ts_rp_q4_1_avx2, K_Q4_1)
 RP_ENTRY(ts_rp_q5_0_avx2, K_Q5_0)
 RP_ENTRY(ts_rp_q5_1_avx2, K_Q5_1)
 RP_ENTRY(ts_rp_q8_0_avx2, K_Q8_0)
+RP_ENTRY(ts_rp_q2_k_avx2, K_Q2_K)
 RP_ENTRY(ts_rp_q3_k_avx2, K_Q3_K)
 RP_ENTRY(ts_rp_q4_k_avx2, K_Q4_K)
 RP_ENTRY(ts_rp_q5_k_avx2, K_Q5_K)

@@ -1,7 +1,7 @@
 /* gemm_avx512.c - the panel GEMM and activation-tile quantizer of repack.h
  * with AVX-512 VNNI: 16 output rows (one zmm of int32 / f32 lanes) x up to 8
- * tokens per call, for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K and Q6_K
- * panels.
+ * tokens per call, for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and
+ * Q6_K panels.
  *
  * Per 32-element block and token: the block's integer dot for all 16 rows is
  * 8 vpdpbusd (each: 16 lanes += 4 weight bytes x the token's 4 activation
@@ -50,6 +50,13 @@ AI void store_rows(float *y, __m512 v, int n_rows) {
  * start at q (layouts in rp_layout.h; a 5-bit type's hbit vector follows its nibbles) */
 AI void weight_pair(const int kind, const uint8_t *q, const int v, __m512i *u0, __m512i *u1) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
+    if (kind == K_Q2_K) { /* bits 2(v%4), +1 of 2-bit vector v/4 */
+        const __m512i raw = _mm512_loadu_si512((const void *)(q + 64 * (v / 4))), m3 = _mm512_set1_epi8(3);
+        const int k = v % 4; /* 0 or 2 */
+        *u0 = _mm512_and_si512(_mm512_srli_epi16(raw, 2 * k), m3);
+        *u1 = _mm512_and_si512(_mm512_srli_epi16(raw, 2 * k + 2), m3);
+        return;
+    }
     if (kind == K_Q3_K) { /* bits 2(v%4), +1 of 2-bit vector v/4, and bit v of the hbit vector -> bit 2 */
         const __m512i raw = _mm512_loadu_si512((const void *)(q + 64 * (v / 4))), m3 = _mm512_set1_epi8(3);
         const __m512i hb = _mm512_loadu_si512((const void *)(q + rp_hb(kind))), m = _mm512_set1_epi8(0x04);
@@ -129,7 +136,22 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
     for (int64_t pb = 0; pb < n / rp_be(kind); pb++, w += wb) {
         for (int sub = 0; sub < (kq ? 8 : 1); sub++, x += xb) {
             const uint8_t *side = x + (hi ? 64 : 32) * nt;
-            if (kind == K_Q6_K || kind == K_Q3_K) { /* two 16-element groups, int8 scales */
+            if (kind == K_Q2_K) { /* two 16-element groups, each a scale and a min (nibbles of a byte) */
+                const uint8_t *q = w + rp_sub(kind) * sub;
+                const __m512 d = ld_f16x16(w + rp_d(kind)), dm = ld_f16x16(w + rp_m(kind));
+                const __m512i m4 = _mm512_set1_epi32(0x0f);
+                for (int h = 0; h < 2; h++) {
+                    const __m512i g = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i_u *)(q + rp_gsc(kind) + 16 * h)));
+                    const __m512 sc = _mm512_cvtepi32_ps(_mm512_and_si512(g, m4));
+                    const __m512 mn = _mm512_cvtepi32_ps(_mm512_srli_epi32(g, 4));
+                    block_part(kind, hi, q, x, nt, 4 * h, 4 * h + 4, 0, _mm512_mul_ps(d, sc), f);
+                    const __m512 ml = _mm512_mul_ps(dm, mn);
+                    for (int t = 0; t < nt; t++) { /* + (-sumX_h) (dmin m_h) s */
+                        const __m512 nsum = _mm512_cvtepi32_ps(_mm512_srai_epi32(bcast32(side + TS_RP_SIDE * t + 20 + 4 * h), 5));
+                        f[t] = _mm512_fmadd_ps(nsum, _mm512_mul_ps(ml, bcastf(side + TS_RP_SIDE * t)), f[t]);
+                    }
+                }
+            } else if (kind == K_Q6_K || kind == K_Q3_K) { /* two 16-element groups, int8 scales */
                 const uint8_t *q = w + rp_sub(kind) * sub;
                 const __m512 d = ld_f16x16(w + rp_d(kind));
                 block_part(kind, hi, q, x, nt, 0, 4, 20, _mm512_mul_ps(d, cvt_bytes_s(q + rp_gsc(kind))), f);
@@ -160,6 +182,7 @@ RP_ENTRY(ts_rp_q4_1_avx512, K_Q4_1)
 RP_ENTRY(ts_rp_q5_0_avx512, K_Q5_0)
 RP_ENTRY(ts_rp_q5_1_avx512, K_Q5_1)
 RP_ENTRY(ts_rp_q8_0_avx512, K_Q8_0)
+RP_ENTRY(ts_rp_q2_k_avx512, K_Q2_K)
 RP_ENTRY(ts_rp_q3_k_avx512, K_Q3_K)
 RP_ENTRY(ts_rp_q4_k_avx512, K_Q4_K)
 RP_ENTRY(ts_rp_q5_k_avx512, K_Q5_K)

@@ -15,6 +15,8 @@ void ts_rp_q5_0_avx512(int64_t n, const uint8_t *w, const uint8_t *x, int nt, in
                        int n_rows);
 void ts_rp_q5_1_avx512(int64_t n, const uint8_t *w, const uint8_t *x, int nt, int hi, float *y, int64_t ys,
                        int n_rows);
+void ts_rp_q2_k_avx512(int64_t n, const uint8_t *w, const uint8_t *x, int nt, int hi, float *y, int64_t ys,
+                       int n_rows);
 void ts_rp_q3_k_avx512(int64_t n, const uint8_t *w, const uint8_t *x, int nt, int hi, float *y, int64_t ys,
                        int n_rows);
 void ts_rp_q4_k_avx512(int64_t n, const uint8_t *w, const uint8_t *x, int nt, int hi, float *y, int64_t ys,
@@ -34,6 +36,8 @@ void ts_rp_q4_1_avx2(int64_t n, const uint8_t *w, const uint8_t *x, int nt, int 
 void ts_rp_q5_0_avx2(int64_t n, const uint8_t *w, const uint8_t *x, int nt, int hi, float *y, int64_t ys,
                      int n_rows);
 void ts_rp_q5_1_avx2(int64_t n, const uint8_t *w, const uint8_t *x, int nt, int hi, float *y, int64_t ys,
+                     int n_rows);
+void ts_rp_q2_k_avx2(int64_t n, const uint8_t *w, const uint8_t *x, int nt, int hi, float *y, int64_t ys,
                      int n_rows);
 void ts_rp_q3_k_avx2(int64_t n, const uint8_t *w, const uint8_t *x, int nt, int hi, float *y, int64_t ys,
                      int n_rows);

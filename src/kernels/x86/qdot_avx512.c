@@ -85,6 +85,7 @@ const ts_kern ts_kern_tab_avx512 = {
     .rp_gemm[TS_TYPE_Q8_0] = ts_rp_q8_0_avx512,
     .rp_gemm[TS_TYPE_Q5_0] = ts_rp_q5_0_avx512,
     .rp_gemm[TS_TYPE_Q5_1] = ts_rp_q5_1_avx512,
+    .rp_gemm[TS_TYPE_Q2_K] = ts_rp_q2_k_avx512,
     .rp_gemm[TS_TYPE_Q3_K] = ts_rp_q3_k_avx512,
     .rp_gemm[TS_TYPE_Q4_K] = ts_rp_q4_k_avx512,
     .rp_gemm[TS_TYPE_Q5_K] = ts_rp_q5_k_avx512,

@@ -421,16 +421,19 @@ static void attn_double(const ts_attn_params *ap, const float *q, const float *k
  * f16 cache: within the f16 rounding of K/V, 3e-3), and decode (one token
  * per call, any thread count) bit-identical to prefill, at every level;
  * several tiles (up to 200 positions), windows crossing tile edges,
- * soft-capping, GQA/MQA, head sizes 64 and 40 (a remainder of 16 lanes). */
+ * soft-capping, GQA/MQA, head sizes 64, 128 and 40 (a remainder of 16
+ * lanes), groups of 1 to 7 query heads per KV head (scored up to
+ * TS_ATTN_G at a time: 7 = 4 + 3, 6 = 4 + 2). */
 static void test_attention(void) {
-    enum { NCTX = 200, MAXH = 8, MAXD = 64 };
+    enum { NCTX = 200, MAXH = 14, MAXD = 128 };
     static float q[NCTX * MAXH * MAXD], kc[NCTX * MAXH * MAXD], vc[NCTX * MAXH * MAXD];
     static uint16_t kh[NCTX * MAXH * MAXD], vh[NCTX * MAXH * MAXD];
     static float out[NCTX * MAXH * MAXD], out1[NCTX * MAXH * MAXD];
     static double ref[MAXH * MAXD];
     const struct { int nh, nkv, hd, swa; float cap; int64_t pos0; int ntok; } cases[] = {
         {8, 2, 64, 0, 0, 0, 150},  {4, 1, 40, 0, 0, 37, 163}, {6, 3, 64, 70, 0, 0, 200},
-        {4, 4, 16, 5, 2.0f, 60, 100}, {2, 1, 64, 0, 3.0f, 190, 10},
+        {4, 4, 16, 5, 2.0f, 60, 100}, {2, 1, 64, 0, 3.0f, 190, 10}, {14, 2, 64, 0, 0, 5, 90},
+        {12, 2, 128, 0, 0, 70, 60},
     };
     ts_err err;
     ts_threadpool *p2 = ts_threadpool_new(2, &err), *p3 = ts_threadpool_new(3, &err);

@@ -6,7 +6,7 @@
 
 int64_t ts_attention_fast_scratch(const ts_attn_params *ap) {
     const int64_t hd = ap->head_dim, group = ap->n_head / ap->n_head_kv;
-    return 2 * hd * TS_ATTN_KT + TS_ATTN_KT + TS_ATTN_QB * group * (hd + 2) + hd;
+    return 2 * hd * TS_ATTN_KT + TS_ATTN_G * TS_ATTN_KT + TS_ATTN_QB * group * (hd + 2) + hd;
 }
 
 typedef struct {

@@ -8,7 +8,11 @@
  * position 0. Each tile's K and V are converted to f32 once (K transposed,
  * so a row's scores are plain vector FMAs over the tile) and used by every
  * row; each row keeps an online softmax (running max m, sum l, and an f32
- * accumulator rescaled by exp(m_old - m_new) when the max grows).
+ * accumulator rescaled by exp(m_old - m_new) when the max grows). A
+ * token's rows see the same keys, so they are scored and accumulated up to
+ * TS_ATTN_G at a time: each K or V vector loaded feeds G rows' FMA chains
+ * (AVX-512: 1.06-2.0x the one-row schedule on the real models' head shapes,
+ * docs/PERFORMANCE.md; every row's sequence, hence every bit, unchanged).
  *
  * Non-causal mode (ap->n_kv > 0, diffusion LLMs): every row visits the
  * tiles of positions 0 .. n_kv-1 and uses all their keys, so a row's result
@@ -35,6 +39,7 @@
 
 #define TS_ATTN_KT 64 /* cache positions per tile */
 #define TS_ATTN_QB 16 /* query tokens per work item */
+#define TS_ATTN_G 4   /* query heads of one token scored together (one K / V load serves them) */
 
 /* The shared description of one attention call. */
 typedef struct ts_attn_job {

@@ -97,6 +97,24 @@ static inline void FASTOPS_NAME(pv16)(float *acc, float alpha, const float *s, c
     for (int d_ = 0; d_ + 16 <= (hd); d_ += 16) FASTOPS_PV16((acc) + d_, alpha, s, (vt) + d_, j0, j1, hd)
 #endif
 
+/* Hooks over g < G <= TS_ATTN_G rows of one token (the query heads that
+ * share a KV head: the same keys, so one load of K or V serves all of
+ * them; an includer may keep every row's accumulators in registers at
+ * once, each lane's sequence staying the one above):
+ *   SCORES_G(s, q, kt, hd, scale, nk16, G): SCORES for row g's query
+ *       q + g * hd into s + g * TS_ATTN_KT
+ *   PV_G(acc, alpha, s, vt, j0, j1, hd, G): PV of row g: acc + g * hd,
+ *       alpha[g], s + g * TS_ATTN_KT */
+#ifndef FASTOPS_SCORES_G
+#define FASTOPS_SCORES_G(s, q, kt, hd, scale, nk16, G)                                   \
+    for (int g_ = 0; g_ < (G); g_++) FASTOPS_SCORES((s) + g_ * TS_ATTN_KT, (q) + (int64_t)g_ * (hd), kt, hd, scale, nk16)
+#endif
+#ifndef FASTOPS_PV_G
+#define FASTOPS_PV_G(acc, alpha, s, vt, j0, j1, hd, G)                                   \
+    for (int g_ = 0; g_ < (G); g_++)                                                       \
+        FASTOPS_PV((acc) + (int64_t)g_ * (hd), (alpha)[g_], (s) + g_ * TS_ATTN_KT, vt, j0, j1, hd)
+#endif
+
 /* sigmoid(a) = 1 / (1 + e^-a), with e^-a computed as e^-|a| to stay in the
  * exp's domain: for a < 0, 1/(1 + e^-a) = e^a / (1 + e^a) */
 static inline float FASTOPS_NAME(sigmoid)(float a) {
@@ -182,8 +200,8 @@ void FASTOPS_NAME(attn_block)(const ts_attn_job *j, int kvh, int t0, int t1, flo
     const int hd = ap->head_dim, group = ap->n_head / ap->n_head_kv, n_rows = (t1 - t0) * group;
     float *kt = scratch;                         /* [hd][KT] */
     float *vt = kt + (int64_t)hd * TS_ATTN_KT;   /* [KT][hd] */
-    float *s = vt + (int64_t)hd * TS_ATTN_KT;    /* [KT] */
-    float *acc = s + TS_ATTN_KT;                 /* [n_rows][hd] */
+    float *s = vt + (int64_t)hd * TS_ATTN_KT;    /* [TS_ATTN_G][KT] */
+    float *acc = s + TS_ATTN_G * TS_ATTN_KT;     /* [n_rows][hd] */
     float *ml = acc + (int64_t)n_rows * hd;      /* [n_rows][2]: running max, sum */
     float *tmp = ml + 2 * (int64_t)n_rows;       /* [hd] */
     memset(acc, 0, sizeof(float) * (size_t)n_rows * (size_t)hd);
@@ -198,54 +216,64 @@ void FASTOPS_NAME(attn_block)(const ts_attn_job *j, int kvh, int t0, int t1, flo
     for (int64_t k0 = lo / TS_ATTN_KT * TS_ATTN_KT; k0 < k_end; k0 += TS_ATTN_KT) {
         const int nk = (int)(k_end - k0 < TS_ATTN_KT ? k_end - k0 : TS_ATTN_KT);
         FASTOPS_NAME(load_tile)(j, kvh, k0, nk, kt, vt, tmp);
-        for (int r = 0; r < n_rows; r++) {
-            const int t = t0 + r / group, h = kvh * group + r % group;
+        for (int t = t0; t < t1; t++) {
+            /* a token's rows (its query heads of KV head kvh) see the same keys */
             const int64_t p = j->pos0 + t;
             int64_t rlo = !full && ap->n_swa > 0 ? p - ap->n_swa + 1 : 0;
             if (rlo < k0) rlo = k0;
             const int64_t rend = full ? k0 + nk : p + 1; /* the row's keys end here */
             const int64_t rhi = rend < k0 + nk ? rend : k0 + nk;
-            if (rlo >= rhi) continue; /* no key of this tile is visible to the row */
+            if (rlo >= rhi) continue; /* no key of this tile is visible to the token */
             const int j0 = (int)(rlo - k0), j1 = (int)(rhi - k0);
-            const float *qr = j->q + ((int64_t)t * ap->n_head + h) * hd;
             const int nk16 = (nk + 15) / 16 * 16; /* whole 16-key chunks (kt columns exist up to KT) */
-            /* scores, 16 keys at a time with the partial sums in registers;
-             * keys outside [j0, j1) become -inf */
-            FASTOPS_SCORES(s, qr, kt, hd, ap->scale, nk16);
-            for (int jj = 0; jj < nk16; jj++) s[jj] = jj >= j0 && jj < j1 ? s[jj] : -INFINITY;
-            if (ap->softcap > 0.0f)
-                for (int jj = j0; jj < j1; jj++) s[jj] = ap->softcap * tanhf(s[jj] / ap->softcap);
-            /* max and sum in 16 lanes (lane = key position mod 16, the same
-             * in every batch), then a fixed-order reduction of the lanes */
-            float m16[16];
-            for (int u = 0; u < 16; u++) m16[u] = s[u];
-            for (int jb = 16; jb < nk16; jb += 16)
-                for (int u = 0; u < 16; u++) m16[u] = s[jb + u] > m16[u] ? s[jb + u] : m16[u];
-            float mt = m16[0];
-            for (int u = 1; u < 16; u++) mt = m16[u] > mt ? m16[u] : mt;
-            const float m_old = ml[2 * r], m_new = mt > m_old ? mt : m_old;
-            const float alpha = FASTOPS_NAME(expf)(m_old - m_new); /* 0 for the first tile */
-            float l16[16] = {0};
-            for (int jb = 0; jb < nk16; jb += 16) {
-                FASTOPS_EXP16(s + jb, s + jb, m_new);
-                for (int u = 0; u < 16; u++) {
-                    const int jj = jb + u;
-                    s[jj] = jj >= j0 && jj < j1 ? s[jj] : 0.0f;
-                    l16[u] += s[jj];
+            for (int g0 = 0; g0 < group; g0 += TS_ATTN_G) {
+                const int G = group - g0 < TS_ATTN_G ? group - g0 : TS_ATTN_G;
+                const int r0 = (t - t0) * group + g0, h0 = kvh * group + g0;
+                const float *qr = j->q + ((int64_t)t * ap->n_head + h0) * hd;
+                /* scores, 16 keys at a time with the partial sums in
+                 * registers; keys outside [j0, j1) become -inf */
+                FASTOPS_SCORES_G(s, qr, kt, hd, ap->scale, nk16, G);
+                float alpha[TS_ATTN_G];
+                for (int g = 0; g < G; g++) {
+                    float *sg = s + g * TS_ATTN_KT, *mr = ml + 2 * (r0 + g);
+                    for (int jj = 0; jj < nk16; jj++) sg[jj] = jj >= j0 && jj < j1 ? sg[jj] : -INFINITY;
+                    if (ap->softcap > 0.0f)
+                        for (int jj = j0; jj < j1; jj++) sg[jj] = ap->softcap * tanhf(sg[jj] / ap->softcap);
+                    /* max and sum in 16 lanes (lane = key position mod 16,
+                     * the same in every batch), then a fixed-order
+                     * reduction of the lanes */
+                    float m16[16];
+                    for (int u = 0; u < 16; u++) m16[u] = sg[u];
+                    for (int jb = 16; jb < nk16; jb += 16)
+                        for (int u = 0; u < 16; u++) m16[u] = sg[jb + u] > m16[u] ? sg[jb + u] : m16[u];
+                    float mt = m16[0];
+                    for (int u = 1; u < 16; u++) mt = m16[u] > mt ? m16[u] : mt;
+                    const float m_old = mr[0], m_new = mt > m_old ? mt : m_old;
+                    alpha[g] = FASTOPS_NAME(expf)(m_old - m_new); /* 0 for the first tile */
+                    float l16[16] = {0};
+                    for (int jb = 0; jb < nk16; jb += 16) {
+                        FASTOPS_EXP16(sg + jb, sg + jb, m_new);
+                        for (int u = 0; u < 16; u++) {
+                            const int jj = jb + u;
+                            sg[jj] = jj >= j0 && jj < j1 ? sg[jj] : 0.0f;
+                            l16[u] += sg[jj];
+                        }
+                    }
+                    float lt = 0.0f;
+                    for (int u = 0; u < 16; u++) lt += l16[u];
+                    mr[0] = m_new;
+                    mr[1] = mr[1] * alpha[g] + lt;
                 }
-            }
-            float lt = 0.0f;
-            for (int u = 0; u < 16; u++) lt += l16[u];
-            ml[2 * r] = m_new;
-            ml[2 * r + 1] = ml[2 * r + 1] * alpha + lt;
-            /* acc = acc * alpha + sum_j p_j v_j, 16 dims at a time in registers */
-            float *ar = acc + (int64_t)r * hd;
-            FASTOPS_PV(ar, alpha, s, vt, j0, j1, hd);
-            int d0 = hd / 16 * 16;
-            for (; d0 < hd; d0++) {
-                float a = ar[d0] * alpha;
-                for (int jj = j0; jj < j1; jj++) a = FASTOPS_FMA(s[jj], vt[(int64_t)jj * hd + d0], a);
-                ar[d0] = a;
+                /* acc = acc * alpha + sum_j p_j v_j, 16 dims at a time in registers */
+                float *ar = acc + (int64_t)r0 * hd;
+                FASTOPS_PV_G(ar, alpha, s, vt, j0, j1, hd, G);
+                for (int g = 0; g < G; g++)
+                    for (int d0 = hd / 16 * 16; d0 < hd; d0++) {
+                        const float *sg = s + g * TS_ATTN_KT;
+                        float a = ar[(int64_t)g * hd + d0] * alpha[g];
+                        for (int jj = j0; jj < j1; jj++) a = FASTOPS_FMA(sg[jj], vt[(int64_t)jj * hd + d0], a);
+                        ar[(int64_t)g * hd + d0] = a;
+                    }
             }
         }
     }

@@ -115,26 +115,9 @@ static inline void pv16_avx512(float *acc, float alpha, const float *s, const fl
 
 /* Whole rows with every chunk's accumulator live at once (independent FMA
  * chains: one chunk at a time is bound by the FMA latency). Each lane's
- * operations and their order are those of scores16 / pv16. */
+ * operations and their order are those of scores16 / pv16 (the scores of
+ * a token's rows: scores_gn below). */
 #define AI static inline __attribute__((always_inline))
-AI void scores_n(float *s, const float *q, const float *kt, int hd, float scale, const int nc) {
-    __m512 a[4];
-    for (int c = 0; c < nc; c++) a[c] = _mm512_setzero_ps();
-    for (int d = 0; d < hd; d++) {
-        const __m512 qd = _mm512_set1_ps(q[d]);
-        for (int c = 0; c < nc; c++) a[c] = _mm512_fmadd_ps(qd, _mm512_loadu_ps(kt + d * TS_ATTN_KT + 16 * c), a[c]);
-    }
-    for (int c = 0; c < nc; c++) _mm512_storeu_ps(s + 16 * c, _mm512_mul_ps(a[c], _mm512_set1_ps(scale)));
-}
-static void scores_avx512(float *s, const float *q, const float *kt, int hd, float scale, int nk16) {
-    switch (nk16 / 16) {
-    case 1: scores_n(s, q, kt, hd, scale, 1); break;
-    case 2: scores_n(s, q, kt, hd, scale, 2); break;
-    case 3: scores_n(s, q, kt, hd, scale, 3); break;
-    default: scores_n(s, q, kt, hd, scale, 4); break;
-    }
-}
-#define FASTOPS_SCORES(s, q, kt, hd, scale, nk16) scores_avx512(s, q, kt, hd, scale, nk16)
 
 AI void pv_n(float *acc, float alpha, const float *s, const float *vt, int j0, int j1, int hd, const int nc) {
     __m512 a[16];
@@ -158,6 +141,78 @@ static void pv_avx512(float *acc, float alpha, const float *s, const float *vt, 
     }
 }
 #define FASTOPS_PV(acc, alpha, s, vt, j0, j1, hd) pv_avx512(acc, alpha, s, vt, j0, j1, hd)
+
+/* G rows of one token at once (fastops_impl.h's _G hooks): each K / V
+ * vector loaded once feeds G independent accumulators. Every lane's
+ * operations and order are scores_n's / pv_n's, so the bits are the same
+ * as one row at a time. */
+AI void scores_gn(float *s, const float *q, const float *kt, int hd, float scale, const int nc, const int G) {
+    /* nc chunks of 16 keys for each of G rows: G * nc <= 16 accumulators */
+    __m512 a[TS_ATTN_G][4];
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < nc; c++) a[g][c] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        __m512 k[4];
+        for (int c = 0; c < nc; c++) k[c] = _mm512_loadu_ps(kt + d * TS_ATTN_KT + 16 * c);
+        for (int g = 0; g < G; g++) {
+            const __m512 qd = _mm512_set1_ps(q[(int64_t)g * hd + d]);
+            for (int c = 0; c < nc; c++) a[g][c] = _mm512_fmadd_ps(qd, k[c], a[g][c]);
+        }
+    }
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < nc; c++) _mm512_storeu_ps(s + g * TS_ATTN_KT + 16 * c, _mm512_mul_ps(a[g][c], sc));
+}
+#define SCORES_G_CASE(G)                                                                                 \
+    switch (nk16 / 16) {                                                                                 \
+    case 1: scores_gn(s, q, kt, hd, scale, 1, G); break;                                                 \
+    case 2: scores_gn(s, q, kt, hd, scale, 2, G); break;                                                 \
+    case 3: scores_gn(s, q, kt, hd, scale, 3, G); break;                                                 \
+    default: scores_gn(s, q, kt, hd, scale, 4, G); break;                                                \
+    }
+static void scores_g_avx512(float *s, const float *q, const float *kt, int hd, float scale, int nk16, int G) {
+    switch (G) {
+    case 1: SCORES_G_CASE(1) break;
+    case 2: SCORES_G_CASE(2) break;
+    case 3: SCORES_G_CASE(3) break;
+    default: SCORES_G_CASE(4) break;
+    }
+}
+#define FASTOPS_SCORES_G(s, q, kt, hd, scale, nk16, G) scores_g_avx512(s, q, kt, hd, scale, nk16, G)
+
+/* 64 dims (4 vectors) of G rows per pass over the keys */
+AI void pv_g4(float *acc, const float *alpha, const float *s, const float *vt, int j0, int j1, int hd, const int G) {
+    __m512 a[TS_ATTN_G][4];
+    for (int g = 0; g < G; g++) {
+        const __m512 al = _mm512_set1_ps(alpha[g]);
+        for (int c = 0; c < 4; c++) a[g][c] = _mm512_mul_ps(_mm512_loadu_ps(acc + (int64_t)g * hd + 16 * c), al);
+    }
+    for (int jj = j0; jj < j1; jj++) {
+        const float *vr = vt + (int64_t)jj * hd;
+        __m512 v[4];
+        for (int c = 0; c < 4; c++) v[c] = _mm512_loadu_ps(vr + 16 * c);
+        for (int g = 0; g < G; g++) {
+            const __m512 p = _mm512_set1_ps(s[g * TS_ATTN_KT + jj]);
+            for (int c = 0; c < 4; c++) a[g][c] = _mm512_fmadd_ps(p, v[c], a[g][c]);
+        }
+    }
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < 4; c++) _mm512_storeu_ps(acc + (int64_t)g * hd + 16 * c, a[g][c]);
+}
+static void pv_g_avx512(float *acc, const float *alpha, const float *s, const float *vt, int j0, int j1, int hd,
+                        int G) {
+    if (hd % 64) { /* one row at a time */
+        for (int g = 0; g < G; g++) pv_avx512(acc + (int64_t)g * hd, alpha[g], s + g * TS_ATTN_KT, vt, j0, j1, hd);
+        return;
+    }
+    for (int d0 = 0; d0 < hd; d0 += 64) switch (G) {
+        case 1: pv_g4(acc + d0, alpha, s, vt + d0, j0, j1, hd, 1); break;
+        case 2: pv_g4(acc + d0, alpha, s, vt + d0, j0, j1, hd, 2); break;
+        case 3: pv_g4(acc + d0, alpha, s, vt + d0, j0, j1, hd, 3); break;
+        default: pv_g4(acc + d0, alpha, s, vt + d0, j0, j1, hd, 4); break;
+        }
+}
+#define FASTOPS_PV_G(acc, alpha, s, vt, j0, j1, hd, G) pv_g_avx512(acc, alpha, s, vt, j0, j1, hd, G)
 #define FASTOPS_FMA(a, b, c) fmaf(a, b, c) /* vfmadd when vectorised */
 #define FASTOPS_NAME(x) ts_##x##_avx512
 #include "kernels/fastops_impl.h"

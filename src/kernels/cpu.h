@@ -160,6 +160,9 @@ typedef float (*ts_dot_fn)(int64_t n, const void *w, const void *x);
 /* The same weight row against 4 activation rows at once (the register tile
  * of the GEMM): out[t] is bit-identical to dot(n, w, x[t]). */
 typedef void (*ts_dot4_fn)(int64_t n, const void *w, const void *const x[4], float out[4]);
+/* 4 weight rows (row_bytes apart) against 4 activation rows: out[r][t] is
+ * bit-identical to dot(n, row r, x[t]). */
+typedef void (*ts_dot44_fn)(int64_t n, const void *w, size_t row_bytes, const void *const x[4], float out[4][4]);
 /* f32 row (n a multiple of the block) -> activation blocks. */
 typedef void (*ts_quant_act_fn)(const float *x, void *dst, int64_t n);
 
@@ -171,6 +174,7 @@ typedef struct ts_kern {
     ts_quant_act_fn quant_q8k; /* -> TS_ACT_Q8K (256-blocks) */
     ts_dot_fn dot[TS_TYPE_COUNT];   /* by weight type; NULL: unsupported */
     ts_dot4_fn dot4[TS_TYPE_COUNT]; /* non-NULL exactly where dot is */
+    ts_dot44_fn dot44[TS_TYPE_COUNT]; /* NULL: the GEMM goes row by row (dot4) */
     /* Panel GEMM over repacked weights (kernels/repack.h); NULL where this
      * level has no fast one (callers then use ts_rp_gemm_ref). */
     ts_rp_gemm_fn rp_gemm[TS_TYPE_COUNT];

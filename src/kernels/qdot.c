@@ -70,11 +70,28 @@ void ts_qgemm(const ts_kern *k, uint32_t type, const void *w, size_t row_bytes, 
               size_t x_stride, int n_tok, float *y, int64_t y_stride, int64_t r0, int64_t r1) {
     const ts_dot_fn dot = k->dot[type];
     const ts_dot4_fn dot4 = k->dot4[type];
+    const ts_dot44_fn dot44 = k->dot44[type];
     const uint8_t *xb = x;
     for (int t0 = 0; t0 < n_tok; t0 += GEMM_TOKEN_BLOCK) {
         const int t1 = n_tok - t0 > GEMM_TOKEN_BLOCK ? t0 + GEMM_TOKEN_BLOCK : n_tok;
         const uint8_t *wr = (const uint8_t *)w + (size_t)r0 * row_bytes;
-        for (int64_t r = r0; r < r1; r++, wr += row_bytes) {
+        int64_t r = r0;
+        if (dot44)
+            for (; r + 4 <= r1; r += 4, wr += 4 * row_bytes) {
+                int t = t0;
+                for (; t + 4 <= t1; t += 4) {
+                    const void *xs[4] = {xb + (size_t)t * x_stride, xb + (size_t)(t + 1) * x_stride,
+                                         xb + (size_t)(t + 2) * x_stride, xb + (size_t)(t + 3) * x_stride};
+                    float o[4][4];
+                    dot44(n, wr, row_bytes, xs, o);
+                    for (int i = 0; i < 4; i++)
+                        for (int q = 0; q < 4; q++) y[(int64_t)(t + q) * y_stride + r + i] = o[i][q];
+                }
+                for (; t < t1; t++)
+                    for (int i = 0; i < 4; i++)
+                        y[(int64_t)t * y_stride + r + i] = dot(n, wr + (size_t)i * row_bytes, xb + (size_t)t * x_stride);
+            }
+        for (; r < r1; r++, wr += row_bytes) {
             int t = t0;
             for (; t + 4 <= t1; t += 4) {
                 const void *xs[4] = {xb + (size_t)t * x_stride, xb + (size_t)(t + 1) * x_stride,

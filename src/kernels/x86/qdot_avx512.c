@@ -72,6 +72,72 @@ AI void f16_tile(int64_t n, const uint8_t *w, const uint8_t *const *x, float *ou
     }
 }
 
+/* The float GEMM's register tile: 4 rows x 4 tokens, 16 accumulators
+ * (with 4 weight vectors and an activation vector, 21 of the 32 zmm). Each
+ * accumulator is one (row, token) pair with the lanes and the final
+ * reduction of the tiles above, so out[r][t] is bit-identical to
+ * dot(n, row r, x[t]); what changes is that a loaded activation vector
+ * feeds 4 FMAs instead of 1 (the row tile above is load-bound: 1 weight +
+ * 4 activation loads per 4 FMAs). kind: 0 f32, 1 f16, 2 bf16. */
+AI __m512 ld_w16(const int kind, const uint8_t *p) {
+    if (kind == 0) return _mm512_loadu_ps((const float *)(const void *)p);
+    if (kind == 1) return _mm512_cvtph_ps(ld256(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ld256(p)), 16));
+}
+
+AI __m512 ld_w8(const int kind, const uint8_t *p) {
+    if (kind == 0) return _mm512_zextps256_ps512(_mm256_loadu_ps((const float *)(const void *)p));
+    if (kind == 1) return _mm512_zextps256_ps512(_mm256_cvtph_ps(ld128(p)));
+    return _mm512_zextps256_ps512(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(ld128(p)), 16)));
+}
+
+AI float ld_w1(const int kind, const uint8_t *p) {
+    return kind == 0 ? ld_f32(p) : kind == 1 ? ld_f16(p) : ts_bf16_to_f32((uint16_t)(p[0] | (p[1] << 8)));
+}
+
+AI void float_44(const int kind, int64_t n, const uint8_t *w, size_t rb, const void *const x[4], float out[4][4]) {
+    const int64_t es = kind == 0 ? 4 : 2; /* weight element size */
+    const float *xf[4];
+    for (int t = 0; t < 4; t++) xf[t] = x[t];
+    __m512 z[4][4];
+    for (int r = 0; r < 4; r++)
+        for (int t = 0; t < 4; t++) z[r][t] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 wz[4];
+        for (int r = 0; r < 4; r++) wz[r] = ld_w16(kind, w + r * rb + es * i);
+        for (int t = 0; t < 4; t++) {
+            const __m512 xz = _mm512_loadu_ps(xf[t] + i);
+            for (int r = 0; r < 4; r++) z[r][t] = _mm512_fmadd_ps(wz[r], xz, z[r][t]);
+        }
+    }
+    if (i + 8 <= n) {
+        __m512 wz[4];
+        for (int r = 0; r < 4; r++) wz[r] = ld_w8(kind, w + r * rb + es * i);
+        for (int t = 0; t < 4; t++) {
+            const __m512 xz = _mm512_zextps256_ps512(_mm256_loadu_ps(xf[t] + i));
+            for (int r = 0; r < 4; r++) z[r][t] = _mm512_mask3_fmadd_ps(wz[r], xz, z[r][t], 0x00ff);
+        }
+        i += 8;
+    }
+    for (int r = 0; r < 4; r++)
+        for (int t = 0; t < 4; t++) {
+            float s = wide_finish(z[r][t]);
+            for (int64_t k = i; k < n; k++) s = fmaf(ld_w1(kind, w + r * rb + es * k), xf[t][k], s);
+            out[r][t] = s;
+        }
+}
+
+static void f32_44(int64_t n, const void *w, size_t rb, const void *const x[4], float out[4][4]) {
+    float_44(0, n, w, rb, x, out);
+}
+static void f16_44(int64_t n, const void *w, size_t rb, const void *const x[4], float out[4][4]) {
+    float_44(1, n, w, rb, x, out);
+}
+static void bf16_44(int64_t n, const void *w, size_t rb, const void *const x[4], float out[4][4]) {
+    float_44(2, n, w, rb, x, out);
+}
+
 TS_X86_ENTRIES(f32)
 TS_X86_ENTRIES(f16)
 
@@ -90,6 +156,9 @@ const ts_kern ts_kern_tab_avx512 = {
     .rp_gemm[TS_TYPE_Q4_K] = ts_rp_q4_k_avx512,
     .rp_gemm[TS_TYPE_Q5_K] = ts_rp_q5_k_avx512,
     .rp_gemm[TS_TYPE_Q6_K] = ts_rp_q6_k_avx512,
+    .dot44[TS_TYPE_F32] = f32_44,
+    .dot44[TS_TYPE_F16] = f16_44,
+    .dot44[TS_TYPE_BF16] = bf16_44,
     .rp_quant = ts_rp_quant_avx512,
     .attn_block = ts_attn_block_avx512,
     .swiglu = ts_swiglu_avx512,

@@ -3,6 +3,7 @@
 #   test_server       every endpoint streaming and not, bad input (4xx), cancel
 #                     on disconnect, concurrent clients on --parallel 2, KV
 #                     prefix reuse, API key (401), clean SIGTERM exit
+#   test_server_openai  the openai client: logprobs, n > 1, /tokenize
 #   test_server_load  bench/serve_load.py for ~20 s: 4 clients, every answer
 #                     checked against its prompt, VmRSS flat
 #   test_server_ui    the chat page at / in headless Chromium (selenium);
@@ -24,6 +25,10 @@ set(TS_SERVER_RSS_SLACK 8)
 if(TS_SANITIZE)
   set(TS_SERVER_RSS_SLACK 96)
 endif()
+# the official openai client (tools/requirements.txt): logprobs against
+# `tessera run --logits-out`, n > 1 with seeds, streaming by choice, /tokenize
+add_test(NAME test_server_openai COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_server_openai.py
+                                         $<TARGET_FILE:tessera> ${TS_MODELS_DIR} ${TS_SERVER_WORK})
 add_test(NAME test_server_load
          COMMAND ${TS_PYTHON} ${CMAKE_SOURCE_DIR}/bench/serve_load.py --tessera $<TARGET_FILE:tessera>
                  --model ${TS_MODELS_DIR}/SmolLM2-135M-Instruct.Q4_1.gguf --clients 4 --seconds 16 --parallel 2
@@ -33,4 +38,5 @@ add_test(NAME test_server_ui COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/te
 add_test(NAME test_server_diffusion
          COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_server_diffusion.py $<TARGET_FILE:tessera>
                  ${CMAKE_SOURCE_DIR}/tools/gen_dllm_models.py ${TS_MODELS_DIR} ${TS_SERVER_WORK})
-set_tests_properties(test_server test_server_load test_server_ui test_server_diffusion PROPERTIES TIMEOUT 300)
+set_tests_properties(test_server test_server_openai test_server_load test_server_ui test_server_diffusion
+                     PROPERTIES TIMEOUT 300)

@@ -167,6 +167,7 @@ def test_bad_input(srv):
         ({"top_k": 40}, "unsupported", "top_k"),
         ({"repeat_penalty": 1.1}, "unsupported", "repeat_penalty"),
         ({"dekoder": "block"}, "unknown_field", "dekoder"),
+        ({"logprobs": 1}, "unsupported", "logprobs"),
     ]
     for fields, code, param in cases:
         st, r = srv.post(COMP, dict(base, **fields))
@@ -178,6 +179,12 @@ def test_bad_input(srv):
     check(st == 200, f"sampler options at their no-op values are accepted ({st})")
     st, r = srv.post(COMP, dict(base, block=8))
     check(st == 200, "still serving after the 400s")
+    # n = 2: two canvases one after the other (seed + i); at temperature 0 both are the argmax reply
+    st, r2 = srv.post(COMP, dict(base, block=8, n=2))
+    ch = r2.get("choices", []) if st == 200 else []
+    check(st == 200 and len(ch) == 2 and [c["index"] for c in ch] == [0, 1] and ch[0]["text"] == ch[1]["text"]
+          == r["choices"][0]["text"] and r2["usage"]["completion_tokens"] == 2 * r["usage"]["completion_tokens"],
+          f"n = 2 on a diffusion model: two equal argmax choices ({st})")
 
 
 def test_stop_string(srv, binary, model):

@@ -17,7 +17,10 @@ static const char *const err_names[TSRV_E_COUNT] = {
 const char *tsrv_err_kind_name(tsrv_err_kind k) { return (unsigned)k < TSRV_E_COUNT ? err_names[k] : "?"; }
 
 static const char *const ep_names[TSRV_N_ENDPOINTS] = {
-    "/", "/health", "/v1/models", "/metrics", "/v1/chat/completions", "/v1/completions", "other", "unused"};
+    "/", "/health", "/v1/models", "/metrics", "/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize",
+    "other"};
+
+_Static_assert(TSRV_EP_OTHER + 1 == TSRV_N_ENDPOINTS, "ep_names and enum tsrv_endpoint differ");
 
 const char *tsrv_endpoint_name(int ep) { return ep >= 0 && ep < TSRV_N_ENDPOINTS ? ep_names[ep] : "other"; }
 
@@ -105,7 +108,7 @@ char *tsrv_metrics_text(tsrv_server *s) {
     tsrv_buf b = {0};
     int oom = 0;
     head(&b, &oom, "tessera_requests_total", "counter", "HTTP requests answered, by endpoint and status class.");
-    for (int ep = 0; ep < TSRV_N_ENDPOINTS - 1; ep++)
+    for (int ep = 0; ep < TSRV_N_ENDPOINTS; ep++)
         for (int c = 1; c <= 5; c++)
             if (m.requests[ep][c])
                 put(&b, &oom, "tessera_requests_total{endpoint=\"%s\",code=\"%dxx\"} %llu\n", ep_names[ep], c,

@@ -222,7 +222,7 @@ static uint64_t fresh_seed(void) {
 static const char *const chat_fields[] = {
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
     "stop", "n", "stream", "stream_options", "user", "presence_penalty", "frequency_penalty", "repeat_penalty",
-    "logprobs", NULL};
+    "logprobs", "top_logprobs", NULL};
 static const char *const completion_fields[] = {
     "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "stream",
     "stream_options", "user", "presence_penalty", "frequency_penalty", "repeat_penalty", "logprobs", "echo", NULL};
@@ -358,6 +358,7 @@ static int apply_fields(tsrv_server *s, tsrv_job *j, const json_t *root, unsigne
     const char *key;
     json_t *v;
     long long max_tokens = -1;
+    bool top_given = false;
     json_object_foreach((json_t *)root, key, v) {
         bool dfield = j->diffusion && known(diffusion_fields, key);
         if (!known(list, key) && !dfield)
@@ -417,10 +418,8 @@ static int apply_fields(tsrv_server *s, tsrv_job *j, const json_t *root, unsigne
             if (want_number(v, key, 0.01, 10, &d, e) < 0) return -1;
             j->sp.repeat_penalty = (float)d;
         } else if (!strcmp(key, "n")) {
-            if (want_int(v, key, 1, 1, &x, e) < 0) {
-                if (e->kind == TSRV_E_INVALID_VALUE) snprintf(e->message, sizeof e->message, "only n = 1 is supported");
-                return -1;
-            }
+            if (want_int(v, key, 1, TSRV_MAX_CHOICES, &x, e) < 0) return -1;
+            j->n_choices = (int)x;
         } else if (!strcmp(key, "stream")) {
             if (want_bool(v, key, &j->stream, e) < 0) return -1;
         } else if (!strcmp(key, "stream_options")) {
@@ -437,13 +436,31 @@ static int apply_fields(tsrv_server *s, tsrv_job *j, const json_t *root, unsigne
             }
         } else if (!strcmp(key, "stop")) {
             if (parse_stop(j, v, e) < 0) return -1;
-        } else if (!strcmp(key, "logprobs") || !strcmp(key, "echo")) {
+        } else if (!strcmp(key, "logprobs") && j->kind == TSRV_CHAT) {
+            if (want_bool(v, key, &j->logprobs, e) < 0) return -1;
+        } else if (!strcmp(key, "logprobs")) { /* completions: how many alternatives, 0..5 */
+            if (want_int(v, key, 0, 5, &x, e) < 0) return -1;
+            j->logprobs = true;
+            j->top_logprobs = (int)x;
+        } else if (!strcmp(key, "top_logprobs")) {
+            if (want_int(v, key, 0, TSRV_MAX_TOP_LOGPROBS, &x, e) < 0) return -1;
+            j->top_logprobs = (int)x;
+            top_given = true;
+        } else if (!strcmp(key, "echo")) {
             if (want_bool(v, key, &b, e) < 0) return -1;
-            if (b) return tsrv_fail(e, 400, TSRV_E_UNSUPPORTED, key, "'%s' is not supported", key);
+            if (b)
+                return tsrv_fail(e, 400, TSRV_E_UNSUPPORTED, key,
+                                 "'echo' is not supported (tokenize the prompt with /tokenize instead)");
         }
         /* messages / prompt are handled by the caller */
     }
     j->max_tokens = (int32_t)max_tokens;
+    if (top_given && !j->logprobs)
+        return tsrv_fail(e, 400, TSRV_E_INVALID_VALUE, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (j->logprobs && j->diffusion)
+        return tsrv_fail(e, 400, TSRV_E_UNSUPPORTED, "logprobs",
+                         "'logprobs' is not supported for a diffusion model: its decoder commits tokens by "
+                         "confidence over a whole block, not by sampling one token from one distribution");
     return 0;
 }
 

@@ -41,8 +41,84 @@ char *tsrv_error_json(const tsrv_error *e) {
                           e->param[0] ? e->param : NULL, "code", e->code));
 }
 
-static const char *job_finish(const tsrv_job *j) {
-    return strcmp(j->finish, "stop") && strcmp(j->finish, "length") ? NULL : j->finish;
+/* ---- logprobs ---- */
+
+/* A token's text as JSON strings want it (bytes that are not valid UTF-8,
+ * such as half of a character, become U+FFFD) and its raw bytes. */
+static void token_strings(const tsrv_server *s, int32_t id, json_t **str, json_t **bytes) {
+    char raw[256];
+    size_t n = 0;
+    if (ts_model_token_piece(s->model, id, true, raw, sizeof raw, &n, NULL) != TS_OK || n > sizeof raw) n = 0;
+    *bytes = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)raw[i]));
+    *str = tsrv_json_text(raw, n);
+}
+
+/* chat: {"token", "logprob", "bytes", "top_logprobs": [...]} */
+static json_t *chat_logprob(const tsrv_server *s, const tsrv_job *j, const tsrv_logprob *e) {
+    json_t *str, *bytes, *top = json_array();
+    for (int k = 0; k < j->top_logprobs; k++) {
+        json_t *ts, *tb;
+        token_strings(s, e->top_id[k], &ts, &tb);
+        json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", ts, "logprob", (double)e->top_lp[k],
+                                             "bytes", tb));
+    }
+    token_strings(s, e->token, &str, &bytes);
+    return json_pack("{s:o, s:f, s:o, s:o}", "token", str, "logprob", (double)e->logprob, "bytes", bytes,
+                     "top_logprobs", top);
+}
+
+/* Entries [a, b) of choice ci in the endpoint's shape: chat {"content":
+ * [...], "refusal": null}; completions {"tokens", "token_logprobs",
+ * "top_logprobs" (a {token: logprob} object per token, or null with
+ * logprobs 0), "text_offset" (within the completion's text)}. null
+ * without logprobs. */
+static json_t *logprobs_json(const tsrv_server *s, const tsrv_job *j, int ci, size_t a, size_t b) {
+    if (!j->logprobs) return json_null();
+    const tsrv_choice *ch = &j->choices[ci];
+    if (j->kind == TSRV_CHAT) {
+        json_t *content = json_array();
+        for (size_t i = a; i < b; i++) json_array_append_new(content, chat_logprob(s, j, &ch->lp[i]));
+        return json_pack("{s:o, s:n}", "content", content, "refusal");
+    }
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    for (size_t i = a; i < b; i++) {
+        const tsrv_logprob *e = &ch->lp[i];
+        json_t *str, *bytes;
+        token_strings(s, e->token, &str, &bytes);
+        json_decref(bytes);
+        json_array_append_new(tokens, str);
+        json_array_append_new(lps, json_real(e->logprob));
+        json_array_append_new(offs, json_integer((json_int_t)e->offset));
+        if (j->top_logprobs > 0) {
+            json_t *top = json_object();
+            for (int k = 0; k < j->top_logprobs; k++) {
+                json_t *ts, *tb;
+                token_strings(s, e->top_id[k], &ts, &tb);
+                json_decref(tb);
+                if (!json_object_get(top, json_string_value(ts))) /* two ids with one text: the likelier */
+                    json_object_set_new(top, json_string_value(ts), json_real(e->top_lp[k]));
+                json_decref(ts);
+            }
+            json_array_append_new(tops, top);
+        } else {
+            json_array_append_new(tops, json_null());
+        }
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
+                     "text_offset", offs);
+}
+
+/* The logprob entries of choice ci whose text starts before byte `to`. */
+static size_t lp_before(const tsrv_choice *ch, size_t from_entry, size_t to) {
+    size_t i = from_entry;
+    while (i < ch->n_lp && ch->lp[i].offset < to) i++;
+    return i;
+}
+
+static const char *choice_finish(const tsrv_job *j, int ci) {
+    const char *f = j->choices[ci].finish;
+    return f && (!strcmp(f, "stop") || !strcmp(f, "length")) ? f : NULL;
 }
 
 static json_t *usage_json(const tsrv_job *j) {
@@ -93,16 +169,22 @@ static void job_id(const tsrv_job *j, char *buf, size_t cap) {
 char *tsrv_completion_json(const tsrv_server *s, const tsrv_job *j, time_t created) {
     char id[48];
     job_id(j, id, sizeof id);
-    json_t *choice;
-    if (j->kind == TSRV_CHAT)
-        choice = json_pack("{s:i, s:{s:s, s:s%}, s:n, s:s?}", "index", 0, "message", "role", "assistant", "content",
-                           j->text ? j->text : "", j->len, "logprobs", "finish_reason", job_finish(j));
-    else
-        choice = json_pack("{s:s%, s:i, s:n, s:s?}", "text", j->text ? j->text : "", j->len, "index", 0, "logprobs",
-                           "finish_reason", job_finish(j));
-    json_t *r = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o, s:o}", "id", id, "object",
+    json_t *choices = json_array();
+    for (int ci = 0; ci < j->n_choices; ci++) {
+        const tsrv_choice *ch = &j->choices[ci];
+        json_t *lp = logprobs_json(s, j, ci, 0, ch->n_lp);
+        if (j->kind == TSRV_CHAT)
+            json_array_append_new(choices, json_pack("{s:i, s:{s:s, s:s%}, s:o, s:s?}", "index", ci, "message", "role",
+                                                     "assistant", "content", ch->text ? ch->text : "", ch->len,
+                                                     "logprobs", lp, "finish_reason", choice_finish(j, ci)));
+        else
+            json_array_append_new(choices, json_pack("{s:s%, s:i, s:o, s:s?}", "text", ch->text ? ch->text : "",
+                                                     ch->len, "index", ci, "logprobs", lp, "finish_reason",
+                                                     choice_finish(j, ci)));
+    }
+    json_t *r = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o, s:o}", "id", id, "object",
                           j->kind == TSRV_CHAT ? "chat.completion" : "text_completion", "created",
-                          (json_int_t)created, "model", s->model_id, "choices", choice, "usage", usage_json(j),
+                          (json_int_t)created, "model", s->model_id, "choices", choices, "usage", usage_json(j),
                           "timings", timings_json(j));
     if (r && j->diffusion) json_object_set_new(r, "diffusion", diffusion_json(j));
     return dump(r);
@@ -125,16 +207,31 @@ static json_t *chunk(const tsrv_server *s, const tsrv_job *j, time_t created, js
                      (json_int_t)created, "model", s->model_id, "choices", choices);
 }
 
-int tsrv_sse_delta(tsrv_buf *b, const tsrv_server *s, const tsrv_job *j, time_t created, const char *text, size_t n,
-                   bool first) {
+int tsrv_sse_delta(tsrv_buf *b, const tsrv_server *s, const tsrv_job *j, time_t created, int ci, size_t from,
+                   size_t to, size_t *lp_sent, size_t lp_upto, bool first) {
+    const tsrv_choice *ch = &j->choices[ci];
+    const char *text = ch->text ? ch->text + from : "";
+    const size_t n = to - from;
+    size_t e = lp_sent ? lp_before(ch, *lp_sent, lp_upto) : 0;
+    json_t *lp = lp_sent ? logprobs_json(s, j, ci, *lp_sent, e) : json_null();
+    if (lp_sent) *lp_sent = e;
     json_t *choice;
     if (j->kind == TSRV_CHAT) {
         json_t *delta = first ? json_pack("{s:s, s:s%}", "role", "assistant", "content", text, n)
                               : json_pack("{s:s%}", "content", text, n);
-        choice = json_pack("{s:i, s:o, s:n, s:n}", "index", 0, "delta", delta, "logprobs", "finish_reason");
+        choice = json_pack("{s:i, s:o, s:o, s:n}", "index", ci, "delta", delta, "logprobs", lp, "finish_reason");
     } else {
-        choice = json_pack("{s:s%, s:i, s:n, s:n}", "text", text, n, "index", 0, "logprobs", "finish_reason");
+        choice = json_pack("{s:s%, s:i, s:o, s:n}", "text", text, n, "index", ci, "logprobs", lp, "finish_reason");
     }
+    return sse_event(b, chunk(s, j, created, json_pack("[o]", choice)));
+}
+
+int tsrv_sse_choice_end(tsrv_buf *b, const tsrv_server *s, const tsrv_job *j, time_t created, int ci) {
+    json_t *choice = j->kind == TSRV_CHAT
+                         ? json_pack("{s:i, s:{}, s:n, s:s?}", "index", ci, "delta", "logprobs", "finish_reason",
+                                     choice_finish(j, ci))
+                         : json_pack("{s:s, s:i, s:n, s:s?}", "text", "", "index", ci, "logprobs", "finish_reason",
+                                     choice_finish(j, ci));
     return sse_event(b, chunk(s, j, created, json_pack("[o]", choice)));
 }
 
@@ -147,11 +244,13 @@ int tsrv_sse_final(tsrv_buf *b, const tsrv_server *s, const tsrv_job *j, time_t 
         rc = !body || tsrv_buf_add(b, "data: ", 6) || tsrv_buf_add(b, body, strlen(body)) || tsrv_buf_add(b, "\n\n", 2);
         free(body);
     } else {
+        /* the last choice's finish chunk carries the job's timings (and a
+         * diffusion job's decoder counters) */
         json_t *choice = j->kind == TSRV_CHAT
-                             ? json_pack("{s:i, s:{}, s:n, s:s?}", "index", 0, "delta", "logprobs", "finish_reason",
-                                         job_finish(j))
-                             : json_pack("{s:s, s:i, s:n, s:s?}", "text", "", "index", 0, "logprobs",
-                                         "finish_reason", job_finish(j));
+                             ? json_pack("{s:i, s:{}, s:n, s:s?}", "index", j->n_choices - 1, "delta", "logprobs",
+                                         "finish_reason", choice_finish(j, j->n_choices - 1))
+                             : json_pack("{s:s, s:i, s:n, s:s?}", "text", "", "index", j->n_choices - 1, "logprobs",
+                                         "finish_reason", choice_finish(j, j->n_choices - 1));
         json_t *c = chunk(s, j, created, json_pack("[o]", choice));
         if (c) json_object_set_new(c, "timings", timings_json(j));
         if (c && j->diffusion) json_object_set_new(c, "diffusion", diffusion_json(j));

@@ -14,6 +14,7 @@
  * lists while idle; job->mu guards a job's progress. Order: srv->mu before
  * job->mu. A job has two owners (HTTP side, scheduler) counted in refs. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@ tsrv_job *tsrv_job_new(void) {
     pthread_cond_init(&j->cv, NULL);
     j->refs = 1;
     j->slot = -1;
+    j->n_choices = 1;
     j->sp = ts_sampling_default_params();
     return j;
 }
@@ -34,7 +36,7 @@ tsrv_job *tsrv_job_new(void) {
 static void job_free(tsrv_job *j) {
     free(j->prompt);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
-    free(j->text);
+    for (int i = 0; i < TSRV_MAX_CHOICES; i++) free(j->choices[i].text), free(j->choices[i].lp);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -52,7 +54,8 @@ void tsrv_job_release(tsrv_job *j) {
 static void job_finish_locked(tsrv_job *j, const char *finish) {
     j->state = TSRV_DONE;
     j->finish = finish;
-    if (!j->stop_hit) j->visible = j->len; /* nothing more can complete a stop string */
+    for (int i = 0; i < j->n_choices; i++) /* nothing more can complete a stop string */
+        if (!j->choices[i].stop_hit) j->choices[i].visible = j->choices[i].len;
     pthread_cond_broadcast(&j->cv);
 }
 
@@ -156,7 +159,41 @@ void tsrv_sched_counts(tsrv_server *s, int *queued, int *busy) {
 typedef struct run_state {
     tsrv_slot *slot;
     tsrv_job *job;
+    const float *logits; /* what the next token is sampled from (logprobs) */
+    int32_t n_vocab;
 } run_state;
+
+/* e: the log-softmax of the raw logits at token, and the top n there (in
+ * descending order; ties by the lower id). */
+static void token_logprob(const float *logits, int32_t n_vocab, int32_t token, int n_top, tsrv_logprob *e) {
+    float mx = logits[0];
+    for (int32_t i = 1; i < n_vocab; i++)
+        if (logits[i] > mx) mx = logits[i];
+    double sum = 0;
+    for (int32_t i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
+    const double lse = mx + log(sum);
+    e->token = token;
+    e->logprob = (float)(logits[token] - lse);
+    int k = 0; /* insertion into a sorted list of at most n_top */
+    for (int32_t i = 0; i < n_vocab && n_top > 0; i++) {
+        const float v = logits[i];
+        if (k == n_top && v <= logits[e->top_id[k - 1]]) continue;
+        int p = k < n_top ? k++ : k - 1;
+        while (p > 0 && logits[e->top_id[p - 1]] < v) {
+            e->top_id[p] = e->top_id[p - 1];
+            p--;
+        }
+        e->top_id[p] = i;
+    }
+    for (int i = 0; i < k; i++) e->top_lp[i] = (float)(logits[e->top_id[i]] - lse);
+}
+
+static bool on_logits(const float *logits, int32_t n_vocab, void *ud) {
+    run_state *rs = ud;
+    rs->logits = logits;
+    rs->n_vocab = n_vocab;
+    return true;
+}
 
 /* Longest suffix of t[0..n) that is a proper prefix of a stop string: text
  * that must be held back because the next token may complete the stop. */
@@ -178,50 +215,67 @@ static bool on_token(const char *piece, size_t len, int32_t token, void *ud) {
     tsrv_slot *sl = rs->slot;
     tsrv_job *j = rs->job;
     if (token >= 0 && sl->n_cache < sl->n_ctx) sl->cache[sl->n_cache++] = token; /* evaluated next */
+    tsrv_logprob lp;
+    const bool want_lp = j->logprobs && token >= 0 && rs->logits; /* fixed once queued */
+    if (want_lp) token_logprob(rs->logits, rs->n_vocab, token, j->top_logprobs, &lp);
     pthread_mutex_lock(&j->mu);
     if (j->cancel) {
         pthread_mutex_unlock(&j->mu);
         return false;
     }
-    if (token >= 0) j->n_gen++;
-    if (j->len + len + 1 > j->cap) {
-        size_t nc = j->cap ? j->cap : 256;
-        while (nc < j->len + len + 1) nc *= 2;
-        char *nt = realloc(j->text, nc);
-        if (!nt) {
-            snprintf(j->errmsg, sizeof j->errmsg, "out of memory while collecting the reply");
-            j->cancel = true;
-            pthread_mutex_unlock(&j->mu);
-            return false;
-        }
-        j->text = nt;
-        j->cap = nc;
+    tsrv_choice *ch = &j->choices[j->cur];
+    if (token >= 0) j->n_gen++, ch->n_gen++;
+    bool oom = false;
+    if (ch->len + len + 1 > ch->cap) {
+        size_t nc = ch->cap ? ch->cap : 256;
+        while (nc < ch->len + len + 1) nc *= 2;
+        char *nt = realloc(ch->text, nc);
+        if (nt) ch->text = nt, ch->cap = nc;
+        else oom = true;
     }
-    size_t old = j->len;
-    memcpy(j->text + j->len, piece, len);
-    j->len += len;
-    j->text[j->len] = '\0';
+    if (want_lp && !oom && ch->n_lp == ch->cap_lp) {
+        size_t nc = ch->cap_lp ? 2 * ch->cap_lp : 64;
+        tsrv_logprob *nl = realloc(ch->lp, nc * sizeof *nl);
+        if (nl) ch->lp = nl, ch->cap_lp = nc;
+        else oom = true;
+    }
+    if (oom) {
+        snprintf(j->errmsg, sizeof j->errmsg, "out of memory while collecting the reply");
+        j->cancel = true;
+        pthread_mutex_unlock(&j->mu);
+        return false;
+    }
+    size_t old = ch->len;
+    if (want_lp) {
+        lp.offset = old;
+        ch->lp[ch->n_lp++] = lp;
+    }
+    memcpy(ch->text + ch->len, piece, len);
+    ch->len += len;
+    ch->text[ch->len] = '\0';
     /* earliest stop string that ends in the new bytes */
     size_t cut = SIZE_MAX;
     for (int k = 0; k < j->n_stops; k++) {
         size_t sl_ = j->stop_len[k];
         size_t from = old >= sl_ - 1 ? old - (sl_ - 1) : 0;
-        for (size_t p = from; p + sl_ <= j->len && p < cut; p++)
-            if (!memcmp(j->text + p, j->stops[k], sl_)) {
+        for (size_t p = from; p + sl_ <= ch->len && p < cut; p++)
+            if (!memcmp(ch->text + p, j->stops[k], sl_)) {
                 cut = p;
                 break;
             }
     }
     bool go_on = true;
     if (cut != SIZE_MAX) {
-        j->len = cut;
-        j->text[cut] = '\0';
-        j->visible = cut;
-        j->stop_hit = true;
+        ch->len = cut;
+        ch->text[cut] = '\0';
+        ch->visible = cut;
+        ch->stop_hit = true;
+        /* the tokens of the stop string are not reported (their text is not) */
+        while (ch->n_lp > 0 && ch->lp[ch->n_lp - 1].offset >= cut) ch->n_lp--;
         go_on = false;
     } else {
-        size_t v = j->len - held_suffix(j, j->text, j->len);
-        if (v > j->visible) j->visible = v;
+        size_t v = ch->len - held_suffix(j, ch->text, ch->len);
+        if (v > ch->visible) ch->visible = v;
     }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
@@ -234,36 +288,50 @@ static bool on_token(const char *piece, size_t len, int32_t token, void *ud) {
  * slot keeps no ids for prefix reuse. */
 static const char *run_diffusion(tsrv_slot *sl, tsrv_job *j) {
     ts_context *ctx = sl->ctx;
-    run_state rs = {sl, j};
-    ts_diffusion_params dp = j->dp;
-    dp.on_token = on_token;
-    dp.user_data = &rs;
-    ts_diffusion_stats ds = TS_STRUCT_INIT(ts_diffusion_stats);
-    sl->n_cache = 0;
-    ts_status st = ts_context_diffuse(ctx, j->prompt, j->n_prompt, &dp, NULL, 0, NULL, &ds);
-    sl->n_cache = 0; /* on_token recorded the reply's ids; the cache holds no usable prefix */
-    pthread_mutex_lock(&j->mu);
-    j->ds = ds;
-    j->n_cached = 0;
-    j->n_evaluated = j->n_prompt;
-    j->prefill_ms = ds.prefill_ms;
-    j->decode_ms = ds.denoise_ms;
-    bool stop_hit = j->stop_hit, was_cancelled = j->cancel;
-    if (st != TS_OK && !j->errmsg[0])
-        snprintf(j->errmsg, sizeof j->errmsg, "diffusion decoding failed: %s", ts_last_error(ctx));
-    pthread_mutex_unlock(&j->mu);
-    if (st != TS_OK) {
-        tsrv_log("slot %d: job %llu: %s", sl->index, (unsigned long long)j->id, j->errmsg);
-        return "error";
+    run_state rs = {.slot = sl, .job = j};
+    const char *finish = "error";
+    for (int c = 0; c < j->n_choices; c++) {
+        ts_diffusion_params dp = j->dp;
+        dp.seed = j->dp.seed + (uint64_t)c; /* choice c: seed + c, as for autoregressive models */
+        dp.on_token = on_token;
+        dp.user_data = &rs;
+        ts_diffusion_stats ds = TS_STRUCT_INIT(ts_diffusion_stats);
+        sl->n_cache = 0;
+        pthread_mutex_lock(&j->mu);
+        j->cur = c;
+        pthread_mutex_unlock(&j->mu);
+        ts_status st = ts_context_diffuse(ctx, j->prompt, j->n_prompt, &dp, NULL, 0, NULL, &ds);
+        sl->n_cache = 0; /* on_token recorded the reply's ids; the cache holds no usable prefix */
+        pthread_mutex_lock(&j->mu);
+        tsrv_choice *ch = &j->choices[c];
+        if (c == 0) j->ds = ds;
+        else {
+            j->ds.forwards += ds.forwards;
+            j->ds.denoise_forwards += ds.denoise_forwards;
+            j->ds.tokens_evaluated += ds.tokens_evaluated;
+        }
+        j->n_cached = 0;
+        j->n_evaluated += j->n_prompt;
+        j->prefill_ms += ds.prefill_ms;
+        j->decode_ms += ds.denoise_ms;
+        bool stop_hit = ch->stop_hit, was_cancelled = j->cancel;
+        if (st != TS_OK && !j->errmsg[0])
+            snprintf(j->errmsg, sizeof j->errmsg, "diffusion decoding failed: %s", ts_last_error(ctx));
+        if (st == TS_OK && !was_cancelled) {
+            if (stop_hit || ds.stop_reason == TS_STOP_EOS) ch->finish = "stop"; /* early stop: EOS/EoT in a block */
+            else if (ds.stop_reason == TS_STOP_LENGTH) ch->finish = "length";  /* the whole canvas */
+        }
+        if (ch->finish) pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+        if (st != TS_OK) {
+            tsrv_log("slot %d: job %llu: %s", sl->index, (unsigned long long)j->id, j->errmsg);
+            return "error";
+        }
+        if (was_cancelled) return "cancelled";
+        if (!ch->finish) return ds.stop_reason == TS_STOP_CANCELLED ? "cancelled" : "error";
+        finish = ch->finish;
     }
-    if (stop_hit) return "stop";
-    if (was_cancelled) return "cancelled";
-    switch (ds.stop_reason) {
-    case TS_STOP_EOS: return "stop";       /* early stop: an EOS/EoT in a finished block */
-    case TS_STOP_LENGTH: return "length";  /* the whole canvas */
-    case TS_STOP_CANCELLED: return "cancelled";
-    default: return "error";
-    }
+    return finish;
 }
 
 /* Runs a job on its slot; returns its finish ("stop", "length", "cancelled",
@@ -311,35 +379,73 @@ static const char *run_job(tsrv_slot *sl, tsrv_job *j) {
     }
     if (st != TS_OK) goto fail;
 
-    run_state rs = {sl, j};
-    ts_generate_params gp = ts_generate_default_params();
-    gp.n_predict = j->max_tokens;
-    gp.stop_at_end_of_turn = true;
-    gp.eval_last = true; /* the cache then holds the whole reply: the next turn reuses it */
-    gp.on_token = on_token;
-    gp.user_data = &rs;
-    st = ts_context_generate(ctx, &gp);
-    ts_stats stats = TS_STRUCT_INIT(ts_stats);
-    ts_context_get_stats(ctx, &stats);
-    tsrv_metrics_stream(&sl->srv->metrics, sl->index, &stats);
-    /* Keep the id list equal to the KV cache: the last sampled token, or an
-     * end-of-generation token, may or may not have been evaluated. */
-    np = ts_context_n_past(ctx);
-    if (np < sl->n_cache) sl->n_cache = np;
-    else if (np > sl->n_cache && ts_context_kv_truncate(ctx, sl->n_cache) != TS_OK) sl->n_cache = 0;
-    if (sl->n_cache == 0) ts_context_reset(ctx);
-    pthread_mutex_lock(&j->mu);
-    j->decode_ms = stats.decode_ms;
-    j->n_dev_tokens = stats.prefill_dev_tokens;
-    bool stop_hit = j->stop_hit, was_cancelled = j->cancel;
-    pthread_mutex_unlock(&j->mu);
-    if (st != TS_OK) goto fail;
-    if (stop_hit) finish = "stop";
-    else if (was_cancelled) finish = "cancelled";
-    else if (stats.stop_reason == TS_STOP_EOS) finish = "stop";
-    else if (stats.stop_reason == TS_STOP_LENGTH || stats.stop_reason == TS_STOP_CONTEXT_FULL) finish = "length";
-    else if (stats.stop_reason == TS_STOP_CANCELLED) finish = "cancelled";
-    else goto fail;
+    /* The choices one after another: each from the prompt's KV cache (the
+     * prompt's last token evaluated again for its logits), choice c with
+     * seed + c, so choice 0 is what n = 1 gives. */
+    run_state rs = {.slot = sl, .job = j, .n_vocab = sl->srv->info.n_vocab};
+    for (int c = 0; c < j->n_choices; c++) {
+        if (c > 0) {
+            ts_sampling_params sp = j->sp;
+            sp.seed = j->sp.seed + (uint64_t)c;
+            if (ts_context_set_sampling(ctx, &sp) != TS_OK) goto fail;
+            if (ts_context_n_past(ctx) < j->n_prompt - 1 || ts_context_kv_truncate(ctx, j->n_prompt - 1) != TS_OK)
+                goto fail;
+            sl->n_cache = j->n_prompt - 1; /* the id list starts with the prompt */
+            double r0 = tsrv_now_ms();
+            st = ts_context_eval(ctx, j->prompt + j->n_prompt - 1, 1, NULL);
+            double r1 = tsrv_now_ms();
+            if (st == TS_ERR_CANCELLED) {
+                finish = "cancelled";
+                goto done;
+            }
+            if (st != TS_OK) goto fail;
+            sl->n_cache = j->n_prompt;
+            pthread_mutex_lock(&j->mu);
+            j->cur = c;
+            j->decode_ms += r1 - r0;
+            pthread_mutex_unlock(&j->mu);
+        }
+        rs.logits = ts_context_logits(ctx);
+        ts_generate_params gp = ts_generate_default_params();
+        gp.n_predict = j->max_tokens;
+        gp.stop_at_end_of_turn = true;
+        /* the cache then holds the whole last reply: the next turn reuses it */
+        gp.eval_last = c == j->n_choices - 1;
+        gp.on_token = on_token;
+        gp.on_logits = j->logprobs ? on_logits : NULL;
+        gp.user_data = &rs;
+        st = ts_context_generate(ctx, &gp);
+        ts_stats stats = TS_STRUCT_INIT(ts_stats);
+        ts_context_get_stats(ctx, &stats);
+        tsrv_metrics_stream(&sl->srv->metrics, sl->index, &stats);
+        /* Keep the id list equal to the KV cache: the last sampled token, or an
+         * end-of-generation token, may or may not have been evaluated. */
+        np = ts_context_n_past(ctx);
+        if (np < sl->n_cache) sl->n_cache = np;
+        else if (np > sl->n_cache && ts_context_kv_truncate(ctx, sl->n_cache) != TS_OK) sl->n_cache = 0;
+        if (sl->n_cache == 0) ts_context_reset(ctx);
+        pthread_mutex_lock(&j->mu);
+        j->decode_ms += stats.decode_ms;
+        j->n_dev_tokens = stats.prefill_dev_tokens;
+        tsrv_choice *ch = &j->choices[c];
+        bool stop_hit = ch->stop_hit, was_cancelled = j->cancel;
+        if (st == TS_OK && !stop_hit && !was_cancelled) {
+            if (stats.stop_reason == TS_STOP_EOS) ch->finish = "stop";
+            else if (stats.stop_reason == TS_STOP_LENGTH || stats.stop_reason == TS_STOP_CONTEXT_FULL)
+                ch->finish = "length";
+        } else if (stop_hit) {
+            ch->finish = "stop";
+        }
+        if (ch->finish) pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+        if (st != TS_OK) goto fail;
+        if (was_cancelled || (stats.stop_reason == TS_STOP_CANCELLED && !stop_hit)) {
+            finish = "cancelled";
+            goto done;
+        }
+        if (!ch->finish) goto fail;
+        finish = ch->finish;
+    }
     goto done;
 
 fail:

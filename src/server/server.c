@@ -98,7 +98,10 @@ static enum MHD_Result send_body(tsrv_server *s, struct MHD_Connection *c, conn_
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     if (status == 405)
         MHD_add_response_header(r, "Allow",
-                                cs->endpoint == TSRV_EP_CHAT || cs->endpoint == TSRV_EP_COMPLETIONS ? "POST" : "GET");
+                                cs->endpoint == TSRV_EP_CHAT || cs->endpoint == TSRV_EP_COMPLETIONS ||
+                                        cs->endpoint == TSRV_EP_TOKENIZE || cs->endpoint == TSRV_EP_DETOKENIZE
+                                    ? "POST"
+                                    : "GET");
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     cs->responded = true;
@@ -152,7 +155,9 @@ typedef struct stream_state {
     conn_state cs;   /* copy for the log line at the end */
     int fd;
     time_t created;
-    size_t sent;     /* bytes of job->text already in events */
+    int ci;          /* the choice being streamed (they are generated in turn) */
+    size_t sent;     /* bytes of its text already in events */
+    size_t lp_sent;  /* its logprob entries already in events */
     tsrv_buf out;    /* formatted, not yet handed to MHD */
     size_t out_off;
     bool ended;      /* the final events are in out */
@@ -166,22 +171,44 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (ss->ended) return MHD_CONTENT_READER_END_OF_STREAM;
         ss->out.len = ss->out_off = 0;
         pthread_mutex_lock(&j->mu);
-        while (j->visible <= ss->sent && j->state != TSRV_DONE) {
+        int rc = 0;
+        for (;;) {
+            const tsrv_choice *ch = &j->choices[ss->ci];
+            if (ch->visible > ss->sent) {
+                rc = tsrv_sse_delta(&ss->out, ss->srv, j, ss->created, ss->ci, ss->sent, ch->visible, &ss->lp_sent,
+                                    ch->visible, false);
+                ss->sent = ch->visible;
+                break;
+            }
+            if ((ch->finish || j->state == TSRV_DONE) && ss->lp_sent < ch->n_lp) {
+                /* entries of tokens without text of their own (the text is all sent) */
+                rc = tsrv_sse_delta(&ss->out, ss->srv, j, ss->created, ss->ci, ss->sent, ss->sent, &ss->lp_sent,
+                                    SIZE_MAX, false);
+                break;
+            }
+            if (ch->finish && ss->ci + 1 < j->n_choices) { /* on to the next choice */
+                rc = tsrv_sse_choice_end(&ss->out, ss->srv, j, ss->created, ss->ci);
+                ss->ci++;
+                ss->sent = ss->lp_sent = 0;
+                if (!rc && j->kind == TSRV_CHAT)
+                    rc = tsrv_sse_delta(&ss->out, ss->srv, j, ss->created, ss->ci, 0, 0, NULL, 0, true);
+                break;
+            }
+            if (j->state == TSRV_DONE) {
+                if (!strcmp(j->finish, "cancelled")) {
+                    rc = -1; /* the server is stopping */
+                } else {
+                    rc = tsrv_sse_final(&ss->out, ss->srv, j, ss->created);
+                    ss->ended = true;
+                }
+                break;
+            }
             job_wait(j, 200);
-            if (j->visible <= ss->sent && j->state != TSRV_DONE && peer_closed(ss->fd)) {
+            if (j->state != TSRV_DONE && j->choices[ss->ci].visible <= ss->sent && !j->choices[ss->ci].finish &&
+                peer_closed(ss->fd)) {
                 pthread_mutex_unlock(&j->mu);
                 return MHD_CONTENT_READER_END_WITH_ERROR; /* stream_free cancels */
             }
-        }
-        int rc = 0;
-        if (j->visible > ss->sent) {
-            rc = tsrv_sse_delta(&ss->out, ss->srv, j, ss->created, j->text + ss->sent, j->visible - ss->sent, false);
-            ss->sent = j->visible;
-        } else if (!strcmp(j->finish, "cancelled")) {
-            rc = -1; /* the server is stopping */
-        } else {
-            rc = tsrv_sse_final(&ss->out, ss->srv, j, ss->created);
-            ss->ended = true;
         }
         pthread_mutex_unlock(&j->mu);
         if (rc) return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -234,7 +261,7 @@ static enum MHD_Result handle_generate(tsrv_server *s, struct MHD_Connection *c,
             *ss = (stream_state){.srv = s, .job = j, .cs = *cs, .fd = fd, .created = created};
             ss->cs.body = (tsrv_buf){0};
             /* the role chunk goes out at once, so the client sees the stream start */
-            if (kind == TSRV_CHAT && tsrv_sse_delta(&ss->out, s, j, created, "", 0, true) < 0) {
+            if (kind == TSRV_CHAT && tsrv_sse_delta(&ss->out, s, j, created, 0, 0, 0, NULL, 0, true) < 0) {
                 free(ss);
                 ss = NULL;
             }
@@ -313,7 +340,9 @@ static int route(const char *url, bool *post) {
                   {"/v1/chat/completions", TSRV_EP_CHAT, true},
                   {"/chat/completions", TSRV_EP_CHAT, true},
                   {"/v1/completions", TSRV_EP_COMPLETIONS, true},
-                  {"/completions", TSRV_EP_COMPLETIONS, true}};
+                  {"/completions", TSRV_EP_COMPLETIONS, true},
+                  {"/tokenize", TSRV_EP_TOKENIZE, true},
+                  {"/detokenize", TSRV_EP_DETOKENIZE, true}};
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(url, routes[i].path)) {
             *post = routes[i].post;
@@ -399,6 +428,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return handle_generate(s, c, cs, TSRV_CHAT);
     case TSRV_EP_COMPLETIONS:
         return handle_generate(s, c, cs, TSRV_COMPLETION);
+    case TSRV_EP_TOKENIZE:
+    case TSRV_EP_DETOKENIZE: {
+        const char *b = cs->body.p ? cs->body.p : "";
+        char *r = cs->endpoint == TSRV_EP_TOKENIZE ? tsrv_tokenize(s, b, cs->body.len, &e)
+                                                   : tsrv_detokenize(s, b, cs->body.len, &e);
+        return r ? send_body(s, c, cs, 200, "application/json", r, true) : send_error(s, c, cs, &e);
+    }
     default:
         tsrv_fail(&e, 404, TSRV_E_NOT_FOUND, NULL, "no such endpoint");
         return send_error(s, c, cs, &e);

@@ -63,6 +63,32 @@ typedef enum tsrv_job_state { TSRV_QUEUED = 0, TSRV_RUNNING, TSRV_DONE } tsrv_jo
 
 #define TSRV_MAX_STOPS 4
 #define TSRV_MAX_STOP_LEN 128
+#define TSRV_MAX_CHOICES 16      /* n */
+#define TSRV_MAX_TOP_LOGPROBS 20 /* top_logprobs (chat); completions' logprobs takes up to 5 */
+
+/* One generated token's log-probability under the model (log-softmax of the
+ * raw logits it was sampled from, before any sampler setting) and the
+ * n_top most likely tokens there. */
+typedef struct tsrv_logprob {
+    int32_t token;
+    float logprob;
+    size_t offset; /* where its text starts in the choice's text */
+    int32_t top_id[TSRV_MAX_TOP_LOGPROBS];
+    float top_lp[TSRV_MAX_TOP_LOGPROBS];
+} tsrv_logprob;
+
+/* One of a job's n answers; the choices are generated one after another on
+ * the job's slot, each from the prompt's KV cache (guarded by job->mu). */
+typedef struct tsrv_choice {
+    bool stop_hit;              /* a stop string ended the text */
+    char *text;                 /* generated text, cut at a stop string */
+    size_t len, cap;
+    size_t visible;             /* text[0..visible) can be sent: no stop string can start in it */
+    int32_t n_gen;              /* tokens generated */
+    const char *finish;         /* "stop" / "length" once this choice is done, else NULL */
+    tsrv_logprob *lp;           /* with logprobs: one per generated token whose text is kept */
+    size_t n_lp, cap_lp;
+} tsrv_choice;
 
 typedef struct tsrv_job {
     /* request: fixed once queued */
@@ -76,6 +102,9 @@ typedef struct tsrv_job {
     char *stops[TSRV_MAX_STOPS];
     size_t stop_len[TSRV_MAX_STOPS];
     int n_stops;
+    int n_choices;              /* n (choice i samples with seed + i) */
+    bool logprobs;              /* report each token's log-probability */
+    int top_logprobs;           /* ... and this many alternatives (0..TSRV_MAX_TOP_LOGPROBS) */
     /* diffusion models (srv->diffusion): the decoder's parameters, n_gen =
      * max_tokens; on_token / user_data are set by the slot */
     bool diffusion;
@@ -86,11 +115,9 @@ typedef struct tsrv_job {
     pthread_cond_t cv;
     tsrv_job_state state;       /* QUEUED -> RUNNING also under the server's mutex */
     bool cancel;                /* the client went away (or the server stops) */
-    bool stop_hit;              /* a stop string ended the text */
-    char *text;                 /* generated text, cut at a stop string */
-    size_t len, cap;
-    size_t visible;             /* text[0..visible) can be sent: no stop string can start in it */
-    int32_t n_gen;              /* tokens generated */
+    tsrv_choice choices[TSRV_MAX_CHOICES]; /* [n_choices] */
+    int cur;                    /* the choice being generated */
+    int32_t n_gen;              /* tokens generated, all choices */
     int32_t n_cached;           /* prompt tokens reused from the slot's KV cache */
     int32_t n_evaluated;        /* prompt tokens evaluated for this request */
     int64_t n_dev_tokens;       /* of those, tokens whose layers ran on the prefill device */
@@ -119,7 +146,7 @@ typedef struct tsrv_slot {
 } tsrv_slot;
 
 /* Counters of /metrics; guarded by their own mutex. */
-#define TSRV_N_ENDPOINTS 8
+#define TSRV_N_ENDPOINTS 9 /* enum tsrv_endpoint below, OTHER included */
 typedef struct tsrv_metrics {
     pthread_mutex_t mu;
     uint64_t requests[TSRV_N_ENDPOINTS][6]; /* [endpoint][status / 100] */
@@ -204,16 +231,29 @@ typedef struct tsrv_buf {
 } tsrv_buf;
 int tsrv_buf_add(tsrv_buf *b, const char *s, size_t n);
 void tsrv_buf_free(tsrv_buf *b);
-int tsrv_sse_delta(tsrv_buf *b, const tsrv_server *s, const tsrv_job *job, time_t created, const char *text,
-                   size_t n, bool first);
+/* text[from..to) of choice ci, with the logprobs of its tokens whose text
+ * starts before byte lp_upto (*lp_sent: entries already sent, advanced;
+ * NULL: none) */
+int tsrv_sse_delta(tsrv_buf *b, const tsrv_server *s, const tsrv_job *job, time_t created, int ci, size_t from,
+                   size_t to, size_t *lp_sent, size_t lp_upto, bool first);
+/* choice ci's finish_reason chunk */
+int tsrv_sse_choice_end(tsrv_buf *b, const tsrv_server *s, const tsrv_job *job, time_t created, int ci);
+/* the end of the stream: timings, usage, [DONE] (or the error event) */
 int tsrv_sse_final(tsrv_buf *b, const tsrv_server *s, const tsrv_job *job, time_t created);
 char *tsrv_models_json(const tsrv_server *s);
+/* tokens.c: POST /tokenize and /detokenize (llama-server's shapes); the
+ * answer body, or NULL with e filled */
+char *tsrv_tokenize(tsrv_server *s, const char *body, size_t len, tsrv_error *e);
+char *tsrv_detokenize(tsrv_server *s, const char *body, size_t len, tsrv_error *e);
+/* A JSON string of bytes that may not be valid UTF-8 (each invalid byte
+ * becomes U+FFFD) */
+json_t *tsrv_json_text(const char *b, size_t n);
 char *tsrv_health_json(tsrv_server *s);
 
 /* metrics.c */
 enum tsrv_endpoint {
     TSRV_EP_ROOT = 0, TSRV_EP_HEALTH, TSRV_EP_MODELS, TSRV_EP_METRICS, TSRV_EP_CHAT, TSRV_EP_COMPLETIONS,
-    TSRV_EP_OTHER
+    TSRV_EP_TOKENIZE, TSRV_EP_DETOKENIZE, TSRV_EP_OTHER
 };
 const char *tsrv_endpoint_name(int ep);
 void tsrv_metrics_init(tsrv_metrics *m);

@@ -446,6 +446,19 @@ TS_API const float *ts_context_logits(const ts_context *ctx);
  * thread as ctx. */
 TS_API ts_status ts_context_sample(ts_context *ctx, int32_t *token);
 
+/* Constrains what ts_context_generate may produce to the texts a grammar
+ * accepts (docs/GRAMMAR.md): GBNF as llama.cpp reads it, starting at rule
+ * `root` (NULL: "root"). Each generation starts at the grammar's start; a
+ * token that cannot continue an accepted text is never chosen, an
+ * end-of-generation token only once the text is complete, and generation
+ * ends (TS_STOP_EOS) when the grammar allows nothing more. A run that hits
+ * n_predict first ends with an incomplete text (TS_STOP_LENGTH). gbnf NULL
+ * removes the grammar. TS_ERR_INVALID_ARG with the line and column of what
+ * is wrong for a bad grammar (the previous one is kept). Same thread as ctx. */
+TS_API ts_status ts_context_set_grammar(ts_context *ctx, const char *gbnf, const char *root);
+/* Whether gbnf compiles (err says why not). Thread-safe. */
+TS_API ts_status ts_grammar_check(const char *gbnf, const char *root, ts_error *err);
+
 /* ---- generation ----------------------------------------------------------- */
 
 typedef enum ts_stop_reason {
@@ -608,6 +621,12 @@ typedef struct ts_stats {
     double stream_cache_mib;
     ts_activations activations; /* the precision the CPU's matmuls ran at (TS_ACT may have overridden the
                                    context's parameter) */
+    /* The last generation under a grammar (ts_context_set_grammar): sampled
+     * tokens checked against it, steps where the sampled token was refused
+     * and every token was checked (the mask), and the time in both. */
+    int64_t grammar_checks;
+    int64_t grammar_masks;
+    double grammar_ms;
 } ts_stats;
 
 /* Same thread as ctx. */

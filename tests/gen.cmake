@@ -1,6 +1,7 @@
 # Generation front end: sampler, chat templates, and the run/chat/perplexity CLI.
 ts_add_c_test(test_sampler ${CMAKE_CURRENT_SOURCE_DIR}/test_sampler.c)
 ts_add_c_test(test_chat ${CMAKE_CURRENT_SOURCE_DIR}/test_chat.c)
+ts_add_c_test(test_grammar ${CMAKE_CURRENT_SOURCE_DIR}/test_grammar.c)
 
 add_executable(chat_render_tool ${CMAKE_CURRENT_SOURCE_DIR}/chat_render_tool.c)
 target_include_directories(chat_render_tool PRIVATE ${CMAKE_SOURCE_DIR}/src)

@@ -456,6 +456,72 @@ static void test_stats_and_logits(const ts_model *m) {
     ts_context_free(c);
 }
 
+/* Constrained decoding (ts_context_set_grammar): what comes out is what the
+ * grammar allows; a grammar the greedy text already satisfies changes
+ * nothing (no step masked); bad grammars are refused and the previous one
+ * kept; NULL removes it. */
+static void test_grammar(const ts_model *m) {
+    ts_error err;
+    CHECK(ts_grammar_check("root ::= [0-9]+", NULL, &err) == TS_OK, "check: %s", err.message);
+    CHECK(ts_grammar_check("root ::= x", NULL, &err) == TS_ERR_INVALID_ARG && strstr(err.message, "'x'"),
+          "check names the undefined rule: %s", err.message);
+    ts_context *c = context(m, 256, 2, 1.0f);
+    if (!c) return;
+    collect out;
+    ts_stats st = TS_STRUCT_INIT(ts_stats);
+    CHECK(ts_context_set_grammar(c, "root ::= (\"yes\" | \"no\") \".\"", NULL) == TS_OK, "set: %s", ts_last_error(c));
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+        ts_sampling_params sp = ts_sampling_default_params();
+        sp.temp = 1.0f;
+        sp.seed = seed;
+        ts_context_set_sampling(c, &sp);
+        CHECK(gen(c, "Is water wet? Answer:", 16, &out) == TS_OK, "gen: %s", ts_last_error(c));
+        ts_context_get_stats(c, &st);
+        CHECK((!strcmp(out.buf, "yes.") || !strcmp(out.buf, "no.")) && st.stop_reason == TS_STOP_EOS,
+              "seed %llu: '%s' stop %s", (unsigned long long)seed, out.buf, ts_stop_reason_name(st.stop_reason));
+        CHECK(st.grammar_checks >= 2 && st.grammar_ms >= 0, "grammar counters: %lld checks",
+              (long long)st.grammar_checks);
+    }
+    /* a bad grammar keeps the one set */
+    CHECK(ts_context_set_grammar(c, "root ::= (\"a\"", NULL) == TS_ERR_INVALID_ARG &&
+              strstr(ts_last_error(c), "line 1"),
+          "bad grammar refused: %s", ts_last_error(c));
+    CHECK(ts_context_set_grammar(c, "root ::= root \"a\" | \"a\"", NULL) == TS_ERR_INVALID_ARG &&
+              strstr(ts_last_error(c), "left-recursive"),
+          "left recursion refused: %s", ts_last_error(c));
+    CHECK(gen(c, "Is water wet? Answer:", 16, &out) == TS_OK && (!strcmp(out.buf, "yes.") || !strcmp(out.buf, "no.")),
+          "the previous grammar still holds: '%s'", out.buf);
+    /* three digits exactly, then the grammar allows nothing more: EOS */
+    CHECK(ts_context_set_grammar(c, "root ::= [0-9]{3}", NULL) == TS_OK, "set digits");
+    CHECK(gen(c, "My favourite number is", 16, &out) == TS_OK && strlen(out.buf) == 3 &&
+              strspn(out.buf, "0123456789") == 3,
+          "three digits: '%s'", out.buf);
+    ts_context_get_stats(c, &st);
+    CHECK(st.stop_reason == TS_STOP_EOS, "stop once the grammar is done: %s", ts_stop_reason_name(st.stop_reason));
+    /* greedy: a grammar that the free text satisfies gives the same text with no mask */
+    ts_sampling_params sp = ts_sampling_default_params();
+    sp.temp = 0.0f;
+    ts_context_set_sampling(c, &sp);
+    CHECK(ts_context_set_grammar(c, NULL, NULL) == TS_OK, "remove");
+    collect free_text;
+    CHECK(gen(c, SMOL_PROMPT, 6, &free_text) == TS_OK, "free: %s", ts_last_error(c));
+    char g[600];
+    snprintf(g, sizeof g, "root ::= \"");
+    for (const char *p = free_text.buf; *p && strlen(g) < sizeof g - 16; p++) {
+        if (*p == '"' || *p == '\\') snprintf(g + strlen(g), sizeof g - strlen(g), "\\%c", *p);
+        else if ((unsigned char)*p < 0x20) snprintf(g + strlen(g), sizeof g - strlen(g), "\\x%02X", *p);
+        else snprintf(g + strlen(g), sizeof g - strlen(g), "%c", *p);
+    }
+    snprintf(g + strlen(g), sizeof g - strlen(g), "\" [a-z ]*");
+    CHECK(ts_context_set_grammar(c, g, NULL) == TS_OK, "literal grammar: %s", ts_last_error(c));
+    CHECK(gen(c, SMOL_PROMPT, 6, &out) == TS_OK && !strcmp(out.buf, free_text.buf), "greedy under a grammar it "
+          "satisfies: '%s' vs '%s'", out.buf, free_text.buf);
+    ts_context_get_stats(c, &st);
+    CHECK(st.grammar_checks == 6 && st.grammar_masks == 0, "no mask needed: %lld checks, %lld masks",
+          (long long)st.grammar_checks, (long long)st.grammar_masks);
+    ts_context_free(c);
+}
+
 static void test_text_calls(const ts_model *m) {
     ts_error err;
     const char *s = "Hello wörld <|im_start|> 😀";
@@ -748,6 +814,7 @@ int main(int argc, char **argv) {
         test_stats_and_logits(smol);
         test_activations(smol);
         test_text_calls(smol);
+        test_grammar(smol);
         test_parallel_contexts(smol);
         test_cancel(smol);
         ts_model_free(smol);

@@ -18,6 +18,7 @@
 #include "model/model.h"
 #include "tessera.h"
 #include "text/chat.h"
+#include "text/grammar.h"
 #include "text/sampler.h"
 #include "text/tokenizer.h"
 #include "core/clock.h"
@@ -59,6 +60,28 @@ typedef struct ts_run {
     uint64_t host_wait_ns;   /* the CPU thread blocked on the device in those runs */
 } ts_run;
 
+/* constrain.c: a context's grammar (ts_context_set_grammar) */
+typedef struct ts_constraint ts_constraint;
+typedef struct ts_constraint_counts {
+    int64_t checks; /* sampled tokens checked */
+    int64_t masks;  /* steps that checked every token (the sampled one was refused) */
+    double ms;      /* time in both */
+} ts_constraint_counts;
+/* Compiles gbnf into *k (creating it, with the token table, on first use;
+ * NULL gbnf: off). -1 with err, *k unchanged, for a bad grammar. */
+int ts_constraint_set(ts_constraint **k, const ts_tokenizer *tok, const char *gbnf, const char *root, ts_err *err);
+bool ts_constraint_active(const ts_constraint *k); /* a grammar is set */
+void ts_constraint_free(ts_constraint *k);
+void ts_constraint_reset(ts_constraint *k);
+bool ts_constraint_done(const ts_constraint *k); /* nothing more may follow */
+/* The next token: one the grammar allows (end-of-generation ids and stop_id
+ * only once the text is complete), or -1 when it allows none. */
+int32_t ts_constraint_sample(ts_constraint *k, ts_sampler *smpl, const float *logits, const ts_tokenizer *tok,
+                             int32_t stop_id, ts_constraint_counts *cnt);
+/* Advances the grammar by a token ts_constraint_sample gave (not for
+ * end-of-generation ids); false if it does not fit. */
+bool ts_constraint_accept(ts_constraint *k, int32_t id);
+
 struct ts_context {
     const ts_model *model;
     ts_state *st;
@@ -70,6 +93,8 @@ struct ts_context {
     ts_chat_template *tmpl;  /* built on first use */
     atomic_bool cancel;
     bool has_logits;
+    ts_constraint *cons;     /* ts_context_set_grammar, or NULL */
+    ts_constraint_counts cons_run; /* this run's */
     char *piece;             /* streaming detokenizer output, big enough for any token */
     size_t piece_cap;
     ts_run run;

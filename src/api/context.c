@@ -168,6 +168,7 @@ void ts_context_free(ts_context *c) {
     ts_state_free(c->st);
     ts_sampler_free(c->smpl);
     ts_chat_template_free(c->tmpl);
+    ts_constraint_free(c->cons);
     free(c->chat_override);
     free(c->piece);
     free(c);
@@ -224,6 +225,26 @@ ts_status ts_context_set_sampling(ts_context *c, const ts_sampling_params *param
     c->smpl = s;
     c->sp = sp;
     return TS_OK;
+}
+
+ts_status ts_context_set_grammar(ts_context *c, const char *gbnf, const char *root) {
+    if (!c) return TS_ERR_INVALID_ARG;
+    ts_ctx_ok(c);
+    ts_err e = {{0}};
+    if (ts_constraint_set(&c->cons, c->model->tok, gbnf, root, &e) < 0)
+        return ts_ctx_fail(c, strstr(e.msg, "out of memory") ? TS_ERR_NO_MEMORY : TS_ERR_INVALID_ARG, "%s", e.msg);
+    return TS_OK;
+}
+
+ts_status ts_grammar_check(const char *gbnf, const char *root, ts_error *err) {
+    if (!gbnf) return ts_api_fail(err, NULL, TS_ERR_INVALID_ARG, "grammar: the text is NULL");
+    ts_err e = {{0}};
+    ts_grammar *g = ts_grammar_compile(gbnf, strlen(gbnf), root, &e);
+    if (!g)
+        return ts_api_fail(err, NULL, strstr(e.msg, "out of memory") ? TS_ERR_NO_MEMORY : TS_ERR_INVALID_ARG, "%s",
+                           e.msg);
+    ts_grammar_free(g);
+    return ts_api_ok(err);
 }
 
 /* ---- evaluation ---- */
@@ -377,6 +398,9 @@ static ts_status generate(ts_context *c, const ts_generate_params *gp) {
     if (!c->has_logits)
         return ts_ctx_fail(c, TS_ERR_INVALID_STATE, "generate: no logits to sample from (evaluate a prompt first)");
     if (c->run.done) memset(&c->run, 0, sizeof c->run); /* generation without a new prompt */
+    const bool constrained = ts_constraint_active(c->cons);
+    if (constrained) ts_constraint_reset(c->cons); /* each generation starts at the grammar's start */
+    memset(&c->cons_run, 0, sizeof c->cons_run);
     const int32_t n_predict = gp->n_predict;
     ts_stop_reason stop = TS_STOP_LENGTH;
     ts_status status = TS_OK;
@@ -390,9 +414,30 @@ static ts_status generate(ts_context *c, const ts_generate_params *gp) {
             break;
         }
         if (n_predict >= 0 && n_gen >= n_predict) break;
-        int32_t id = ts_sampler_sample(c->smpl, ts_state_logits(c->st));
+        int32_t id;
+        if (constrained) {
+            if (ts_constraint_done(c->cons)) { /* the grammar allows nothing more */
+                stop = TS_STOP_EOS;
+                break;
+            }
+            id = ts_constraint_sample(c->cons, c->smpl, ts_state_logits(c->st), tok, stop_id, &c->cons_run);
+            if (id < 0) {
+                status = ts_ctx_fail(c, TS_ERR_INTERNAL,
+                                     "generate: the grammar allows no token here (no token of the vocabulary "
+                                     "continues the text it accepted so far)");
+                stop = TS_STOP_ERROR;
+                break;
+            }
+        } else {
+            id = ts_sampler_sample(c->smpl, ts_state_logits(c->st));
+        }
         if (ts_tok_is_eog(tok, id) || id == stop_id) {
             stop = TS_STOP_EOS;
+            break;
+        }
+        if (constrained && !ts_constraint_accept(c->cons, id)) {
+            status = ts_ctx_fail(c, TS_ERR_INTERNAL, "generate: token %d does not fit the grammar", (int)id);
+            stop = TS_STOP_ERROR;
             break;
         }
         ts_sampler_accept(c->smpl, id);
@@ -540,6 +585,9 @@ ts_status ts_context_get_stats(const ts_context *c, ts_stats *out) {
     s.dev_busy_ms = (double)c->run.busy_ns / 1e6;
     s.dev_ooo_chunks = c->run.ooo_chunks;
     s.dev_host_wait_ms = (double)c->run.host_wait_ns / 1e6;
+    s.grammar_checks = c->cons_run.checks;
+    s.grammar_masks = c->cons_run.masks;
+    s.grammar_ms = c->cons_run.ms;
     ts_state_stream_stats ss;
     ts_state_stream_stats_get(c->st, &ss);
     s.stream_layers = ss.layers;

@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "cli_util.h"
 #include "gen_common.h"
+#include "serve.h"
 
 /* What the streaming callbacks need. */
 typedef struct run_io {
@@ -69,7 +70,7 @@ int cli_run(int argc, char **argv) {
     if (prc != 0) return prc > 0 ? 0 : 2;
 
     int status = 1;
-    char *file_text = NULL, *rendered = NULL;
+    char *file_text = NULL, *rendered = NULL, *grammar = NULL, *schema_text = NULL;
     int32_t *ids = NULL;
     ts_model *m = NULL;
     ts_context *ctx = NULL;
@@ -83,7 +84,26 @@ int cli_run(int argc, char **argv) {
     } else {
         text_len = strlen(text);
     }
+    if (!!o.grammar + !!o.grammar_file + !!o.json_schema > 1) {
+        fprintf(stderr, "error: give one of --grammar, --grammar-file, --json-schema\n");
+        goto done;
+    }
+    size_t flen = 0;
+    if (o.grammar_file && !(grammar = cli_read_file(o.grammar_file, &flen))) goto done;
+    if (o.json_schema) {
+        const char *schema = o.json_schema;
+        if (schema[0] == '@' && !(schema_text = cli_read_file(schema + 1, &flen))) goto done;
+        char why[512];
+        if (!(grammar = tsrv_json_schema_text_gbnf(schema_text ? schema_text : schema, why, sizeof why))) {
+            fprintf(stderr, "error: --json-schema: %s\n", why);
+            goto done;
+        }
+    }
     if (gen_load(&o, &m, &ctx) < 0) goto done;
+    if ((grammar || o.grammar) && ts_context_set_grammar(ctx, grammar ? grammar : o.grammar, NULL) != TS_OK) {
+        fprintf(stderr, "error: %s\n", ts_last_error(ctx));
+        goto done;
+    }
     ts_model_info info = TS_STRUCT_INIT(ts_model_info);
     ts_model_get_info(m, &info);
 
@@ -175,6 +195,8 @@ done:
     free(ids);
     ts_free(rendered);
     free(file_text);
+    free(grammar);
+    free(schema_text);
     ts_context_free(ctx);
     ts_model_free(m);
     return status;

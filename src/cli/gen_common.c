@@ -39,7 +39,12 @@ static void print_help(enum gen_cmd cmd, FILE *f) {
                    "                           evaluated token in evaluation order (the prompt tokens, then\n"
                    "                           each generated token fed back; the last generated token is not\n"
                    "                           evaluated, so rows = n_prompt_tokens + max(n_gen_tokens-1, 0)).\n"
-                   "                           Row i holds the prediction for token i+1.\n");
+                   "                           Row i holds the prediction for token i+1.\n"
+                   "      --grammar TEXT       constrain the output to a GBNF grammar (start rule 'root';\n"
+                   "                           docs/GRAMMAR.md): tokens that cannot continue it are never chosen\n"
+                   "      --grammar-file FILE  the same, read from FILE\n"
+                   "      --json-schema S      constrain the output to JSON matching the JSON schema S (or @FILE);\n"
+                   "                           '{}' = any JSON value (supported keywords: docs/GRAMMAR.md)\n");
     } else if (cmd == GEN_CHAT) {
         fprintf(f, "usage: tessera chat -m MODEL.gguf [options]\n\n"
                    "Interactive multi-turn chat using the model's chat template. Reads one user\n"
@@ -178,7 +183,9 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
                        !strcmp(name, "--repeat-last-n") || !strcmp(name, "--presence-penalty") ||
                        !strcmp(name, "--seed") || !strcmp(name, "--system") || !strcmp(name, "--chat-template") ||
                        !strcmp(name, "--stats"))) ||
-                     (cmd == GEN_RUN && (FLAG("-p", "--prompt") || !strcmp(name, "--logits-out")));
+                     (cmd == GEN_RUN && (FLAG("-p", "--prompt") || !strcmp(name, "--logits-out") ||
+                                         !strcmp(name, "--grammar") || !strcmp(name, "--grammar-file") ||
+                                         !strcmp(name, "--json-schema")));
         if (cmd == GEN_CHAT && FLAG("-f", "--file")) known = false;
         if (!known) {
             fprintf(stderr, "tessera %s: unknown option '%s' (see tessera %s --help)\n", cmdname, a, cmdname);
@@ -198,6 +205,9 @@ int gen_parse(enum gen_cmd cmd, int argc, char **argv, gen_opts *o) {
         else if (!strcmp(name, "--system")) o->system = val;
         else if (!strcmp(name, "--chat-template")) o->chat_template = val;
         else if (!strcmp(name, "--logits-out")) o->logits_out = val;
+        else if (!strcmp(name, "--grammar")) o->grammar = val;
+        else if (!strcmp(name, "--grammar-file")) o->grammar_file = val;
+        else if (!strcmp(name, "--json-schema")) o->json_schema = val;
         else if (!strcmp(name, "--kl-divergence-base") || !strcmp(name, "--save-all-logits")) o->kld_base = val;
         else if (!strcmp(name, "--stats")) {
             if (strcmp(val, "json") != 0) {

@@ -38,6 +38,9 @@ typedef struct gen_opts {
     int32_t prefill_min_tokens; /* --prefill-min-tokens; 0 = library default (32) */
     cli_mem_opts mem;           /* --mem-budget, --loaders, --stream-opts */
     ts_activations act;         /* --act */
+    const char *grammar;        /* run --grammar TEXT (GBNF) */
+    const char *grammar_file;   /* run --grammar-file FILE */
+    const char *json_schema;    /* run --json-schema TEXT|@FILE */
 } gen_opts;
 
 /* Parses argv (argv[0] = subcommand). Returns 0 to go on, 1 when --help was

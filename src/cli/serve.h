@@ -40,4 +40,8 @@ tsrv_config tsrv_default_config(void);
  * (0 after a clean shutdown; 1 when the model or the socket fails). */
 int tsrv_run(const tsrv_config *cfg);
 
+/* A JSON schema (text) as a GBNF grammar whose start rule is "root"
+ * (docs/GRAMMAR.md), malloc'ed; NULL with the reason in err (cap bytes). */
+char *tsrv_json_schema_text_gbnf(const char *text, char *err, size_t cap);
+
 #endif

@@ -209,6 +209,51 @@ static int parse_stop(tsrv_job *j, const json_t *v, tsrv_error *e) {
     return 0;
 }
 
+/* response_format: {"type": "text" | "json_object" | "json_schema",
+ * "json_schema": {"name", "schema", "strict", "description"}} -> j->grammar */
+static int parse_response_format(tsrv_job *j, const json_t *v, tsrv_error *e) {
+    if (!json_is_object(v)) return tsrv_fail(e, 400, TSRV_E_INVALID_TYPE, "response_format", "'response_format' must be an object");
+    const char *key;
+    json_t *x;
+    json_object_foreach((json_t *)v, key, x) if (strcmp(key, "type") && strcmp(key, "json_schema")) return tsrv_fail(
+        e, 400, TSRV_E_UNKNOWN_FIELD, "response_format", "unknown field '%.60s' in 'response_format' (known: type, json_schema)",
+        key);
+    const json_t *type = json_object_get(v, "type");
+    if (!json_is_string(type))
+        return tsrv_fail(e, 400, TSRV_E_INVALID_TYPE, "response_format",
+                         "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+    const char *t = json_string_value(type);
+    if (!strcmp(t, "text")) return 0;
+    if (!strcmp(t, "json_object")) {
+        tsrv_buf b = {0};
+        static const char head[] = "root ::= json-object\n";
+        if (tsrv_buf_add(&b, head, sizeof head - 1) || tsrv_buf_add(&b, tsrv_json_gbnf_common, strlen(tsrv_json_gbnf_common)))
+            return tsrv_fail(e, 500, TSRV_E_INTERNAL, NULL, "out of memory");
+        j->grammar = b.p;
+        return 0;
+    }
+    if (strcmp(t, "json_schema"))
+        return tsrv_fail(e, 400, TSRV_E_INVALID_VALUE, "response_format",
+                         "'response_format.type' is '%.40s': expected text, json_object or json_schema", t);
+    const json_t *js = json_object_get(v, "json_schema");
+    if (!json_is_object(js))
+        return tsrv_fail(e, 400, TSRV_E_INVALID_TYPE, "response_format",
+                         "'response_format.json_schema' must be an object with 'name' and 'schema'");
+    json_object_foreach((json_t *)js, key, x) if (strcmp(key, "name") && strcmp(key, "schema") && strcmp(key, "strict") &&
+                                                  strcmp(key, "description")) return tsrv_fail(
+        e, 400, TSRV_E_UNKNOWN_FIELD, "response_format",
+        "unknown field '%.60s' in 'response_format.json_schema' (known: name, schema, strict, description)", key);
+    const json_t *schema = json_object_get(js, "schema");
+    if (!schema) schema = json_true(); /* OpenAI: no schema = any JSON */
+    tsrv_error se;
+    if (!(j->grammar = tsrv_schema_gbnf(schema, &se))) {
+        *e = se;
+        snprintf(e->param, sizeof e->param, "response_format");
+        return -1;
+    }
+    return 0;
+}
+
 static uint64_t fresh_seed(void) {
     static _Atomic uint64_t counter;
     struct timespec ts;
@@ -222,10 +267,11 @@ static uint64_t fresh_seed(void) {
 static const char *const chat_fields[] = {
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
     "stop", "n", "stream", "stream_options", "user", "presence_penalty", "frequency_penalty", "repeat_penalty",
-    "logprobs", "top_logprobs", NULL};
+    "logprobs", "top_logprobs", "response_format", "grammar", NULL};
 static const char *const completion_fields[] = {
     "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "stream",
-    "stream_options", "user", "presence_penalty", "frequency_penalty", "repeat_penalty", "logprobs", "echo", NULL};
+    "stream_options", "user", "presence_penalty", "frequency_penalty", "repeat_penalty", "logprobs", "echo",
+    "response_format", "grammar", NULL};
 /* Known only when the model is a diffusion LLM (both endpoints). */
 static const char *const diffusion_fields[] = {"decoder", "block", "steps", "threshold", "cache", "alg", "eps",
                                                "early_stop", NULL};
@@ -446,6 +492,16 @@ static int apply_fields(tsrv_server *s, tsrv_job *j, const json_t *root, unsigne
             if (want_int(v, key, 0, TSRV_MAX_TOP_LOGPROBS, &x, e) < 0) return -1;
             j->top_logprobs = (int)x;
             top_given = true;
+        } else if (!strcmp(key, "response_format")) {
+            if (j->grammar) return tsrv_fail(e, 400, TSRV_E_INVALID_VALUE, key, "give 'response_format' or 'grammar', not both");
+            if (parse_response_format(j, v, e) < 0) return -1;
+        } else if (!strcmp(key, "grammar")) {
+            if (j->grammar) return tsrv_fail(e, 400, TSRV_E_INVALID_VALUE, key, "give 'response_format' or 'grammar', not both");
+            if (!json_is_string(v)) return tsrv_fail(e, 400, TSRV_E_INVALID_TYPE, key, "'grammar' must be a string (GBNF)");
+            ts_error ge;
+            if (ts_grammar_check(json_string_value(v), "root", &ge) != TS_OK)
+                return tsrv_fail(e, 400, TSRV_E_INVALID_VALUE, key, "%s", ge.message);
+            if (!(j->grammar = strdup(json_string_value(v)))) return tsrv_fail(e, 500, TSRV_E_INTERNAL, NULL, "out of memory");
         } else if (!strcmp(key, "echo")) {
             if (want_bool(v, key, &b, e) < 0) return -1;
             if (b)
@@ -457,6 +513,11 @@ static int apply_fields(tsrv_server *s, tsrv_job *j, const json_t *root, unsigne
     j->max_tokens = (int32_t)max_tokens;
     if (top_given && !j->logprobs)
         return tsrv_fail(e, 400, TSRV_E_INVALID_VALUE, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (j->grammar && j->diffusion)
+        return tsrv_fail(e, 400, TSRV_E_UNSUPPORTED, json_object_get(root, "grammar") ? "grammar" : "response_format",
+                         "constrained output (response_format json, grammar) is not available for a diffusion model: "
+                         "its decoder commits tokens anywhere in a block at once, and the grammar follows text left "
+                         "to right");
     if (j->logprobs && j->diffusion)
         return tsrv_fail(e, 400, TSRV_E_UNSUPPORTED, "logprobs",
                          "'logprobs' is not supported for a diffusion model: its decoder commits tokens by "

@@ -128,10 +128,16 @@ static json_t *usage_json(const tsrv_job *j) {
 }
 
 static json_t *timings_json(const tsrv_job *j) {
-    return json_pack("{s:I, s:f, s:f, s:f, s:f}", "prompt_evaluated", (json_int_t)j->n_evaluated, "prefill_ms",
+    json_t *t = json_pack("{s:I, s:f, s:f, s:f, s:f}", "prompt_evaluated", (json_int_t)j->n_evaluated, "prefill_ms",
                      j->prefill_ms, "decode_ms", j->decode_ms, "prefill_tokens_per_s",
                      j->prefill_ms > 0 ? j->n_evaluated * 1000.0 / j->prefill_ms : 0.0, "decode_tokens_per_s",
                      j->decode_ms > 0 ? j->n_gen * 1000.0 / j->decode_ms : 0.0);
+    /* constrained output: tokens checked against the grammar, steps that
+     * checked the whole vocabulary, and the time in both (within decode_ms) */
+    if (t && j->grammar)
+        json_object_set_new(t, "grammar", json_pack("{s:I, s:I, s:f}", "checks", (json_int_t)j->grammar_checks,
+                                                    "masks", (json_int_t)j->grammar_masks, "ms", j->grammar_ms));
+    return t;
 }
 
 /* A diffusion job's decoder counters (non-OpenAI, like timings). */

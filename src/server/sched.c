@@ -36,6 +36,7 @@ tsrv_job *tsrv_job_new(void) {
 static void job_free(tsrv_job *j) {
     free(j->prompt);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
+    free(j->grammar);
     for (int i = 0; i < TSRV_MAX_CHOICES; i++) free(j->choices[i].text), free(j->choices[i].lp);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
@@ -349,6 +350,8 @@ static const char *run_job(tsrv_slot *sl, tsrv_job *j) {
     }
     if (j->diffusion) return run_diffusion(sl, j);
     if (ts_context_set_sampling(ctx, &j->sp) != TS_OK) goto fail;
+    /* the job's grammar (or none: a previous job's is removed) */
+    if (ts_context_set_grammar(ctx, j->grammar, NULL) != TS_OK) goto fail;
 
     /* Reuse the cached prefix; at least one prompt token is evaluated so
      * there are logits to sample from. */
@@ -426,6 +429,9 @@ static const char *run_job(tsrv_slot *sl, tsrv_job *j) {
         if (sl->n_cache == 0) ts_context_reset(ctx);
         pthread_mutex_lock(&j->mu);
         j->decode_ms += stats.decode_ms;
+        j->grammar_checks += stats.grammar_checks;
+        j->grammar_masks += stats.grammar_masks;
+        j->grammar_ms += stats.grammar_ms;
         j->n_dev_tokens = stats.prefill_dev_tokens;
         tsrv_choice *ch = &j->choices[c];
         bool stop_hit = ch->stop_hit, was_cancelled = j->cancel;

@@ -103,6 +103,7 @@ typedef struct tsrv_job {
     size_t stop_len[TSRV_MAX_STOPS];
     int n_stops;
     int n_choices;              /* n (choice i samples with seed + i) */
+    char *grammar;              /* GBNF that constrains the reply (response_format, grammar), or NULL */
     bool logprobs;              /* report each token's log-probability */
     int top_logprobs;           /* ... and this many alternatives (0..TSRV_MAX_TOP_LOGPROBS) */
     /* diffusion models (srv->diffusion): the decoder's parameters, n_gen =
@@ -122,6 +123,8 @@ typedef struct tsrv_job {
     int32_t n_evaluated;        /* prompt tokens evaluated for this request */
     int64_t n_dev_tokens;       /* of those, tokens whose layers ran on the prefill device */
     double prefill_ms, decode_ms;
+    int64_t grammar_checks, grammar_masks; /* with a grammar: ts_stats grammar_*, all choices */
+    double grammar_ms;
     ts_diffusion_stats ds;      /* diffusion jobs: the decoder's counters once DONE */
     const char *finish;         /* "stop", "length", "cancelled", "error" once DONE */
     char errmsg[256];           /* when finish is "error" */
@@ -241,6 +244,12 @@ int tsrv_sse_choice_end(tsrv_buf *b, const tsrv_server *s, const tsrv_job *job, 
 /* the end of the stream: timings, usage, [DONE] (or the error event) */
 int tsrv_sse_final(tsrv_buf *b, const tsrv_server *s, const tsrv_job *job, time_t created);
 char *tsrv_models_json(const tsrv_server *s);
+/* schema.c: a JSON schema as GBNF (malloc'ed; rule root), or NULL with e
+ * (400 naming the keyword that is not supported) */
+char *tsrv_schema_gbnf(const json_t *schema, tsrv_error *e);
+/* the JSON rules every converted grammar ends with (json-object, ws, ...) */
+extern const char tsrv_json_gbnf_common[];
+
 /* tokens.c: POST /tokenize and /detokenize (llama-server's shapes); the
  * answer body, or NULL with e filled */
 char *tsrv_tokenize(tsrv_server *s, const char *body, size_t len, tsrv_error *e);

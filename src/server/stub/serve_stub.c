@@ -16,3 +16,10 @@ int tsrv_run(const tsrv_config *cfg) {
                     "install libmicrohttpd-dev and libjansson-dev and reconfigure)\n");
     return 1;
 }
+
+char *tsrv_json_schema_text_gbnf(const char *text, char *err, size_t cap) {
+    (void)text;
+    snprintf(err, cap, "this build cannot convert JSON schemas (configured with -DTS_SERVER=OFF: no jansson); "
+                       "pass a GBNF grammar with --grammar-file instead");
+    return NULL;
+}

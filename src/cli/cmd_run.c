@@ -181,6 +181,9 @@ int cli_run(int argc, char **argv) {
                 st.prefill_tps, st.decode_tps, st.peak_rss_mib, ts_stop_reason_name(st.stop_reason),
                 (int)st.n_threads, (int)st.n_ctx, (int)st.n_batch, (unsigned long long)st.seed);
         gen_print_dev_json(stderr, &st); /* prefill on a device */
+        if (grammar || o.grammar)
+            fprintf(stderr, ",\"grammar_checks\":%lld,\"grammar_masks\":%lld,\"grammar_ms\":%.3f",
+                    (long long)st.grammar_checks, (long long)st.grammar_masks, st.grammar_ms);
         fputs("}\n", stderr);
     } else {
         fprintf(stderr,

@@ -3,7 +3,8 @@
 #   test_server       every endpoint streaming and not, bad input (4xx), cancel
 #                     on disconnect, concurrent clients on --parallel 2, KV
 #                     prefix reuse, API key (401), clean SIGTERM exit
-#   test_server_openai  the openai client: logprobs, n > 1, /tokenize
+#   test_server_openai  the openai client: logprobs, n > 1, /tokenize, JSON mode
+#   test_server_tools   the openai client: tool calls (forced, streamed, Qwen2.5's prompt)
 #   test_server_load  bench/serve_load.py for ~20 s: 4 clients, every answer
 #                     checked against its prompt, VmRSS flat
 #   test_server_ui    the chat page at / in headless Chromium (selenium);
@@ -35,6 +36,16 @@ endif()
 add_test(NAME test_server_openai COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_server_openai.py
                                          $<TARGET_FILE:tessera> ${TS_MODELS_DIR} ${TS_SERVER_WORK}
                                          --samples ${TS_SERVER_SAMPLES})
+# tools: forced calls validate against their schema (50 at temperature 1;
+# 10 under the sanitizers), streaming deltas, Qwen2.5's prompt against its
+# own template (when the optional Qwen2.5-Coder-1.5B is in MODELS_DIR)
+set(TS_TOOL_SAMPLES 50)
+if(TS_SANITIZE)
+  set(TS_TOOL_SAMPLES 10)
+endif()
+add_test(NAME test_server_tools COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_server_tools.py
+                                        $<TARGET_FILE:tessera> ${TS_MODELS_DIR} ${TS_SERVER_WORK}
+                                        --samples ${TS_TOOL_SAMPLES})
 add_test(NAME test_server_load
          COMMAND ${TS_PYTHON} ${CMAKE_SOURCE_DIR}/bench/serve_load.py --tessera $<TARGET_FILE:tessera>
                  --model ${TS_MODELS_DIR}/SmolLM2-135M-Instruct.Q4_1.gguf --clients 4 --seconds 16 --parallel 2
@@ -44,5 +55,5 @@ add_test(NAME test_server_ui COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/te
 add_test(NAME test_server_diffusion
          COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_server_diffusion.py $<TARGET_FILE:tessera>
                  ${CMAKE_SOURCE_DIR}/tools/gen_dllm_models.py ${TS_MODELS_DIR} ${TS_SERVER_WORK})
-set_tests_properties(test_server test_server_openai test_server_load test_server_ui test_server_diffusion
+set_tests_properties(test_server test_server_openai test_server_tools test_server_load test_server_ui test_server_diffusion
                      PROPERTIES TIMEOUT 300)

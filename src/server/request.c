@@ -91,8 +91,11 @@ static char *content_text(const json_t *c, size_t idx, tsrv_error *e) {
     return b.p;
 }
 
-/* messages -> prompt text with the chat template (malloc'ed, *len). */
-static char *render_messages(tsrv_server *s, const json_t *msgs, size_t *len, tsrv_error *e) {
+/* messages -> prompt text with the chat template (malloc'ed, *len). With
+ * tools (j->tools) the first message is the system message holding the tool
+ * list; an assistant message's tool_calls and the role "tool" messages
+ * become the text the tool format gives them (tools.c). */
+static char *render_messages(tsrv_server *s, const tsrv_job *j, const json_t *msgs, size_t *len, tsrv_error *e) {
     if (!json_is_array(msgs)) {
         tsrv_fail(e, 400, TSRV_E_INVALID_TYPE, "messages", "'messages' must be an array of message objects");
         return NULL;
@@ -106,8 +109,9 @@ static char *render_messages(tsrv_server *s, const json_t *msgs, size_t *len, ts
         tsrv_fail(e, 400, TSRV_E_INVALID_VALUE, "messages", "'messages' holds %zu messages; at most 4096", n);
         return NULL;
     }
-    ts_chat_message *cm = calloc(n, sizeof *cm);
-    char **texts = calloc(n, sizeof *texts);
+    ts_chat_message *cm = calloc(n + 1, sizeof *cm);
+    char **texts = calloc(n + 1, sizeof *texts); /* owned, by output message */
+    size_t no = 0;                               /* output messages */
     char *out = NULL;
     if (!cm || !texts) {
         tsrv_fail(e, 500, TSRV_E_INTERNAL, NULL, "out of memory");
@@ -124,11 +128,12 @@ static char *render_messages(tsrv_server *s, const json_t *msgs, size_t *len, ts
         const char *key;
         json_t *val;
         json_object_foreach((json_t *)m, key, val) {
-            if (strcmp(key, "role") && strcmp(key, "content") && strcmp(key, "name")) {
+            if (strcmp(key, "role") && strcmp(key, "content") && strcmp(key, "name") && strcmp(key, "tool_calls") &&
+                strcmp(key, "tool_call_id")) {
                 char p2[128];
                 snprintf(p2, sizeof p2, "%s.%s", param, key);
-                tsrv_fail(e, 400, TSRV_E_UNKNOWN_FIELD, p2, "unknown field '%s' in %s (known: role, content, name)",
-                          key, param);
+                tsrv_fail(e, 400, TSRV_E_UNKNOWN_FIELD, p2,
+                          "unknown field '%s' in %s (known: role, content, name, tool_calls, tool_call_id)", key, param);
                 goto done;
             }
         }
@@ -143,22 +148,81 @@ static char *render_messages(tsrv_server *s, const json_t *msgs, size_t *len, ts
         }
         const char *r = json_string_value(role);
         if (!strcmp(r, "developer")) r = "system"; /* OpenAI's newer name for the system role */
-        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool")) {
             tsrv_fail(e, 400, TSRV_E_INVALID_VALUE, param,
-                      "'%s.role' is '%.40s': expected system, developer, user or assistant", param, r);
+                      "'%s.role' is '%.40s': expected system, developer, user, assistant or tool", param, r);
             goto done;
         }
         const json_t *content = json_object_get(m, "content");
+        const json_t *calls = json_object_get(m, "tool_calls");
+        if (calls && !json_is_null(calls) && strcmp(r, "assistant")) {
+            tsrv_fail(e, 400, TSRV_E_INVALID_VALUE, param, "'%s.tool_calls' is for assistant messages only", param);
+            goto done;
+        }
         if (!content && strcmp(r, "assistant")) {
             tsrv_fail(e, 400, TSRV_E_MISSING_FIELD, param, "'%s' has no 'content'", param);
             goto done;
         }
-        if (!(texts[i] = content_text(content, i, e))) goto done;
-        cm[i].role = r;
-        cm[i].content = texts[i];
+        char *text = content_text(content, i, e);
+        if (!text) goto done;
+        if (calls && !json_is_null(calls)) { /* the assistant's calls as the tool format writes them */
+            char *t2 = tsrv_tools_assistant(m, text, e, param);
+            free(text);
+            if (!(text = t2)) goto done;
+        }
+        if (!strcmp(r, "tool")) { /* a tool result: <tool_response> blocks, consecutive ones in one user turn */
+            size_t tl = strlen(text);
+            char *blk = malloc(tl + 40);
+            if (!blk) {
+                free(text);
+                tsrv_fail(e, 500, TSRV_E_INTERNAL, NULL, "out of memory");
+                goto done;
+            }
+            snprintf(blk, tl + 40, "<tool_response>\n%s\n</tool_response>", text);
+            free(text);
+            text = blk;
+            if (no > 0 && !strcmp(cm[no - 1].role, "tool")) {
+                size_t a = strlen(texts[no - 1]), b = strlen(text);
+                char *joined = realloc(texts[no - 1], a + b + 2);
+                if (!joined) {
+                    free(text);
+                    tsrv_fail(e, 500, TSRV_E_INTERNAL, NULL, "out of memory");
+                    goto done;
+                }
+                joined[a] = '\n';
+                memcpy(joined + a + 1, text, b + 1);
+                free(text);
+                texts[no - 1] = joined;
+                cm[no - 1].content = joined;
+                continue;
+            }
+        }
+        if (i == 0 && j->tools && !strcmp(r, "system")) { /* the tool list joins the system message */
+            char *t2 = tsrv_tools_system(s, j->tools, text);
+            free(text);
+            if (!(text = t2)) {
+                tsrv_fail(e, 500, TSRV_E_INTERNAL, NULL, "out of memory");
+                goto done;
+            }
+        } else if (i == 0 && j->tools) { /* no system message: one with the template's default and the tools */
+            if (!(texts[no] = tsrv_tools_system(s, j->tools, NULL))) {
+                free(text);
+                tsrv_fail(e, 500, TSRV_E_INTERNAL, NULL, "out of memory");
+                goto done;
+            }
+            cm[no].role = "system";
+            cm[no].content = texts[no];
+            no++;
+        }
+        texts[no] = text;
+        cm[no].role = r;
+        cm[no].content = text;
+        no++;
     }
+    for (size_t i = 0; i < no; i++)
+        if (!strcmp(cm[i].role, "tool")) cm[i].role = "user"; /* the format's tool results are a user turn */
     pthread_mutex_lock(&s->fmt_mu);
-    ts_status st = ts_context_chat_format(s->fmt_ctx, cm, n, true, &out, len);
+    ts_status st = ts_context_chat_format(s->fmt_ctx, cm, no, true, &out, len);
     if (st != TS_OK) tsrv_fail(e, 400, TSRV_E_UNSUPPORTED, "messages", "cannot render the chat: %s", ts_last_error(s->fmt_ctx));
     pthread_mutex_unlock(&s->fmt_mu);
     if (st == TS_OK) {
@@ -177,7 +241,7 @@ static char *render_messages(tsrv_server *s, const json_t *msgs, size_t *len, ts
     }
 done:
     if (texts)
-        for (size_t i = 0; i < n; i++) free(texts[i]);
+        for (size_t i = 0; i < no; i++) free(texts[i]);
     free(texts);
     free(cm);
     return out;
@@ -267,7 +331,7 @@ static uint64_t fresh_seed(void) {
 static const char *const chat_fields[] = {
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
     "stop", "n", "stream", "stream_options", "user", "presence_penalty", "frequency_penalty", "repeat_penalty",
-    "logprobs", "top_logprobs", "response_format", "grammar", NULL};
+    "logprobs", "top_logprobs", "response_format", "grammar", "tools", "tool_choice", "parallel_tool_calls", NULL};
 static const char *const completion_fields[] = {
     "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "stream",
     "stream_options", "user", "presence_penalty", "frequency_penalty", "repeat_penalty", "logprobs", "echo",
@@ -502,6 +566,10 @@ static int apply_fields(tsrv_server *s, tsrv_job *j, const json_t *root, unsigne
             if (ts_grammar_check(json_string_value(v), "root", &ge) != TS_OK)
                 return tsrv_fail(e, 400, TSRV_E_INVALID_VALUE, key, "%s", ge.message);
             if (!(j->grammar = strdup(json_string_value(v)))) return tsrv_fail(e, 500, TSRV_E_INTERNAL, NULL, "out of memory");
+        } else if (!strcmp(key, "tools") || !strcmp(key, "tool_choice")) {
+            /* read with the messages */
+        } else if (!strcmp(key, "parallel_tool_calls")) {
+            if (want_bool(v, key, &b, e) < 0) return -1; /* accepted; a forced call is one call */
         } else if (!strcmp(key, "echo")) {
             if (want_bool(v, key, &b, e) < 0) return -1;
             if (b)
@@ -564,7 +632,17 @@ tsrv_job *tsrv_request_parse(tsrv_server *s, tsrv_kind kind, const char *body, s
             tsrv_fail(e, 400, TSRV_E_MISSING_FIELD, "messages", "'messages' is required");
             goto fail;
         }
-        if (!(prompt = render_messages(s, msgs, &plen, e))) goto fail;
+        const json_t *tools = json_object_get(root, "tools"), *choice = json_object_get(root, "tool_choice");
+        if (tools && !json_is_null(tools) && j->diffusion) {
+            tsrv_fail(e, 400, TSRV_E_UNSUPPORTED, "tools", "'tools' are not supported for a diffusion model");
+            goto fail;
+        }
+        if (tools && !json_is_null(tools) && j->grammar) {
+            tsrv_fail(e, 400, TSRV_E_INVALID_VALUE, "tools", "give 'tools' or 'response_format' / 'grammar', not both");
+            goto fail;
+        }
+        if (tsrv_tools_parse(s, j, tools, choice, e) < 0) goto fail;
+        if (!(prompt = render_messages(s, j, msgs, &plen, e))) goto fail;
     } else {
         const json_t *p = json_object_get(root, "prompt");
         if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
@@ -635,4 +713,53 @@ fail:
     tsrv_job_release(j);
     json_decref(root);
     return NULL;
+}
+
+char *tsrv_apply_template(tsrv_server *s, const char *body, size_t len, tsrv_error *e) {
+    if (!tsrv_utf8_valid(body, len)) {
+        tsrv_fail(e, 400, TSRV_E_INVALID_UTF8, NULL, "the request body is not valid UTF-8");
+        return NULL;
+    }
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        tsrv_fail(e, 400, TSRV_E_INVALID_JSON, NULL, "malformed JSON at line %d, column %d: %s", jerr.line,
+                  jerr.column, jerr.text);
+        return NULL;
+    }
+    char *out = NULL, *prompt = NULL;
+    tsrv_job *j = NULL;
+    if (!json_is_object(root)) {
+        tsrv_fail(e, 400, TSRV_E_INVALID_TYPE, NULL, "the request body must be a JSON object");
+        goto done;
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) if (strcmp(key, "messages") && strcmp(key, "tools") && strcmp(key, "tool_choice") &&
+                                          strcmp(key, "model")) {
+        tsrv_fail(e, 400, TSRV_E_UNKNOWN_FIELD, key, "unknown field '%.60s' (known: messages, tools, tool_choice)", key);
+        goto done;
+    }
+    if (!(j = tsrv_job_new())) {
+        tsrv_fail(e, 500, TSRV_E_INTERNAL, NULL, "out of memory");
+        goto done;
+    }
+    j->kind = TSRV_CHAT;
+    const json_t *msgs = json_object_get(root, "messages");
+    if (!msgs || json_is_null(msgs)) {
+        tsrv_fail(e, 400, TSRV_E_MISSING_FIELD, "messages", "'messages' is required");
+        goto done;
+    }
+    if (tsrv_tools_parse(s, j, json_object_get(root, "tools"), json_object_get(root, "tool_choice"), e) < 0) goto done;
+    size_t plen = 0;
+    if (!(prompt = render_messages(s, j, msgs, &plen, e))) goto done;
+    json_t *r = json_pack("{s:s%}", "prompt", prompt, plen);
+    if (r) out = json_dumps(r, JSON_COMPACT);
+    json_decref(r);
+    if (!out) tsrv_fail(e, 500, TSRV_E_INTERNAL, NULL, "out of memory");
+done:
+    free(prompt);
+    tsrv_job_release(j);
+    json_decref(root);
+    return out;
 }

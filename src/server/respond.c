@@ -118,7 +118,7 @@ static size_t lp_before(const tsrv_choice *ch, size_t from_entry, size_t to) {
 
 static const char *choice_finish(const tsrv_job *j, int ci) {
     const char *f = j->choices[ci].finish;
-    return f && (!strcmp(f, "stop") || !strcmp(f, "length")) ? f : NULL;
+    return f && (!strcmp(f, "stop") || !strcmp(f, "length") || !strcmp(f, "tool_calls")) ? f : NULL;
 }
 
 static json_t *usage_json(const tsrv_job *j) {
@@ -179,14 +179,21 @@ char *tsrv_completion_json(const tsrv_server *s, const tsrv_job *j, time_t creat
     for (int ci = 0; ci < j->n_choices; ci++) {
         const tsrv_choice *ch = &j->choices[ci];
         json_t *lp = logprobs_json(s, j, ci, 0, ch->n_lp);
-        if (j->kind == TSRV_CHAT)
-            json_array_append_new(choices, json_pack("{s:i, s:{s:s, s:s%}, s:o, s:s?}", "index", ci, "message", "role",
-                                                     "assistant", "content", ch->text ? ch->text : "", ch->len,
-                                                     "logprobs", lp, "finish_reason", choice_finish(j, ci)));
-        else
+        if (j->kind == TSRV_CHAT) {
+            /* with tool calls: the text before them is the content (null when there is none) */
+            json_t *msg = ch->tool_calls
+                              ? json_pack("{s:s, s:o, s:O}", "role", "assistant", "content",
+                                          ch->visible ? json_stringn(ch->text, ch->visible) : json_null(),
+                                          "tool_calls", ch->tool_calls)
+                              : json_pack("{s:s, s:s%}", "role", "assistant", "content", ch->text ? ch->text : "",
+                                          ch->len);
+            json_array_append_new(choices, json_pack("{s:i, s:o, s:o, s:s?}", "index", ci, "message", msg, "logprobs",
+                                                     lp, "finish_reason", choice_finish(j, ci)));
+        } else {
             json_array_append_new(choices, json_pack("{s:s%, s:i, s:o, s:s?}", "text", ch->text ? ch->text : "",
                                                      ch->len, "index", ci, "logprobs", lp, "finish_reason",
                                                      choice_finish(j, ci)));
+        }
     }
     json_t *r = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o, s:o}", "id", id, "object",
                           j->kind == TSRV_CHAT ? "chat.completion" : "text_completion", "created",
@@ -229,6 +236,22 @@ int tsrv_sse_delta(tsrv_buf *b, const tsrv_server *s, const tsrv_job *j, time_t 
     } else {
         choice = json_pack("{s:s%, s:i, s:o, s:n}", "text", text, n, "index", ci, "logprobs", lp, "finish_reason");
     }
+    return sse_event(b, chunk(s, j, created, json_pack("[o]", choice)));
+}
+
+int tsrv_sse_tool_calls(tsrv_buf *b, const tsrv_server *s, const tsrv_job *j, time_t created, int ci) {
+    /* the calls whole, each with its index in the list (a client joins
+     * deltas by index: here each arrives in one piece) */
+    json_t *calls = json_array();
+    size_t k;
+    json_t *c;
+    json_array_foreach(j->choices[ci].tool_calls, k, c) {
+        json_t *d = json_deep_copy(c);
+        if (d) json_object_set_new(d, "index", json_integer((json_int_t)k));
+        json_array_append_new(calls, d);
+    }
+    json_t *choice = json_pack("{s:i, s:{s:o}, s:n, s:n}", "index", ci, "delta", "tool_calls", calls, "logprobs",
+                               "finish_reason");
     return sse_event(b, chunk(s, j, created, json_pack("[o]", choice)));
 }
 

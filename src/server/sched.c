@@ -37,7 +37,9 @@ static void job_free(tsrv_job *j) {
     free(j->prompt);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     free(j->grammar);
-    for (int i = 0; i < TSRV_MAX_CHOICES; i++) free(j->choices[i].text), free(j->choices[i].lp);
+    json_decref(j->tools);
+    for (int i = 0; i < TSRV_MAX_CHOICES; i++)
+        free(j->choices[i].text), free(j->choices[i].lp), json_decref(j->choices[i].tool_calls);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -56,7 +58,45 @@ static void job_finish_locked(tsrv_job *j, const char *finish) {
     j->state = TSRV_DONE;
     j->finish = finish;
     for (int i = 0; i < j->n_choices; i++) /* nothing more can complete a stop string */
-        if (!j->choices[i].stop_hit) j->choices[i].visible = j->choices[i].len;
+        if (!j->choices[i].stop_hit && !j->choices[i].finish) j->choices[i].visible = j->choices[i].len;
+    pthread_cond_broadcast(&j->cv);
+}
+
+/* Tools: where the visible text must stop while a <tool_call> block may be
+ * coming (its start, or a partial "<tool_call>" at the end, and the
+ * whitespace before either). */
+static size_t tool_hold(const tsrv_choice *ch) {
+    const size_t n = ch->len, m = strlen(tsrv_tool_open);
+    const char *tc = ch->text ? memmem(ch->text, n, tsrv_tool_open, m) : NULL;
+    size_t cap = n;
+    if (tc) {
+        cap = (size_t)(tc - ch->text);
+    } else {
+        for (size_t l = m - 1 < n ? m - 1 : n; l > 0; l--)
+            if (!memcmp(ch->text + n - l, tsrv_tool_open, l)) {
+                cap = n - l;
+                break;
+            }
+    }
+    while (cap > 0 && strchr(" \n\t\r", ch->text[cap - 1])) cap--;
+    /* a reply that starts as a JSON object or a code fence may be a bare call: all held */
+    size_t a = 0;
+    while (a < cap && strchr(" \n\t\r", ch->text[a])) a++;
+    if (a < cap && (ch->text[a] == '{' || ch->text[a] == '`')) return 0;
+    return cap;
+}
+
+/* A choice is done (job->mu held): with tools, its calls are parsed and the
+ * content is the text before them, or all of it when they do not parse. */
+static void choice_done_locked(tsrv_job *j, tsrv_choice *ch, const char *finish) {
+    ch->finish = finish;
+    if (!ch->stop_hit) ch->visible = ch->len; /* nothing more can complete a stop string */
+    if (j->tools_parse && !ch->stop_hit) {
+        char idp[48];
+        snprintf(idp, sizeof idp, "call_%llu_%d", (unsigned long long)j->id, (int)(ch - j->choices));
+        ch->visible = tsrv_tools_parse_reply(j->tools, ch->text ? ch->text : "", ch->len, &ch->tool_calls, idp);
+        if (ch->tool_calls) ch->finish = "tool_calls";
+    }
     pthread_cond_broadcast(&j->cv);
 }
 
@@ -276,6 +316,10 @@ static bool on_token(const char *piece, size_t len, int32_t token, void *ud) {
         go_on = false;
     } else {
         size_t v = ch->len - held_suffix(j, ch->text, ch->len);
+        if (j->tools_parse) {
+            size_t h = tool_hold(ch);
+            if (v > h) v = h;
+        }
         if (v > ch->visible) ch->visible = v;
     }
     pthread_cond_broadcast(&j->cv);
@@ -319,10 +363,9 @@ static const char *run_diffusion(tsrv_slot *sl, tsrv_job *j) {
         if (st != TS_OK && !j->errmsg[0])
             snprintf(j->errmsg, sizeof j->errmsg, "diffusion decoding failed: %s", ts_last_error(ctx));
         if (st == TS_OK && !was_cancelled) {
-            if (stop_hit || ds.stop_reason == TS_STOP_EOS) ch->finish = "stop"; /* early stop: EOS/EoT in a block */
-            else if (ds.stop_reason == TS_STOP_LENGTH) ch->finish = "length";  /* the whole canvas */
+            if (stop_hit || ds.stop_reason == TS_STOP_EOS) choice_done_locked(j, ch, "stop"); /* early stop */
+            else if (ds.stop_reason == TS_STOP_LENGTH) choice_done_locked(j, ch, "length");  /* the whole canvas */
         }
-        if (ch->finish) pthread_cond_broadcast(&j->cv);
         pthread_mutex_unlock(&j->mu);
         if (st != TS_OK) {
             tsrv_log("slot %d: job %llu: %s", sl->index, (unsigned long long)j->id, j->errmsg);
@@ -436,13 +479,12 @@ static const char *run_job(tsrv_slot *sl, tsrv_job *j) {
         tsrv_choice *ch = &j->choices[c];
         bool stop_hit = ch->stop_hit, was_cancelled = j->cancel;
         if (st == TS_OK && !stop_hit && !was_cancelled) {
-            if (stats.stop_reason == TS_STOP_EOS) ch->finish = "stop";
+            if (stats.stop_reason == TS_STOP_EOS) choice_done_locked(j, ch, "stop");
             else if (stats.stop_reason == TS_STOP_LENGTH || stats.stop_reason == TS_STOP_CONTEXT_FULL)
-                ch->finish = "length";
+                choice_done_locked(j, ch, "length");
         } else if (stop_hit) {
-            ch->finish = "stop";
+            choice_done_locked(j, ch, "stop");
         }
-        if (ch->finish) pthread_cond_broadcast(&j->cv);
         pthread_mutex_unlock(&j->mu);
         if (st != TS_OK) goto fail;
         if (was_cancelled || (stats.stop_reason == TS_STOP_CANCELLED && !stop_hit)) {

@@ -47,6 +47,7 @@ const char tsrv_json_gbnf_common[] =
 
 typedef struct conv {
     tsrv_buf out;
+    const char *prefix; /* of every rule name */
     const json_t *root;
     int n_rules;
     struct {
@@ -92,7 +93,7 @@ static int new_rule(conv *c, char *name, size_t cap) {
     if (c->n_rules >= MAX_RULES)
         return tsrv_fail(c->e, 400, TSRV_E_INVALID_VALUE, NULL, "json schema: more than %d rules (too large)",
                          MAX_RULES);
-    snprintf(name, cap, "s%d", c->n_rules++);
+    snprintf(name, cap, "%ss%d", c->prefix, c->n_rules++);
     return 0;
 }
 
@@ -498,20 +499,39 @@ static int gen(conv *c, const json_t *s, const char *path, int depth, char *name
     return bad(c, path, "unknown type '%.40s'", t);
 }
 
-char *tsrv_schema_gbnf(const json_t *schema, tsrv_error *e) {
-    conv c = {.root = schema, .e = e};
+char *tsrv_schema_rules(const json_t *schema, const char *prefix, char *top, size_t cap, tsrv_error *e) {
+    conv c = {.root = schema, .e = e, .prefix = prefix};
     memset(e, 0, sizeof *e);
-    char top[32];
     char *out = NULL;
-    if (gen(&c, schema, "", 0, top, sizeof top) == 0 && !emit(&c, "root ::= %s\n", top) &&
-        !tsrv_buf_add(&c.out, tsrv_json_gbnf_common, sizeof tsrv_json_gbnf_common - 1)) {
-        out = c.out.p;
+    if (gen(&c, schema, "", 0, top, cap) == 0 && tsrv_buf_add(&c.out, "", 0) == 0) {
+        out = c.out.p ? c.out.p : strdup("");
         c.out.p = NULL;
+        if (!out) oom(&c);
     } else if (!e->http_status) {
         oom(&c);
     }
     tsrv_buf_free(&c.out);
     for (int i = 0; i < c.n_refs; i++) free(c.refs[i].ref);
+    return out;
+}
+
+char *tsrv_schema_gbnf(const json_t *schema, tsrv_error *e) {
+    char top[48];
+    char *rules = tsrv_schema_rules(schema, "", top, sizeof top, e);
+    if (!rules) return NULL;
+    tsrv_buf b = {0};
+    char root[80];
+    snprintf(root, sizeof root, "root ::= %s\n", top);
+    char *out = NULL;
+    if (!tsrv_buf_add(&b, root, strlen(root)) && !tsrv_buf_add(&b, rules, strlen(rules)) &&
+        !tsrv_buf_add(&b, tsrv_json_gbnf_common, sizeof tsrv_json_gbnf_common - 1)) {
+        out = b.p;
+        b.p = NULL;
+    } else {
+        tsrv_fail(e, 500, TSRV_E_INTERNAL, NULL, "out of memory converting the schema");
+    }
+    tsrv_buf_free(&b);
+    free(rules);
     if (out) {
         ts_error ge;
         if (ts_grammar_check(out, "root", &ge) != TS_OK) {

@@ -99,7 +99,8 @@ static enum MHD_Result send_body(tsrv_server *s, struct MHD_Connection *c, conn_
     if (status == 405)
         MHD_add_response_header(r, "Allow",
                                 cs->endpoint == TSRV_EP_CHAT || cs->endpoint == TSRV_EP_COMPLETIONS ||
-                                        cs->endpoint == TSRV_EP_TOKENIZE || cs->endpoint == TSRV_EP_DETOKENIZE
+                                        cs->endpoint == TSRV_EP_TOKENIZE || cs->endpoint == TSRV_EP_DETOKENIZE ||
+                                        cs->endpoint == TSRV_EP_APPLY_TEMPLATE
                                     ? "POST"
                                     : "GET");
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
@@ -158,6 +159,7 @@ typedef struct stream_state {
     int ci;          /* the choice being streamed (they are generated in turn) */
     size_t sent;     /* bytes of its text already in events */
     size_t lp_sent;  /* its logprob entries already in events */
+    bool tools_sent; /* its tool calls are in events */
     tsrv_buf out;    /* formatted, not yet handed to MHD */
     size_t out_off;
     bool ended;      /* the final events are in out */
@@ -186,10 +188,16 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
                                     SIZE_MAX, false);
                 break;
             }
+            if (ch->finish && ch->tool_calls && !ss->tools_sent) {
+                rc = tsrv_sse_tool_calls(&ss->out, ss->srv, j, ss->created, ss->ci);
+                ss->tools_sent = true;
+                break;
+            }
             if (ch->finish && ss->ci + 1 < j->n_choices) { /* on to the next choice */
                 rc = tsrv_sse_choice_end(&ss->out, ss->srv, j, ss->created, ss->ci);
                 ss->ci++;
                 ss->sent = ss->lp_sent = 0;
+                ss->tools_sent = false;
                 if (!rc && j->kind == TSRV_CHAT)
                     rc = tsrv_sse_delta(&ss->out, ss->srv, j, ss->created, ss->ci, 0, 0, NULL, 0, true);
                 break;
@@ -342,7 +350,8 @@ static int route(const char *url, bool *post) {
                   {"/v1/completions", TSRV_EP_COMPLETIONS, true},
                   {"/completions", TSRV_EP_COMPLETIONS, true},
                   {"/tokenize", TSRV_EP_TOKENIZE, true},
-                  {"/detokenize", TSRV_EP_DETOKENIZE, true}};
+                  {"/detokenize", TSRV_EP_DETOKENIZE, true},
+                  {"/apply-template", TSRV_EP_APPLY_TEMPLATE, true}};
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(url, routes[i].path)) {
             *post = routes[i].post;
@@ -429,10 +438,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case TSRV_EP_COMPLETIONS:
         return handle_generate(s, c, cs, TSRV_COMPLETION);
     case TSRV_EP_TOKENIZE:
-    case TSRV_EP_DETOKENIZE: {
+    case TSRV_EP_DETOKENIZE:
+    case TSRV_EP_APPLY_TEMPLATE: {
         const char *b = cs->body.p ? cs->body.p : "";
-        char *r = cs->endpoint == TSRV_EP_TOKENIZE ? tsrv_tokenize(s, b, cs->body.len, &e)
-                                                   : tsrv_detokenize(s, b, cs->body.len, &e);
+        char *r = cs->endpoint == TSRV_EP_TOKENIZE     ? tsrv_tokenize(s, b, cs->body.len, &e)
+                  : cs->endpoint == TSRV_EP_DETOKENIZE ? tsrv_detokenize(s, b, cs->body.len, &e)
+                                                       : tsrv_apply_template(s, b, cs->body.len, &e);
         return r ? send_body(s, c, cs, 200, "application/json", r, true) : send_error(s, c, cs, &e);
     }
     default:
@@ -536,6 +547,22 @@ int tsrv_run(const tsrv_config *cfg) {
     if (ts_context_create(s->model, &fp, &s->fmt_ctx, &err) != TS_OK) {
         fprintf(stderr, "error: %s\n", err.message);
         goto done;
+    }
+    {
+        /* what a chatml template adds without a system message (Qwen2.5's
+         * "You are Qwen, ..."): the tool prompt keeps it, as the template does */
+        ts_chat_message probe = {"user", "x"};
+        char *txt = NULL;
+        size_t tl = 0;
+        static const char sys[] = "<|im_start|>system\n";
+        if (ts_context_chat_format(s->fmt_ctx, &probe, 1, false, &txt, &tl) == TS_OK && txt &&
+            !strncmp(txt, sys, sizeof sys - 1)) {
+            const char *end = strstr(txt, "<|im_end|>");
+            if (end && (size_t)(end - txt) - (sizeof sys - 1) < sizeof s->default_system)
+                snprintf(s->default_system, sizeof s->default_system, "%.*s", (int)(end - txt - (sizeof sys - 1)),
+                         txt + sizeof sys - 1);
+        }
+        ts_free(txt);
     }
     if (tsrv_sched_start(s, &e) < 0) {
         fprintf(stderr, "error: %s\n", e.message);

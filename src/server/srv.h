@@ -86,6 +86,7 @@ typedef struct tsrv_choice {
     size_t visible;             /* text[0..visible) can be sent: no stop string can start in it */
     int32_t n_gen;              /* tokens generated */
     const char *finish;         /* "stop" / "length" once this choice is done, else NULL */
+    json_t *tool_calls;         /* tools: the reply's calls once it is done (text[0..visible) is the content) */
     tsrv_logprob *lp;           /* with logprobs: one per generated token whose text is kept */
     size_t n_lp, cap_lp;
 } tsrv_choice;
@@ -103,7 +104,9 @@ typedef struct tsrv_job {
     size_t stop_len[TSRV_MAX_STOPS];
     int n_stops;
     int n_choices;              /* n (choice i samples with seed + i) */
-    char *grammar;              /* GBNF that constrains the reply (response_format, grammar), or NULL */
+    char *grammar;              /* GBNF that constrains the reply (response_format, grammar, tools), or NULL */
+    json_t *tools;              /* chat with tools (not tool_choice none): the list, else NULL */
+    bool tools_parse;           /* hold <tool_call> blocks back and answer them as tool_calls */
     bool logprobs;              /* report each token's log-probability */
     int top_logprobs;           /* ... and this many alternatives (0..TSRV_MAX_TOP_LOGPROBS) */
     /* diffusion models (srv->diffusion): the decoder's parameters, n_gen =
@@ -149,7 +152,7 @@ typedef struct tsrv_slot {
 } tsrv_slot;
 
 /* Counters of /metrics; guarded by their own mutex. */
-#define TSRV_N_ENDPOINTS 9 /* enum tsrv_endpoint below, OTHER included */
+#define TSRV_N_ENDPOINTS 10 /* enum tsrv_endpoint below, OTHER included */
 typedef struct tsrv_metrics {
     pthread_mutex_t mu;
     uint64_t requests[TSRV_N_ENDPOINTS][6]; /* [endpoint][status / 100] */
@@ -173,6 +176,7 @@ typedef struct tsrv_server {
     ts_model *model;
     ts_model_info info;
     char model_id[256];
+    char default_system[512];   /* what the chat template adds without a system message ("" when nothing) */
     bool diffusion;             /* a diffusion LLM (llada, dream): requests run ts_context_diffuse */
     ts_diffusion_params diffusion_defaults; /* what a request without decoder fields gets */
     int32_t n_batch;            /* per slot; diffusion: n_ctx, so that any canvas that fits is one window */
@@ -205,6 +209,9 @@ typedef struct tsrv_server {
 /* request.c: parses and validates a body for kind, renders and tokenizes the
  * prompt, and returns a new job (refs 1) or NULL with e filled. */
 tsrv_job *tsrv_request_parse(tsrv_server *s, tsrv_kind kind, const char *body, size_t len, tsrv_error *e);
+/* POST /apply-template (llama-server's): {"messages", "tools", "tool_choice"}
+ * -> {"prompt": the rendered text}; NULL with e */
+char *tsrv_apply_template(tsrv_server *s, const char *body, size_t len, tsrv_error *e);
 /* Names of the diffusion decoder's options as the body fields spell them. */
 const char *tsrv_diff_decoder_name(ts_diffusion_decoder d);
 const char *tsrv_diff_cache_name(ts_diffusion_cache c);
@@ -239,6 +246,8 @@ void tsrv_buf_free(tsrv_buf *b);
  * NULL: none) */
 int tsrv_sse_delta(tsrv_buf *b, const tsrv_server *s, const tsrv_job *job, time_t created, int ci, size_t from,
                    size_t to, size_t *lp_sent, size_t lp_upto, bool first);
+/* choice ci's tool calls as one delta */
+int tsrv_sse_tool_calls(tsrv_buf *b, const tsrv_server *s, const tsrv_job *job, time_t created, int ci);
 /* choice ci's finish_reason chunk */
 int tsrv_sse_choice_end(tsrv_buf *b, const tsrv_server *s, const tsrv_job *job, time_t created, int ci);
 /* the end of the stream: timings, usage, [DONE] (or the error event) */
@@ -247,8 +256,29 @@ char *tsrv_models_json(const tsrv_server *s);
 /* schema.c: a JSON schema as GBNF (malloc'ed; rule root), or NULL with e
  * (400 naming the keyword that is not supported) */
 char *tsrv_schema_gbnf(const json_t *schema, tsrv_error *e);
+/* Only the schema's rules, each name starting with prefix; *top names the
+ * schema's own (malloc'ed; NULL with e). */
+char *tsrv_schema_rules(const json_t *schema, const char *prefix, char *top, size_t cap, tsrv_error *e);
 /* the JSON rules every converted grammar ends with (json-object, ws, ...) */
 extern const char tsrv_json_gbnf_common[];
+
+/* tools.c (docs/SERVER.md "Tools") */
+extern const char tsrv_tool_open[]; /* "<tool_call>" */
+/* tools / tool_choice of a chat request into j (tools, tools_parse, and for
+ * required / a named function the grammar); -1 with e */
+int tsrv_tools_parse(tsrv_server *s, tsrv_job *j, const json_t *tools, const json_t *choice, tsrv_error *e);
+/* The system message with the tool list (system: the request's, or NULL
+ * for the template's default); malloc'ed */
+char *tsrv_tools_system(const tsrv_server *s, const json_t *tools, const char *system);
+/* An assistant message with tool_calls as the template writes it */
+char *tsrv_tools_assistant(const json_t *msg, const char *content, tsrv_error *e, const char *param);
+/* The reply's tool calls: returns the length of the content before them
+ * and sets *calls (an array of OpenAI tool_call objects, ids id_prefix_K)
+ * when every <tool_call> block after it parses and names a tool (or the
+ * whole reply is one bare {"name", "arguments"} object naming a tool, or
+ * such an object in one ```json fenced block),
+ * else returns len and sets *calls NULL (the reply is plain text). */
+size_t tsrv_tools_parse_reply(const json_t *tools, const char *text, size_t len, json_t **calls, const char *id_prefix);
 
 /* tokens.c: POST /tokenize and /detokenize (llama-server's shapes); the
  * answer body, or NULL with e filled */
@@ -262,7 +292,7 @@ char *tsrv_health_json(tsrv_server *s);
 /* metrics.c */
 enum tsrv_endpoint {
     TSRV_EP_ROOT = 0, TSRV_EP_HEALTH, TSRV_EP_MODELS, TSRV_EP_METRICS, TSRV_EP_CHAT, TSRV_EP_COMPLETIONS,
-    TSRV_EP_TOKENIZE, TSRV_EP_DETOKENIZE, TSRV_EP_OTHER
+    TSRV_EP_TOKENIZE, TSRV_EP_DETOKENIZE, TSRV_EP_APPLY_TEMPLATE, TSRV_EP_OTHER
 };
 const char *tsrv_endpoint_name(int ep);
 void tsrv_metrics_init(tsrv_metrics *m);

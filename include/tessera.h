@@ -459,6 +459,21 @@ TS_API ts_status ts_context_set_grammar(ts_context *ctx, const char *gbnf, const
 /* Whether gbnf compiles (err says why not). Thread-safe. */
 TS_API ts_status ts_grammar_check(const char *gbnf, const char *root, ts_error *err);
 
+/* How ts_context_embed pools the final hidden states of a text's tokens. */
+typedef enum ts_pooling {
+    TS_POOLING_MEAN = 0, /* the mean over every token */
+    TS_POOLING_LAST = 1  /* the last token's (what a causal model has read all of the text into) */
+} ts_pooling;
+
+/* An embedding of n tokens: evaluates them from an empty KV cache (the
+ * context is reset first and holds them afterwards) and writes the pooled
+ * final hidden state, after the output norm (what the output projection
+ * reads), to out[n_embd] (ts_model_info.n_embd), scaled to unit length when
+ * normalize. Refused for diffusion models (TS_ERR_UNSUPPORTED). Same thread
+ * as ctx. */
+TS_API ts_status ts_context_embed(ts_context *ctx, const int32_t *tokens, int32_t n, ts_pooling pooling,
+                                  bool normalize, float *out);
+
 /* ---- generation ----------------------------------------------------------- */
 
 typedef enum ts_stop_reason {

@@ -18,6 +18,10 @@ beyond plain chat:
   package), a recursive schema, a GBNF `grammar`; refusals of schemas and
   grammars that cannot be honoured (the keyword or the line named), and the
   server still serving;
+- /v1/embeddings: mean and last pooling of the final hidden state (after
+  the output norm) against transformers' last_hidden_state of the same
+  GGUF (dequantized to f32): cosine > 0.999 each; strings, token ids and
+  batches agree; refusals (dimensions, base64, empty input);
 - refusals: top_logprobs without logprobs, n over the limit, bad token ids.
 
 usage: test_server_openai.py TESSERA_BIN MODELS_DIR WORK_DIR [--samples N]
@@ -281,6 +285,55 @@ def test_constrained(cli, srv, total):
     check(st == 200, "still serving after the refused schemas")
 
 
+def test_embeddings(cli, srv, models_dir, model):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    texts = ["The cat sat on the mat.", "Stock markets fell sharply on Monday.", "héllo wörld"]
+    mean = cli.embeddings.create(model="m", input=texts)  # the client asks for base64 and decodes it
+    st, flt = srv.post("/v1/embeddings", {"input": texts, "encoding_format": "float"})
+    check(st == 200 and all(np.allclose(flt["data"][i]["embedding"], mean.data[i].embedding, atol=1e-7)
+                            for i in range(3)), "encoding_format float == base64")
+    last = cli.embeddings.create(model="m", input=texts, extra_body={"pooling": "last"})
+    check(len(mean.data) == 3 and [d.index for d in mean.data] == [0, 1, 2] and mean.usage.prompt_tokens > 3,
+          f"embeddings: 3 vectors, usage {mean.usage.prompt_tokens} tokens")
+    name = os.path.basename(model)
+    tok = AutoTokenizer.from_pretrained(models_dir, gguf_file=name)
+    hf = AutoModelForCausalLM.from_pretrained(models_dir, gguf_file=name, dtype=torch.float32)
+    hf.eval()
+    worst_m = worst_l = 1.0
+    for i, t in enumerate(texts):
+        ids = srv.post("/tokenize", {"content": t, "add_special": True, "parse_special": False})[1]["tokens"]
+        with torch.no_grad():
+            h = hf.model(torch.tensor([ids])).last_hidden_state[0].double().numpy()
+        for ref, got, tag in ((h.mean(axis=0), mean.data[i].embedding, "m"), (h[-1], last.data[i].embedding, "l")):
+            ref = ref / np.linalg.norm(ref)
+            g = np.array(got, dtype=np.float64)
+            cos = float(ref @ g / np.linalg.norm(g))
+            if tag == "m":
+                worst_m = min(worst_m, cos)
+            else:
+                worst_l = min(worst_l, cos)
+    check(worst_m > 0.999 and worst_l > 0.999,
+          f"embeddings == transformers' pooled last_hidden_state: cosine mean {worst_m:.6f}, last {worst_l:.6f} "
+          f"(> 0.999)")
+    norms = [float(np.linalg.norm(d.embedding)) for d in mean.data]
+    check(all(abs(n - 1) < 1e-5 for n in norms), f"unit length ({norms})")
+    one = cli.embeddings.create(model="m", input=texts[1]).data[0].embedding
+    ids = srv.post("/tokenize", {"content": texts[1], "add_special": True, "parse_special": False})[1]["tokens"]
+    by_ids = cli.embeddings.create(model="m", input=ids).data[0].embedding
+    check(np.allclose(one, mean.data[1].embedding, atol=1e-6) and np.allclose(by_ids, one, atol=1e-6),
+          "a string alone, in a batch and as token ids: the same vector")
+    for what, body, code in [("dimensions", {"input": "a", "dimensions": 8}, "unsupported"),
+                             ("encoding_format int8", {"input": "a", "encoding_format": "int8"}, "invalid_value"),
+                             ("no input", {"model": "m"}, "missing_field"),
+                             ("empty list", {"input": []}, "invalid_value"),
+                             ("bad pooling", {"input": "a", "pooling": "max"}, "invalid_value"),
+                             ("token id out of range", {"input": [10 ** 8]}, "invalid_value"),
+                             ("unknown field", {"input": "a", "foo": 1}, "unknown_field")]:
+        st, e = srv.post("/v1/embeddings", body)
+        check(st == 400 and e["error"]["code"] == code, f"embeddings {what}: 400 {code}")
+
+
 def test_refusals(cli):
     msgs = [{"role": "user", "content": "hi"}]
     for what, kw, code in [("top_logprobs without logprobs", dict(top_logprobs=2), "invalid_value"),
@@ -313,6 +366,7 @@ def main():
         test_n_choices(cli)
         test_tokenize(srv)
         test_constrained(cli, srv, total)
+        test_embeddings(cli, srv, models_dir, model)
         test_refusals(cli)
     except Exception as e:
         failures.append(repr(e))

@@ -247,6 +247,42 @@ ts_status ts_grammar_check(const char *gbnf, const char *root, ts_error *err) {
     return ts_api_ok(err);
 }
 
+ts_status ts_context_embed(ts_context *c, const int32_t *tokens, int32_t n, ts_pooling pooling, bool normalize,
+                           float *out) {
+    if (!c) return TS_ERR_INVALID_ARG;
+    ts_ctx_ok(c);
+    if (!tokens || !out || n < 1) return ts_ctx_fail(c, TS_ERR_INVALID_ARG, "embed: no tokens, or out is NULL");
+    if (pooling != TS_POOLING_MEAN && pooling != TS_POOLING_LAST)
+        return ts_ctx_fail(c, TS_ERR_INVALID_ARG, "embed: pooling %d is not MEAN (0) or LAST (1)", (int)pooling);
+    const ts_hparams *hp = ts_mdl_hparams(c->model->mdl);
+    if (hp->arch == TS_ARCH_LLADA || hp->arch == TS_ARCH_DREAM)
+        return ts_ctx_fail(c, TS_ERR_UNSUPPORTED, "embed: not for a diffusion model (its forward is bidirectional "
+                                                  "over a masked canvas; the causal pass here would not be its own)");
+    const int64_t E = hp->n_embd;
+    float *sum = calloc((size_t)E, sizeof *sum), *last = malloc((size_t)E * sizeof *last);
+    if (!sum || !last) {
+        free(sum), free(last);
+        return ts_ctx_fail(c, TS_ERR_NO_MEMORY, "out of memory");
+    }
+    ts_status st = ts_context_reset(c);
+    if (st == TS_OK) {
+        ts_state_set_embd_sink(c->st, sum, last);
+        st = ts_context_eval(c, tokens, n, NULL);
+        ts_state_set_embd_sink(c->st, NULL, NULL);
+    }
+    if (st == TS_OK) {
+        double norm = 0;
+        for (int64_t e = 0; e < E; e++) {
+            out[e] = pooling == TS_POOLING_MEAN ? sum[e] / (float)n : last[e];
+            norm += (double)out[e] * out[e];
+        }
+        if (normalize && norm > 0)
+            for (int64_t e = 0; e < E; e++) out[e] = (float)(out[e] / sqrt(norm));
+    }
+    free(sum), free(last);
+    return st;
+}
+
 /* ---- evaluation ---- */
 
 /* A ts_context_eval starts a new run when the previous one ended. */

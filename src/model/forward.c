@@ -576,6 +576,13 @@ static void selected_logits(ts_state *s, float *x, float *xn, int nb, float *out
 static void finish_logits_from(ts_state *s, float *x, float *xn, int nb, float *logits_out, bool last,
                                logit_sel sel) {
     const int64_t V = s->m->hp.n_vocab;
+    if (s->embd_sum) { /* embeddings: every row's normed hidden state (xn is rewritten below) */
+        const int64_t E = s->m->hp.n_embd;
+        ts_rmsnorm_rows(s->pool, xn, x, s->m->output_norm, E, nb, s->m->hp.norm_eps);
+        for (int r = 0; r < nb; r++)
+            for (int64_t e = 0; e < E; e++) s->embd_sum[e] += xn[(int64_t)r * E + e];
+        memcpy(s->embd_last, xn + (int64_t)(nb - 1) * E, (size_t)E * sizeof(float));
+    }
     if (logits_out && sel.need) {
         selected_logits(s, x, xn, nb, logits_out, last, sel);
     } else if (logits_out) {
@@ -848,6 +855,11 @@ int ts_forward_window_wait(ts_state *s, ts_err *err) {
     if (ts_rt_layers_wait(s->pf, err) < 0) return -1;
     finish_logits(s, s->win_n, s->win_logits, true, (logit_sel){s->win_need, s->win_need_n});
     return 0;
+}
+
+void ts_state_set_embd_sink(ts_state *s, float *sum, float *last) {
+    s->embd_sum = sum && last ? sum : NULL;
+    s->embd_last = sum && last ? last : NULL;
 }
 
 int ts_state_set_logit_rows(ts_state *s, const uint8_t *need, int32_t n, ts_err *err) {

@@ -203,6 +203,11 @@ const char *ts_state_dev_info(const ts_state *s);
  * ts_state_logits afterwards. Errors: n_past+n > n_ctx ("context full"), bad ids. */
 int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all, ts_err *err);
 const float *ts_state_logits(const ts_state *s); /* n_vocab floats: the last evaluated token */
+/* Embeddings: the following forwards also add each evaluated row's final
+ * hidden state after the output norm (what the output projection reads)
+ * into sum[n_embd] and write the last row's into last[n_embd]; NULL, NULL
+ * stops. The caller zeroes sum. */
+void ts_state_set_embd_sink(ts_state *s, float *sum, float *last);
 
 /* ---- diffusion LLMs --------------------------------------------------- */
 

@@ -202,6 +202,7 @@ struct ts_state {
     int32_t *exp_ids;            /* MoE: [n_batch][k] the tokens' experts */
     float *exp_w;                /* MoE: [n_batch][k] their weights */
     float *logits;               /* [n_vocab] last evaluated token */
+    float *embd_sum, *embd_last; /* ts_state_set_embd_sink: [n_embd] each, or NULL */
 
     /* the layers: the block graph (runtime/block.h) run on the state's own
      * `cpu` engine over the buffers above and the model's weights */

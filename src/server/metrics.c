@@ -18,7 +18,7 @@ const char *tsrv_err_kind_name(tsrv_err_kind k) { return (unsigned)k < TSRV_E_CO
 
 static const char *const ep_names[TSRV_N_ENDPOINTS] = {
     "/", "/health", "/v1/models", "/metrics", "/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize",
-    "/apply-template", "other"};
+    "/apply-template", "/v1/embeddings", "other"};
 
 _Static_assert(TSRV_EP_OTHER + 1 == TSRV_N_ENDPOINTS, "ep_names and enum tsrv_endpoint differ");
 

@@ -763,3 +763,145 @@ done:
     json_decref(root);
     return out;
 }
+
+/* /v1/embeddings: {"input": a string, an array of strings, an array of
+ * token ids or an array of such arrays, "model", "encoding_format": "float",
+ * "user", "pooling": "mean" (default) | "last" (tessera's)} */
+tsrv_job *tsrv_embed_parse(tsrv_server *s, const char *body, size_t len, tsrv_error *e) {
+    if (!tsrv_utf8_valid(body, len)) {
+        tsrv_fail(e, 400, TSRV_E_INVALID_UTF8, NULL, "the request body is not valid UTF-8");
+        return NULL;
+    }
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        tsrv_fail(e, 400, TSRV_E_INVALID_JSON, NULL, "malformed JSON at line %d, column %d: %s", jerr.line,
+                  jerr.column, jerr.text);
+        return NULL;
+    }
+    tsrv_job *j = NULL;
+    if (!json_is_object(root)) {
+        tsrv_fail(e, 400, TSRV_E_INVALID_TYPE, NULL, "the request body must be a JSON object");
+        goto fail;
+    }
+    if (s->diffusion) {
+        tsrv_fail(e, 400, TSRV_E_UNSUPPORTED, NULL,
+                  "embeddings are not available for a diffusion model (its forward is bidirectional over a masked "
+                  "canvas)");
+        goto fail;
+    }
+    if (!(j = tsrv_job_new())) {
+        tsrv_fail(e, 500, TSRV_E_INTERNAL, NULL, "out of memory");
+        goto fail;
+    }
+    j->kind = TSRV_EMBED;
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        if (!strcmp(key, "input") || !strcmp(key, "model") || !strcmp(key, "user") || json_is_null(v)) continue;
+        if (!strcmp(key, "encoding_format")) {
+            if (!json_is_string(v) || (strcmp(json_string_value(v), "float") && strcmp(json_string_value(v), "base64"))) {
+                tsrv_fail(e, 400, TSRV_E_INVALID_VALUE, key, "'encoding_format' must be \"float\" or \"base64\"");
+                goto fail;
+            }
+            j->embd_base64 = !strcmp(json_string_value(v), "base64");
+        } else if (!strcmp(key, "pooling")) {
+            if (!json_is_string(v) || (strcmp(json_string_value(v), "mean") && strcmp(json_string_value(v), "last"))) {
+                tsrv_fail(e, 400, TSRV_E_INVALID_VALUE, key, "'pooling' must be \"mean\" or \"last\"");
+                goto fail;
+            }
+            j->pooling = strcmp(json_string_value(v), "last") ? TS_POOLING_MEAN : TS_POOLING_LAST;
+        } else if (!strcmp(key, "dimensions")) {
+            tsrv_fail(e, 400, TSRV_E_UNSUPPORTED, key,
+                      "'dimensions' is not supported: the embedding has the model's width (%d)", (int)s->info.n_embd);
+            goto fail;
+        } else {
+            tsrv_fail(e, 400, TSRV_E_UNKNOWN_FIELD, key, "unknown field '%.60s' (known: input, model, encoding_format, "
+                      "user, pooling)", key);
+            goto fail;
+        }
+    }
+    const json_t *in = json_object_get(root, "input");
+    if (!in || json_is_null(in)) {
+        tsrv_fail(e, 400, TSRV_E_MISSING_FIELD, "input", "'input' is required");
+        goto fail;
+    }
+    /* the inputs as a list: one string, or one token array, or a list of either */
+    json_t *list = NULL;
+    bool ids_one = json_is_array(in) && json_array_size(in) > 0 && json_is_integer(json_array_get(in, 0));
+    if (json_is_string(in) || ids_one) list = json_pack("[O]", in);
+    else if (json_is_array(in)) list = json_incref((json_t *)in);
+    else {
+        tsrv_fail(e, 400, TSRV_E_INVALID_TYPE, "input", "'input' must be a string, an array of strings or of token ids");
+        goto fail;
+    }
+    size_t n = json_array_size(list);
+    if (n == 0 || n > 256) {
+        json_decref(list);
+        tsrv_fail(e, 400, TSRV_E_INVALID_VALUE, "input", "'input' must hold 1 to 256 inputs, got %zu", n);
+        goto fail;
+    }
+    j->n_inputs = (int)n;
+    j->input_len = calloc(n, sizeof *j->input_len);
+    int64_t cap = 0, total = 0;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *x = json_array_get(list, i);
+        cap += json_is_string(x) ? (int64_t)json_string_length(x) + 4 : json_is_array(x) ? (int64_t)json_array_size(x) : 0;
+    }
+    j->prompt = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *j->prompt);
+    if (!j->input_len || !j->prompt) {
+        json_decref(list);
+        tsrv_fail(e, 500, TSRV_E_INTERNAL, NULL, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const json_t *x = json_array_get(list, i);
+        int64_t k = 0;
+        if (json_is_string(x)) {
+            ts_error terr;
+            if (ts_model_tokenize(s->model, json_string_value(x), json_string_length(x), true, false, j->prompt + total,
+                                  cap - total, &k, &terr) != TS_OK || k > cap - total) {
+                json_decref(list);
+                tsrv_fail(e, 400, TSRV_E_INVALID_VALUE, "input", "input %zu: cannot tokenize: %s", i, terr.message);
+                goto fail;
+            }
+        } else if (json_is_array(x)) {
+            size_t q;
+            json_t *id;
+            json_array_foreach(x, q, id) {
+                if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= s->info.n_vocab) {
+                    json_decref(list);
+                    tsrv_fail(e, 400, TSRV_E_INVALID_VALUE, "input", "input %zu: token %zu is not an id in 0 .. %d", i,
+                              q, (int)s->info.n_vocab - 1);
+                    goto fail;
+                }
+                j->prompt[total + k++] = (int32_t)json_integer_value(id);
+            }
+        } else {
+            json_decref(list);
+            tsrv_fail(e, 400, TSRV_E_INVALID_TYPE, "input", "input %zu must be a string or an array of token ids", i);
+            goto fail;
+        }
+        if (k == 0 || k > s->n_ctx) {
+            json_decref(list);
+            tsrv_fail(e, 400, k ? TSRV_E_CONTEXT_EXCEEDED : TSRV_E_INVALID_VALUE, "input",
+                      "input %zu has %lld tokens: it must have 1 to %d (the context)", i, (long long)k, (int)s->n_ctx);
+            if (k) e->code = "context_length_exceeded";
+            goto fail;
+        }
+        j->input_len[i] = (int32_t)k;
+        total += k;
+    }
+    json_decref(list);
+    j->n_prompt = (int32_t)total;
+    if (!(j->embd = calloc((size_t)n * (size_t)s->info.n_embd, sizeof *j->embd))) {
+        tsrv_fail(e, 500, TSRV_E_INTERNAL, NULL, "out of memory");
+        goto fail;
+    }
+    json_decref(root);
+    return j;
+fail:
+    tsrv_job_release(j);
+    json_decref(root);
+    return NULL;
+}

@@ -2,6 +2,7 @@
  * objects, chat.completion / text_completion bodies, their streamed chunks
  * (Server-Sent Events "data: {...}\n\n", ending with "data: [DONE]"),
  * /v1/models and /health. Built with jansson, so every string is escaped. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -319,4 +320,49 @@ char *tsrv_health_json(tsrv_server *s) {
                           s->device_fallback[0] ? s->device_fallback : NULL, "upload_mib", s->dev_upload_mib,
                           "weight_mib", s->dev_weight_mib, "window_peak_mib", s->dev_window_peak_mib, "sharing",
                           s->dev_sharing));
+}
+
+/* n floats as base64 of their little-endian bytes (OpenAI's encoding_format
+ * base64, which its Python client asks for by default) */
+static json_t *base64_floats(const float *x, int32_t n) {
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const size_t nb = (size_t)n * 4, no = (nb + 2) / 3 * 4;
+    unsigned char *b = malloc(nb ? nb : 1);
+    char *o = malloc(no + 1);
+    json_t *r = NULL;
+    if (b && o) {
+        for (int32_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, &x[i], 4);
+            for (int k = 0; k < 4; k++) b[4 * (size_t)i + (size_t)k] = (unsigned char)(u >> (8 * k));
+        }
+        size_t w = 0;
+        for (size_t i = 0; i < nb; i += 3) {
+            uint32_t v = (uint32_t)b[i] << 16 | (i + 1 < nb ? (uint32_t)b[i + 1] << 8 : 0) | (i + 2 < nb ? b[i + 2] : 0);
+            o[w++] = tab[v >> 18 & 63];
+            o[w++] = tab[v >> 12 & 63];
+            o[w++] = i + 1 < nb ? tab[v >> 6 & 63] : '=';
+            o[w++] = i + 2 < nb ? tab[v & 63] : '=';
+        }
+        r = json_stringn(o, w);
+    }
+    free(b), free(o);
+    return r;
+}
+
+char *tsrv_embeddings_json(const tsrv_server *s, const tsrv_job *j) {
+    json_t *data = json_array();
+    const int32_t E = s->info.n_embd;
+    for (int i = 0; i < j->n_inputs && data; i++) {
+        if (j->embd_base64) {
+            json_array_append_new(data, json_pack("{s:s, s:i, s:o}", "object", "embedding", "index", i, "embedding",
+                                                  base64_floats(j->embd + (size_t)i * (size_t)E, E)));
+            continue;
+        }
+        json_t *v = json_array();
+        for (int32_t e = 0; e < E && v; e++) json_array_append_new(v, json_real(j->embd[(size_t)i * (size_t)E + e]));
+        json_array_append_new(data, json_pack("{s:s, s:i, s:o}", "object", "embedding", "index", i, "embedding", v));
+    }
+    return dump(json_pack("{s:s, s:o, s:s, s:{s:I, s:I}}", "object", "list", "data", data, "model", s->model_id,
+                          "usage", "prompt_tokens", (json_int_t)j->n_prompt, "total_tokens", (json_int_t)j->n_prompt));
 }

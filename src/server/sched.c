@@ -38,6 +38,7 @@ static void job_free(tsrv_job *j) {
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     free(j->grammar);
     json_decref(j->tools);
+    free(j->input_len), free(j->embd);
     for (int i = 0; i < TSRV_MAX_CHOICES; i++)
         free(j->choices[i].text), free(j->choices[i].lp), json_decref(j->choices[i].tool_calls);
     pthread_mutex_destroy(&j->mu);
@@ -392,6 +393,30 @@ static const char *run_job(tsrv_slot *sl, tsrv_job *j) {
         goto done;
     }
     if (j->diffusion) return run_diffusion(sl, j);
+    if (j->kind == TSRV_EMBED) { /* each input from an empty cache: the slot keeps no prefix */
+        const int32_t E = sl->srv->info.n_embd;
+        double t0 = tsrv_now_ms();
+        int32_t at = 0;
+        sl->n_cache = 0;
+        for (int i = 0; i < j->n_inputs; i++) {
+            ts_status st = ts_context_embed(ctx, j->prompt + at, j->input_len[i], j->pooling, true,
+                                            j->embd + (size_t)i * (size_t)E);
+            if (st == TS_ERR_CANCELLED) {
+                finish = "cancelled";
+                goto embed_done;
+            }
+            if (st != TS_OK) goto fail;
+            at += j->input_len[i];
+        }
+        finish = "stop";
+    embed_done:
+        ts_context_reset(ctx);
+        pthread_mutex_lock(&j->mu);
+        j->n_evaluated = at;
+        j->prefill_ms = tsrv_now_ms() - t0;
+        pthread_mutex_unlock(&j->mu);
+        return finish;
+    }
     if (ts_context_set_sampling(ctx, &j->sp) != TS_OK) goto fail;
     /* the job's grammar (or none: a previous job's is removed) */
     if (ts_context_set_grammar(ctx, j->grammar, NULL) != TS_OK) goto fail;

@@ -100,7 +100,7 @@ static enum MHD_Result send_body(tsrv_server *s, struct MHD_Connection *c, conn_
         MHD_add_response_header(r, "Allow",
                                 cs->endpoint == TSRV_EP_CHAT || cs->endpoint == TSRV_EP_COMPLETIONS ||
                                         cs->endpoint == TSRV_EP_TOKENIZE || cs->endpoint == TSRV_EP_DETOKENIZE ||
-                                        cs->endpoint == TSRV_EP_APPLY_TEMPLATE
+                                        cs->endpoint == TSRV_EP_APPLY_TEMPLATE || cs->endpoint == TSRV_EP_EMBEDDINGS
                                     ? "POST"
                                     : "GET");
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
@@ -254,7 +254,8 @@ static void stream_free(void *cls) {
 
 static enum MHD_Result handle_generate(tsrv_server *s, struct MHD_Connection *c, conn_state *cs, tsrv_kind kind) {
     tsrv_error e;
-    tsrv_job *j = tsrv_request_parse(s, kind, cs->body.p ? cs->body.p : "", cs->body.len, &e);
+    tsrv_job *j = kind == TSRV_EMBED ? tsrv_embed_parse(s, cs->body.p ? cs->body.p : "", cs->body.len, &e)
+                                     : tsrv_request_parse(s, kind, cs->body.p ? cs->body.p : "", cs->body.len, &e);
     if (!j) return send_error(s, c, cs, &e);
     if (tsrv_submit(s, j, &e) < 0) {
         tsrv_job_release(j);
@@ -316,7 +317,8 @@ static enum MHD_Result handle_generate(tsrv_server *s, struct MHD_Connection *c,
         rc = send_error(s, c, cs, &e);
     } else {
         log_job(cs, j, "200");
-        rc = send_body(s, c, cs, 200, "application/json", tsrv_completion_json(s, j, created), true);
+        rc = send_body(s, c, cs, 200, "application/json",
+                       kind == TSRV_EMBED ? tsrv_embeddings_json(s, j) : tsrv_completion_json(s, j, created), true);
     }
     tsrv_job_release(j);
     return rc;
@@ -351,7 +353,9 @@ static int route(const char *url, bool *post) {
                   {"/completions", TSRV_EP_COMPLETIONS, true},
                   {"/tokenize", TSRV_EP_TOKENIZE, true},
                   {"/detokenize", TSRV_EP_DETOKENIZE, true},
-                  {"/apply-template", TSRV_EP_APPLY_TEMPLATE, true}};
+                  {"/apply-template", TSRV_EP_APPLY_TEMPLATE, true},
+                  {"/v1/embeddings", TSRV_EP_EMBEDDINGS, true},
+                  {"/embeddings", TSRV_EP_EMBEDDINGS, true}};
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(url, routes[i].path)) {
             *post = routes[i].post;
@@ -437,6 +441,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return handle_generate(s, c, cs, TSRV_CHAT);
     case TSRV_EP_COMPLETIONS:
         return handle_generate(s, c, cs, TSRV_COMPLETION);
+    case TSRV_EP_EMBEDDINGS:
+        return handle_generate(s, c, cs, TSRV_EMBED);
     case TSRV_EP_TOKENIZE:
     case TSRV_EP_DETOKENIZE:
     case TSRV_EP_APPLY_TEMPLATE: {

@@ -58,7 +58,7 @@ int tsrv_fail(tsrv_error *e, int http_status, tsrv_err_kind kind, const char *pa
 
 /* ---- jobs: one generation request, shared by its HTTP thread and a slot ---- */
 
-typedef enum tsrv_kind { TSRV_CHAT = 0, TSRV_COMPLETION } tsrv_kind;
+typedef enum tsrv_kind { TSRV_CHAT = 0, TSRV_COMPLETION, TSRV_EMBED } tsrv_kind;
 typedef enum tsrv_job_state { TSRV_QUEUED = 0, TSRV_RUNNING, TSRV_DONE } tsrv_job_state;
 
 #define TSRV_MAX_STOPS 4
@@ -106,6 +106,13 @@ typedef struct tsrv_job {
     int n_choices;              /* n (choice i samples with seed + i) */
     char *grammar;              /* GBNF that constrains the reply (response_format, grammar, tools), or NULL */
     json_t *tools;              /* chat with tools (not tool_choice none): the list, else NULL */
+    /* /v1/embeddings: the inputs' tokens (prompt = all of them back to back),
+     * each input's count, the pooling, and the result [n_inputs][n_embd] */
+    int32_t *input_len;
+    int n_inputs;
+    ts_pooling pooling;
+    bool embd_base64;           /* encoding_format base64 (the openai client's default) */
+    float *embd;
     bool tools_parse;           /* hold <tool_call> blocks back and answer them as tool_calls */
     bool logprobs;              /* report each token's log-probability */
     int top_logprobs;           /* ... and this many alternatives (0..TSRV_MAX_TOP_LOGPROBS) */
@@ -152,7 +159,7 @@ typedef struct tsrv_slot {
 } tsrv_slot;
 
 /* Counters of /metrics; guarded by their own mutex. */
-#define TSRV_N_ENDPOINTS 10 /* enum tsrv_endpoint below, OTHER included */
+#define TSRV_N_ENDPOINTS 11 /* enum tsrv_endpoint below, OTHER included */
 typedef struct tsrv_metrics {
     pthread_mutex_t mu;
     uint64_t requests[TSRV_N_ENDPOINTS][6]; /* [endpoint][status / 100] */
@@ -209,6 +216,9 @@ typedef struct tsrv_server {
 /* request.c: parses and validates a body for kind, renders and tokenizes the
  * prompt, and returns a new job (refs 1) or NULL with e filled. */
 tsrv_job *tsrv_request_parse(tsrv_server *s, tsrv_kind kind, const char *body, size_t len, tsrv_error *e);
+/* POST /v1/embeddings: a job of kind TSRV_EMBED (refs 1), or NULL with e */
+tsrv_job *tsrv_embed_parse(tsrv_server *s, const char *body, size_t len, tsrv_error *e);
+char *tsrv_embeddings_json(const tsrv_server *s, const tsrv_job *job);
 /* POST /apply-template (llama-server's): {"messages", "tools", "tool_choice"}
  * -> {"prompt": the rendered text}; NULL with e */
 char *tsrv_apply_template(tsrv_server *s, const char *body, size_t len, tsrv_error *e);
@@ -292,7 +302,7 @@ char *tsrv_health_json(tsrv_server *s);
 /* metrics.c */
 enum tsrv_endpoint {
     TSRV_EP_ROOT = 0, TSRV_EP_HEALTH, TSRV_EP_MODELS, TSRV_EP_METRICS, TSRV_EP_CHAT, TSRV_EP_COMPLETIONS,
-    TSRV_EP_TOKENIZE, TSRV_EP_DETOKENIZE, TSRV_EP_APPLY_TEMPLATE, TSRV_EP_OTHER
+    TSRV_EP_TOKENIZE, TSRV_EP_DETOKENIZE, TSRV_EP_APPLY_TEMPLATE, TSRV_EP_EMBEDDINGS, TSRV_EP_OTHER
 };
 const char *tsrv_endpoint_name(int ep);
 void tsrv_metrics_init(tsrv_metrics *m);

@@ -26,7 +26,7 @@ beyond plain chat:
 
 usage: test_server_openai.py TESSERA_BIN MODELS_DIR WORK_DIR [--samples N]
 (--samples: replies per constrained-output case, default 100; the sanitizer
-build runs 20)
+build runs 10)
 """
 import math
 import os
@@ -225,7 +225,7 @@ def test_constrained(cli, srv, total):
     # model's (SmolLM2 at temperature 1: ~2 in 3 within 160 tokens).
     done, cut = samples(cli, {"type": "json_object"}, total=total)
     bad = [t for t in done if not parses(t)]
-    check(not bad and len(done) >= total // 2,
+    check(not bad and len(done) >= max(1, total * 4 // 10),
           f"json_object: {len(done)} of {total} finished, all parse as objects ({len(bad)} do not: {bad[:2]}); "
           f"{cut} cut by max_tokens")
     fmt = {"type": "json_schema", "json_schema": {"name": "animal", "schema": ANIMAL, "strict": True}}

@@ -12,19 +12,15 @@ usage: constrained.py --tessera BIN --model GGUF [--runs 5] [--tokens 96] [-t 1]
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
+import sys
 
-SCHEMA = json.dumps({
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "maxLength": 30},
-        "legs": {"type": "integer"},
-        "habitat": {"enum": ["land", "sea", "air"]},
-        "colors": {"type": "array", "items": {"type": "string", "maxLength": 15}, "maxItems": 4},
-    },
-    "required": ["name", "legs", "habitat"],
-})
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from server_harness import ANIMAL_SCHEMA  # noqa: E402
+
+SCHEMA = json.dumps(ANIMAL_SCHEMA)
 # no spaces: the model's usual " word" tokens are refused, so most steps mask the vocabulary
 WORST = 'root ::= [a-z]{1,400}'
 

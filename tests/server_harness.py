@@ -165,3 +165,50 @@ def stream_text(events, chat=True):
 def stream_finish(events):
     fin = [ch["finish_reason"] for ev in events for ch in ev.get("choices", []) if ch.get("finish_reason")]
     return fin[-1] if fin else None
+
+
+class Checks:
+    """ok:/FAIL: lines and the list of failures, for the server tests."""
+
+    def __init__(self):
+        self.failures = []
+
+    def __call__(self, cond, what):
+        print(("ok: " if cond else "FAIL: ") + what)
+        if not cond:
+            self.failures.append(what)
+        return cond
+
+    def run(self, srv, fn, tail=30):
+        """fn() with the server; an exception fails; then SIGTERM must exit 0,
+        and on failure the server log's tail is printed."""
+        try:
+            fn()
+        except Exception as e:  # keep the log visible
+            self.failures.append(repr(e))
+            print("FAIL: exception", repr(e))
+            raise
+        finally:
+            rc = srv.stop()
+            self(rc == 0, f"server exits 0 on SIGTERM (got {rc})")
+            if self.failures:
+                print("---- server log (tail) ----")
+                print("\n".join(srv.log().splitlines()[-tail:]))
+
+    def exit(self):
+        print(f"{len(self.failures)} failure(s)")
+        sys.exit(1 if self.failures else 0)
+
+
+# A JSON schema the constrained-output tests and bench/constrained.py share.
+ANIMAL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 30},
+        "legs": {"type": "integer"},
+        "habitat": {"enum": ["land", "sea", "air"]},
+        "colors": {"type": "array", "items": {"type": "string", "maxLength": 15}, "maxItems": 4},
+    },
+    "required": ["name", "legs", "habitat"],
+    "additionalProperties": False,
+}

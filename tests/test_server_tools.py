@@ -24,16 +24,9 @@ import jsonschema
 import openai
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_harness import Server, need_model  # noqa: E402
+from server_harness import Checks, Server, need_model  # noqa: E402
 
-failures = []
-
-
-def check(cond, what):
-    print(("ok: " if cond else "FAIL: ") + what)
-    if not cond:
-        failures.append(what)
-    return cond
+check = Checks()
 
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40},
@@ -151,49 +144,50 @@ def test_qwen(binary, qwen, work):
     f = r.fields["tokenizer.chat_template"]
     template = bytes(f.parts[f.data[0]]).decode()
     srv = Server(binary, qwen, ["-t", "2", "-c", "2048"], os.path.join(work, "server_tools_qwen.log"))
-    try:
-        conv = [
-            ("tools, one user turn", ASK, TOOLS),
-            ("tools and a system message", [{"role": "system", "content": "Be brief."}] + ASK, TOOLS),
-            ("a call and its result", ASK + [
-                {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
-                    "name": "get_weather", "arguments": "{\"city\": \"Paris\", \"unit\": \"C\"}"}}]},
-                {"role": "tool", "tool_call_id": "c1", "content": "18 C"},
-                {"role": "tool", "tool_call_id": "c2", "content": "light rain"}], TOOLS),
-            ("content beside two calls", ASK + [
-                {"role": "assistant", "content": "Let me look.", "tool_calls": [
-                    {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Nice\"}"}},
-                    {"id": "b", "type": "function", "function": {"name": "web_search",
-                                                                 "arguments": "{\"query\": \"Nice\", \"limit\": 3}"}}]},
-                {"role": "tool", "tool_call_id": "a", "content": "20 C"}], TOOLS),
-            ("history with tool results, no tools", [{"role": "user", "content": "hi"},
-                                                     {"role": "tool", "tool_call_id": "x", "content": "r"}], None),
-        ]
-        for name, msgs, tools in conv:
-            body = {"messages": msgs}
-            if tools:
-                body["tools"] = tools
-            st, got = srv.post("/apply-template", body)
-            hf = []
-            for m in msgs:  # HF's convention: arguments as an object
-                m = dict(m)
-                if m.get("tool_calls"):
-                    m["tool_calls"] = [{"type": "function", "function": {
-                        "name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}}
-                        for c in m["tool_calls"]]
-                hf.append(m)
-            want = jinja_prompt(template, hf, tools)
-            check(st == 200 and got.get("prompt") == want,
-                  f"Qwen2.5 prompt == its template's ({name})" + ("" if st == 200 and got.get("prompt") == want else
-                                                                  f"\n got: {got.get('prompt')!r}\nwant: {want!r}"))
-        cli = openai.OpenAI(base_url=f"http://{srv.host}:{srv.port}/v1", api_key="none", max_retries=0)
-        r = cli.chat.completions.create(model="m", messages=ASK, tools=TOOLS, temperature=0, max_tokens=80)
-        c = r.choices[0]
-        check(c.finish_reason == "tool_calls" and c.message.tool_calls and
-              c.message.tool_calls[0].function.name == "get_weather" and valid_call(c.message.tool_calls[0]),
-              f"Qwen2.5 in auto mode calls get_weather by itself ({c.message})")
-    finally:
-        check(srv.stop() == 0, "Qwen server exits 0")
+    check.run(srv, lambda: qwen_checks(srv, template))
+
+
+def qwen_checks(srv, template):
+    conv = [
+        ("tools, one user turn", ASK, TOOLS),
+        ("tools and a system message", [{"role": "system", "content": "Be brief."}] + ASK, TOOLS),
+        ("a call and its result", ASK + [
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                "name": "get_weather", "arguments": "{\"city\": \"Paris\", \"unit\": \"C\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "18 C"},
+            {"role": "tool", "tool_call_id": "c2", "content": "light rain"}], TOOLS),
+        ("content beside two calls", ASK + [
+            {"role": "assistant", "content": "Let me look.", "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Nice\"}"}},
+                {"id": "b", "type": "function", "function": {"name": "web_search",
+                                                             "arguments": "{\"query\": \"Nice\", \"limit\": 3}"}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "20 C"}], TOOLS),
+        ("history with tool results, no tools", [{"role": "user", "content": "hi"},
+                                                 {"role": "tool", "tool_call_id": "x", "content": "r"}], None),
+    ]
+    for name, msgs, tools in conv:
+        body = {"messages": msgs}
+        if tools:
+            body["tools"] = tools
+        st, got = srv.post("/apply-template", body)
+        hf = []
+        for m in msgs:  # HF's convention: arguments as an object
+            m = dict(m)
+            if m.get("tool_calls"):
+                m["tool_calls"] = [{"type": "function", "function": {
+                    "name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}}
+                    for c in m["tool_calls"]]
+            hf.append(m)
+        want = jinja_prompt(template, hf, tools)
+        check(st == 200 and got.get("prompt") == want,
+              f"Qwen2.5 prompt == its template's ({name})" + ("" if st == 200 and got.get("prompt") == want else
+                                                              f"\n got: {got.get('prompt')!r}\nwant: {want!r}"))
+    cli = openai.OpenAI(base_url=f"http://{srv.host}:{srv.port}/v1", api_key="none", max_retries=0)
+    r = cli.chat.completions.create(model="m", messages=ASK, tools=TOOLS, temperature=0, max_tokens=80)
+    c = r.choices[0]
+    check(c.finish_reason == "tool_calls" and c.message.tool_calls and
+          c.message.tool_calls[0].function.name == "get_weather" and valid_call(c.message.tool_calls[0]),
+          f"Qwen2.5 in auto mode calls get_weather by itself ({c.message})")
 
 
 def main():
@@ -203,28 +197,20 @@ def main():
     model = need_model(models_dir)
     srv = Server(binary, model, ["-t", "1", "-c", "1024"], os.path.join(work, "server_tools.log"))
     cli = openai.OpenAI(base_url=f"http://{srv.host}:{srv.port}/v1", api_key="none", max_retries=0)
-    try:
+
+    def smol():
         test_forced(cli, total)
         test_stream(cli)
         test_conversation(cli)
         test_bad(srv)
-    except Exception as e:
-        failures.append(repr(e))
-        print("FAIL: exception", repr(e))
-        raise
-    finally:
-        rc = srv.stop()
-        check(rc == 0, f"server exits 0 on SIGTERM (got {rc})")
-        if failures:
-            print("---- server log (tail) ----")
-            print("\n".join(srv.log().splitlines()[-30:]))
+
+    check.run(srv, smol)
     qwen = os.path.join(models_dir, "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
     if os.path.exists(qwen):
         test_qwen(binary, qwen, work)
     else:
         print(f"skipped: the Qwen2.5 checks ({qwen} is absent: tools/fetch_models.sh --qwen15 fetches it)")
-    print(f"{len(failures)} failure(s)")
-    sys.exit(1 if failures else 0)
+    check.exit()
 
 
 if __name__ == "__main__":

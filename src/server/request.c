@@ -28,6 +28,40 @@ bool tsrv_utf8_valid(const char *b, size_t n) {
     return true;
 }
 
+json_t *tsrv_body_object(const char *body, size_t len, const char *const *known, tsrv_error *e) {
+    if (!tsrv_utf8_valid(body, len)) {
+        tsrv_fail(e, 400, TSRV_E_INVALID_UTF8, NULL, "the request body is not valid UTF-8");
+        return NULL;
+    }
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        tsrv_fail(e, 400, TSRV_E_INVALID_JSON, NULL, "malformed JSON at line %d, column %d: %s", jerr.line,
+                  jerr.column, jerr.text);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        tsrv_fail(e, 400, TSRV_E_INVALID_TYPE, NULL, "the request body must be a JSON object");
+        return NULL;
+    }
+    const char *key;
+    json_t *v;
+    if (known) json_object_foreach(root, key, v) {
+            bool ok = false;
+            for (const char *const *k = known; *k && !ok; k++) ok = !strcmp(*k, key);
+            if (!ok) {
+                char list[200] = "";
+                for (const char *const *k = known; *k; k++)
+                    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k == known ? "" : ", ", *k);
+                tsrv_fail(e, 400, TSRV_E_UNKNOWN_FIELD, key, "unknown field '%.60s' (known: %s)", key, list);
+                json_decref(root);
+                return NULL;
+            }
+        }
+    return root;
+}
+
 /* ---- typed field readers: null counts as absent ---- */
 
 static int want_number(const json_t *v, const char *name, double lo, double hi, double *out, tsrv_error *e) {
@@ -594,24 +628,11 @@ static int apply_fields(tsrv_server *s, tsrv_job *j, const json_t *root, unsigne
 }
 
 tsrv_job *tsrv_request_parse(tsrv_server *s, tsrv_kind kind, const char *body, size_t len, tsrv_error *e) {
-    if (!tsrv_utf8_valid(body, len)) {
-        tsrv_fail(e, 400, TSRV_E_INVALID_UTF8, NULL, "the request body is not valid UTF-8");
-        return NULL;
-    }
-    json_error_t jerr;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        tsrv_fail(e, 400, TSRV_E_INVALID_JSON, NULL, "malformed JSON at line %d, column %d: %s", jerr.line,
-                  jerr.column, jerr.text);
-        return NULL;
-    }
+    json_t *root = tsrv_body_object(body, len, NULL, e); /* apply_fields names the unknown ones */
+    if (!root) return NULL;
     tsrv_job *j = NULL;
     char *prompt = NULL;
     size_t plen = 0;
-    if (!json_is_object(root)) {
-        tsrv_fail(e, 400, TSRV_E_INVALID_TYPE, NULL, "the request body must be a JSON object");
-        goto fail;
-    }
     if (!(j = tsrv_job_new())) {
         tsrv_fail(e, 500, TSRV_E_INTERNAL, NULL, "out of memory");
         goto fail;
@@ -716,30 +737,11 @@ fail:
 }
 
 char *tsrv_apply_template(tsrv_server *s, const char *body, size_t len, tsrv_error *e) {
-    if (!tsrv_utf8_valid(body, len)) {
-        tsrv_fail(e, 400, TSRV_E_INVALID_UTF8, NULL, "the request body is not valid UTF-8");
-        return NULL;
-    }
-    json_error_t jerr;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        tsrv_fail(e, 400, TSRV_E_INVALID_JSON, NULL, "malformed JSON at line %d, column %d: %s", jerr.line,
-                  jerr.column, jerr.text);
-        return NULL;
-    }
+    static const char *const known[] = {"messages", "tools", "tool_choice", "model", NULL};
+    json_t *root = tsrv_body_object(body, len, known, e);
+    if (!root) return NULL;
     char *out = NULL, *prompt = NULL;
     tsrv_job *j = NULL;
-    if (!json_is_object(root)) {
-        tsrv_fail(e, 400, TSRV_E_INVALID_TYPE, NULL, "the request body must be a JSON object");
-        goto done;
-    }
-    const char *key;
-    json_t *v;
-    json_object_foreach(root, key, v) if (strcmp(key, "messages") && strcmp(key, "tools") && strcmp(key, "tool_choice") &&
-                                          strcmp(key, "model")) {
-        tsrv_fail(e, 400, TSRV_E_UNKNOWN_FIELD, key, "unknown field '%.60s' (known: messages, tools, tool_choice)", key);
-        goto done;
-    }
     if (!(j = tsrv_job_new())) {
         tsrv_fail(e, 500, TSRV_E_INTERNAL, NULL, "out of memory");
         goto done;
@@ -768,22 +770,10 @@ done:
  * token ids or an array of such arrays, "model", "encoding_format": "float",
  * "user", "pooling": "mean" (default) | "last" (tessera's)} */
 tsrv_job *tsrv_embed_parse(tsrv_server *s, const char *body, size_t len, tsrv_error *e) {
-    if (!tsrv_utf8_valid(body, len)) {
-        tsrv_fail(e, 400, TSRV_E_INVALID_UTF8, NULL, "the request body is not valid UTF-8");
-        return NULL;
-    }
-    json_error_t jerr;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        tsrv_fail(e, 400, TSRV_E_INVALID_JSON, NULL, "malformed JSON at line %d, column %d: %s", jerr.line,
-                  jerr.column, jerr.text);
-        return NULL;
-    }
+    static const char *const known[] = {"input", "model", "user", "encoding_format", "pooling", "dimensions", NULL};
+    json_t *root = tsrv_body_object(body, len, known, e);
+    if (!root) return NULL;
     tsrv_job *j = NULL;
-    if (!json_is_object(root)) {
-        tsrv_fail(e, 400, TSRV_E_INVALID_TYPE, NULL, "the request body must be a JSON object");
-        goto fail;
-    }
     if (s->diffusion) {
         tsrv_fail(e, 400, TSRV_E_UNSUPPORTED, NULL,
                   "embeddings are not available for a diffusion model (its forward is bidirectional over a masked "
@@ -814,10 +804,6 @@ tsrv_job *tsrv_embed_parse(tsrv_server *s, const char *body, size_t len, tsrv_er
         } else if (!strcmp(key, "dimensions")) {
             tsrv_fail(e, 400, TSRV_E_UNSUPPORTED, key,
                       "'dimensions' is not supported: the embedding has the model's width (%d)", (int)s->info.n_embd);
-            goto fail;
-        } else {
-            tsrv_fail(e, 400, TSRV_E_UNKNOWN_FIELD, key, "unknown field '%.60s' (known: input, model, encoding_format, "
-                      "user, pooling)", key);
             goto fail;
         }
     }

@@ -213,6 +213,9 @@ typedef struct tsrv_server {
     tsrv_metrics metrics;
 } tsrv_server;
 
+/* request.c: the body as a JSON object (valid UTF-8, no duplicate keys),
+ * every key in known[] (NULL: any); NULL with e (400 naming what is wrong) */
+json_t *tsrv_body_object(const char *body, size_t len, const char *const *known, tsrv_error *e);
 /* request.c: parses and validates a body for kind, renders and tokenizes the
  * prompt, and returns a new job (refs 1) or NULL with e filled. */
 tsrv_job *tsrv_request_parse(tsrv_server *s, tsrv_kind kind, const char *body, size_t len, tsrv_error *e);

@@ -41,38 +41,6 @@ static char *dump(json_t *v) {
     return s;
 }
 
-/* The body as an object whose keys are all in known[] (NULL with e). */
-static json_t *load_object(const char *body, size_t len, const char *const *known, tsrv_error *e) {
-    if (!tsrv_utf8_valid(body, len)) {
-        tsrv_fail(e, 400, TSRV_E_INVALID_UTF8, NULL, "the request body is not valid UTF-8");
-        return NULL;
-    }
-    json_error_t jerr;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        tsrv_fail(e, 400, TSRV_E_INVALID_JSON, NULL, "malformed JSON at line %d, column %d: %s", jerr.line,
-                  jerr.column, jerr.text);
-        return NULL;
-    }
-    if (!json_is_object(root)) {
-        json_decref(root);
-        tsrv_fail(e, 400, TSRV_E_INVALID_TYPE, NULL, "the request body must be a JSON object");
-        return NULL;
-    }
-    const char *key;
-    json_t *v;
-    json_object_foreach(root, key, v) {
-        bool ok = false;
-        for (const char *const *k = known; *k && !ok; k++) ok = !strcmp(*k, key);
-        if (!ok) {
-            tsrv_fail(e, 400, TSRV_E_UNKNOWN_FIELD, key, "unknown field '%.60s' (supported: see docs/SERVER.md)", key);
-            json_decref(root);
-            return NULL;
-        }
-    }
-    return root;
-}
-
 static int opt_bool(const json_t *root, const char *key, bool *out, tsrv_error *e) {
     const json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) return 0;
@@ -83,7 +51,7 @@ static int opt_bool(const json_t *root, const char *key, bool *out, tsrv_error *
 
 char *tsrv_tokenize(tsrv_server *s, const char *body, size_t len, tsrv_error *e) {
     static const char *const known[] = {"content", "add_special", "parse_special", "with_pieces", "model", NULL};
-    json_t *root = load_object(body, len, known, e), *out = NULL;
+    json_t *root = tsrv_body_object(body, len, known, e), *out = NULL;
     int32_t *ids = NULL;
     if (!root) return NULL;
     bool add_special = false, parse_special = true, with_pieces = false;
@@ -143,7 +111,7 @@ done:
 
 char *tsrv_detokenize(tsrv_server *s, const char *body, size_t len, tsrv_error *e) {
     static const char *const known[] = {"tokens", "model", NULL};
-    json_t *root = load_object(body, len, known, e), *out = NULL;
+    json_t *root = tsrv_body_object(body, len, known, e), *out = NULL;
     int32_t *ids = NULL;
     char *text = NULL;
     if (!root) return NULL;

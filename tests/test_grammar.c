@@ -184,8 +184,34 @@ static void test_json(void) {
     ts_grammar_free(g);
 }
 
+/* Grammars that would make the matcher's work explode are cut at a limit,
+ * flagged, and refused quickly rather than followed. */
+static void test_limits(void) {
+    char g[1200];
+    size_t n = (size_t)snprintf(g, sizeof g, "e ::= \"\" | \"\"\nroot ::=");
+    for (int i = 0; i < 40; i++) n += (size_t)snprintf(g + n, sizeof g - n, " e");
+    snprintf(g + n, sizeof g - n, " \"x\"\n");
+    ts_grammar *gr = compile(g); /* 2^40 ways to expand the start */
+    ts_gmatch *m = gr ? ts_gmatch_new(gr, NULL) : NULL;
+    CHECK(m && ts_gmatch_overflow(m), "2^40 empty expansions: the matcher says it hit its limit");
+    ts_gmatch_free(m);
+    ts_grammar_free(gr);
+    gr = compile("root ::= ((\"a\"?){40}){30} \"b\"\n"); /* 1201 ways to continue at the start */
+    m = gr ? ts_gmatch_new(gr, NULL) : NULL;
+    CHECK(m && ts_gmatch_overflow(m) && ts_gmatch_n_stacks(m) <= 1024, "more than 1024 stacks: flagged, capped at 1024");
+    ts_gmatch_free(m);
+    ts_grammar_free(gr);
+    gr = compile("root ::= (\"a\"?){200} \"b\"\n"); /* within the limits: followed exactly */
+    m = gr ? ts_gmatch_new(gr, NULL) : NULL;
+    CHECK(m && !ts_gmatch_overflow(m) && ts_gmatch_accept(m, "aaab", 4) && ts_gmatch_can_end(m),
+          "201 ways to continue: within the limits");
+    ts_gmatch_free(m);
+    ts_grammar_free(gr);
+}
+
 int main(void) {
     test_errors();
+    test_limits();
     test_basics();
     test_json();
     if (failures) {

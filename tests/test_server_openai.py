@@ -260,6 +260,8 @@ def test_constrained(cli, srv, total):
             ("response_format not an object", {"response_format": "json"}, "invalid_type", "object"),
             ("grammar syntax", {"grammar": 'root ::= "a" |\n  ( "b"'}, "invalid_value", "line 2"),
             ("grammar undefined rule", {"grammar": "root ::= thing"}, "invalid_value", "'thing'"),
+            ("grammar too ambiguous", {"grammar": 'e ::= "" | ""\nroot ::=' + " e" * 40 + ' "x"'},
+             "invalid_value", "too ambiguous"),
             ("grammar and response_format", {"grammar": 'root ::= "a"', "response_format": {"type": "json_object"}},
              "invalid_value", "not both")]:
         st, e = srv.post("/v1/chat/completions", dict(body, messages=[{"role": "user", "content": "x"}],

@@ -74,6 +74,7 @@ bool ts_constraint_active(const ts_constraint *k); /* a grammar is set */
 void ts_constraint_free(ts_constraint *k);
 void ts_constraint_reset(ts_constraint *k);
 bool ts_constraint_done(const ts_constraint *k); /* nothing more may follow */
+bool ts_constraint_overflow(const ts_constraint *k); /* the matcher hit a limit (ts_gmatch_overflow) */
 /* The next token: one the grammar allows (end-of-generation ids and stop_id
  * only once the text is complete), or -1 when it allows none. */
 int32_t ts_constraint_sample(ts_constraint *k, ts_sampler *smpl, const float *logits, const ts_tokenizer *tok,

@@ -97,6 +97,7 @@ oom:
 bool ts_constraint_active(const ts_constraint *k) { return k && k->g; }
 
 void ts_constraint_reset(ts_constraint *k) { ts_gmatch_reset(k->m); }
+bool ts_constraint_overflow(const ts_constraint *k) { return ts_gmatch_overflow(k->m); }
 bool ts_constraint_done(const ts_constraint *k) { return ts_gmatch_done(k->m); }
 
 /* Whether id may come next; eog: it ends generation (allowed once the text

@@ -243,7 +243,15 @@ ts_status ts_grammar_check(const char *gbnf, const char *root, ts_error *err) {
     if (!g)
         return ts_api_fail(err, NULL, strstr(e.msg, "out of memory") ? TS_ERR_NO_MEMORY : TS_ERR_INVALID_ARG, "%s",
                            e.msg);
+    ts_gmatch *m = ts_gmatch_new(g, &e); /* its start must be within the matcher's limits */
+    const bool over = m && ts_gmatch_overflow(m);
+    ts_gmatch_free(m);
     ts_grammar_free(g);
+    if (!m) return ts_api_fail(err, NULL, TS_ERR_NO_MEMORY, "%s", e.msg);
+    if (over)
+        return ts_api_fail(err, NULL, TS_ERR_INVALID_ARG,
+                           "grammar: too ambiguous at its start (more than 1024 ways to begin, or 2^18 expansion "
+                           "steps); simplify it");
     return ts_api_ok(err);
 }
 
@@ -458,9 +466,13 @@ static ts_status generate(ts_context *c, const ts_generate_params *gp) {
             }
             id = ts_constraint_sample(c->cons, c->smpl, ts_state_logits(c->st), tok, stop_id, &c->cons_run);
             if (id < 0) {
-                status = ts_ctx_fail(c, TS_ERR_INTERNAL,
-                                     "generate: the grammar allows no token here (no token of the vocabulary "
-                                     "continues the text it accepted so far)");
+                status = ts_constraint_overflow(c->cons)
+                             ? ts_ctx_fail(c, TS_ERR_INVALID_ARG,
+                                           "generate: the grammar is too ambiguous to follow (more than 1024 ways to "
+                                           "continue at once, or 2^18 expansion steps for one character); simplify it")
+                             : ts_ctx_fail(c, TS_ERR_INTERNAL,
+                                           "generate: the grammar allows no token here (no token of the vocabulary "
+                                           "continues the text it accepted so far)");
                 stop = TS_STOP_ERROR;
                 break;
             }

@@ -27,9 +27,15 @@ enum { E_END = 0, E_REF = 1, E_CLASS = 2 };
 #define MAX_RULES 65536
 #define MAX_REPEAT 1000   /* x{m,n}: m, n at most this */
 #define MAX_NEST 64       /* nested parentheses */
-#define MAX_STACKS 4096   /* ways to continue followed at once */
+#define MAX_STACKS 1024   /* ways to continue followed at once */
 #define MAX_STACK_LEN 2048
-#define MAX_DEPTH 4096    /* expansion steps without consuming a character */
+#define MAX_DEPTH 4096    /* nested expansions without consuming a character */
+/* Expansion steps for one character (or the start). A grammar can make the
+ * expansion branch exponentially without consuming anything (a run of
+ * rules that each match the empty text in two ways); past this budget the
+ * matcher stops and says the grammar is too ambiguous, so an untrusted
+ * grammar cannot stall a generation. */
+#define MAX_WORK (1 << 18)
 
 struct ts_grammar {
     uint32_t *el;
@@ -662,14 +668,16 @@ struct ts_gmatch {
     int32_t *tmp; /* [MAX_STACK_LEN] */
     uint8_t pend[4];
     int npend, need;
-    bool overflow;
+    bool cut;      /* a limit cut the current expansion short */
+    bool overflow; /* ... at some step since the reset */
+    int64_t work;  /* expansion steps of the current step */
 };
 
 static bool sset_add(ts_gmatch *m, sset *d, const int32_t *t, int len) {
     for (size_t i = 0; i < d->n; i += (size_t)d->v[i] + 1)
         if (d->v[i] == len && !memcmp(d->v + i + 1, t, (size_t)len * sizeof *t)) return true;
     if (d->count >= MAX_STACKS) {
-        m->overflow = true;
+        m->cut = true;
         return false;
     }
     if (d->n + (size_t)len + 1 > d->cap) {
@@ -677,7 +685,7 @@ static bool sset_add(ts_gmatch *m, sset *d, const int32_t *t, int len) {
         while (nc < d->n + (size_t)len + 1) nc *= 2;
         int32_t *nv = realloc(d->v, nc * sizeof *nv);
         if (!nv) {
-            m->overflow = true;
+            m->cut = true;
             return false;
         }
         d->v = nv;
@@ -694,8 +702,8 @@ static bool sset_add(ts_gmatch *m, sset *d, const int32_t *t, int len) {
  * it is empty). Leaves t[0..len) as it found it. */
 static void expand(ts_gmatch *m, sset *d, int32_t *t, int len, int depth) {
     const ts_grammar *g = m->g;
-    if (depth > MAX_DEPTH) {
-        m->overflow = true;
+    if (depth > MAX_DEPTH || ++m->work > MAX_WORK) {
+        m->cut = true;
         return;
     }
     if (len == 0) {
@@ -712,7 +720,7 @@ static void expand(ts_gmatch *m, sset *d, int32_t *t, int len, int depth) {
         int base = len - 1; /* nothing after the reference: a tail call */
         if (KIND(g->el[top + 1]) != E_END) t[len - 1] = top + 1, base = len;
         if (base + 1 > MAX_STACK_LEN) {
-            m->overflow = true;
+            m->cut = true;
         } else {
             for (int32_t a = 0; a < g->rule_nalt[r]; a++) {
                 t[base] = g->alts[g->rule_alt0[r] + a];
@@ -750,17 +758,20 @@ void ts_gmatch_reset(ts_gmatch *m) {
     const ts_grammar *g = m->g;
     m->cur = 0;
     m->npend = m->need = 0;
-    m->overflow = false;
+    m->work = 0;
+    m->cut = false;
     sset_clear(&m->s[0]);
     for (int32_t a = 0; a < g->rule_nalt[g->root]; a++) {
         m->tmp[0] = g->alts[g->rule_alt0[g->root] + a];
         expand(m, &m->s[0], m->tmp, 1, 0);
     }
+    m->overflow = m->cut;
 }
 
 /* d = the stacks of src advanced by code point cp */
 static void step(ts_gmatch *m, const sset *src, sset *d, uint32_t cp) {
     sset_clear(d);
+    m->work = 0;
     for (size_t i = 0; i < src->n; i += (size_t)src->v[i] + 1) {
         const int len = src->v[i];
         if (len == 0) continue;
@@ -825,7 +836,12 @@ static bool run(ts_gmatch *m, const char *bytes, size_t n, bool commit) {
             npend = 0;
         }
         sset *d = &m->s[src == m->cur ? a : (src == a ? bb : a)];
+        m->cut = false;
         step(m, &m->s[src], d, cp);
+        if (m->cut) { /* cut short: not a trustworthy answer */
+            m->overflow = true;
+            return false;
+        }
         if (d->count == 0) return false;
         src = (int)(d - m->s);
     }
@@ -857,6 +873,7 @@ bool ts_gmatch_can_end(const ts_gmatch *m) {
 bool ts_gmatch_done(const ts_gmatch *m) { return m->s[m->cur].count == 1 && ts_gmatch_can_end(m); }
 
 int ts_gmatch_n_stacks(const ts_gmatch *m) { return m->s[m->cur].count; }
+bool ts_gmatch_overflow(const ts_gmatch *m) { return m->overflow; }
 
 void ts_gmatch_first_bytes(const ts_gmatch *m, uint8_t first[256]) {
     memset(first, 0, 256);

@@ -49,8 +49,12 @@ bool ts_gmatch_done(const ts_gmatch *m);
 /* first[b] = 1 for each byte that may start the next bytes (a quick filter
  * before ts_gmatch_check: a 0 is a sure refusal). */
 void ts_gmatch_first_bytes(const ts_gmatch *m, uint8_t first[256]);
-/* The number of stacks (ways to continue) right now, and whether a limit
- * cut some (an ambiguous grammar: more than the matcher follows). */
+/* The number of stacks (ways to continue) right now. */
 int ts_gmatch_n_stacks(const ts_gmatch *m);
+/* A limit cut an expansion short since the last reset: more than 1024 ways
+ * to continue at once, or more than 2^18 expansion steps for one
+ * character (a grammar ambiguous enough to stall generation). Steps cut
+ * short are refused, so the matcher errs on the side of refusing. */
+bool ts_gmatch_overflow(const ts_gmatch *m);
 
 #endif

@@ -41,20 +41,22 @@ void ts_constraint_free(ts_constraint *k) {
  * (they are never allowed, except end-of-generation at the end). */
 static int build_pieces(ts_constraint *k, const ts_tokenizer *tok, ts_err *err) {
     const int32_t nv = k->n_vocab;
-    int64_t total = 0;
+    int64_t total = 0, cap = 8 * (int64_t)nv;
     char buf[512];
-    if (!(k->off = malloc(((size_t)nv + 1) * sizeof *k->off))) goto oom;
-    for (int pass = 0; pass < 2; pass++) {
-        total = 0;
-        for (int32_t id = 0; id < nv; id++) {
-            int64_t n = ts_tok_is_special(tok, id) ? 0 : ts_token_piece(tok, id, false, buf, sizeof buf);
-            if (n < 0 || n > (int64_t)sizeof buf) n = 0; /* longer than any real token: never allowed */
-            if (pass) memcpy(k->bytes + total, buf, (size_t)n), k->off[id] = total;
-            total += n;
+    if (!(k->off = malloc(((size_t)nv + 1) * sizeof *k->off)) || !(k->bytes = malloc((size_t)cap))) goto oom;
+    for (int32_t id = 0; id < nv; id++) {
+        int64_t n = ts_tok_is_special(tok, id) ? 0 : ts_token_piece(tok, id, false, buf, sizeof buf);
+        if (n < 0 || n > (int64_t)sizeof buf) n = 0; /* longer than any real token: never allowed */
+        if (total + n > cap) {
+            char *nb = realloc(k->bytes, (size_t)(cap *= 2));
+            if (!nb) goto oom;
+            k->bytes = nb;
         }
-        if (pass) k->off[nv] = total;
-        else if (!(k->bytes = malloc((size_t)total + 1))) goto oom;
+        memcpy(k->bytes + total, buf, (size_t)n);
+        k->off[id] = total;
+        total += n;
     }
+    k->off[nv] = total;
     return 0;
 oom:
     ts_err_set(err, "out of memory building the grammar's token table");

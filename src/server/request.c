@@ -662,7 +662,7 @@ tsrv_job *tsrv_request_parse(tsrv_server *s, tsrv_kind kind, const char *body, s
             tsrv_fail(e, 400, TSRV_E_INVALID_VALUE, "tools", "give 'tools' or 'response_format' / 'grammar', not both");
             goto fail;
         }
-        if (tsrv_tools_parse(s, j, tools, choice, e) < 0) goto fail;
+        if (tsrv_tools_parse(j, tools, choice, e) < 0) goto fail;
         if (!(prompt = render_messages(s, j, msgs, &plen, e))) goto fail;
     } else {
         const json_t *p = json_object_get(root, "prompt");
@@ -752,7 +752,7 @@ char *tsrv_apply_template(tsrv_server *s, const char *body, size_t len, tsrv_err
         tsrv_fail(e, 400, TSRV_E_MISSING_FIELD, "messages", "'messages' is required");
         goto done;
     }
-    if (tsrv_tools_parse(s, j, json_object_get(root, "tools"), json_object_get(root, "tool_choice"), e) < 0) goto done;
+    if (tsrv_tools_parse(j, json_object_get(root, "tools"), json_object_get(root, "tool_choice"), e) < 0) goto done;
     size_t plen = 0;
     if (!(prompt = render_messages(s, j, msgs, &plen, e))) goto done;
     json_t *r = json_pack("{s:s%}", "prompt", prompt, plen);

@@ -66,19 +66,18 @@ static void job_finish_locked(tsrv_job *j, const char *finish) {
 /* Tools: where the visible text must stop while a <tool_call> block may be
  * coming (its start, or a partial "<tool_call>" at the end, and the
  * whitespace before either). */
+/* Length of the longest proper prefix of s[0..sl) that ends t[0..n)
+ * (text that the next token may complete into s). */
+static size_t prefix_at_end(const char *t, size_t n, const char *s, size_t sl) {
+    for (size_t l = sl - 1 < n ? sl - 1 : n; l > 0; l--)
+        if (!memcmp(t + n - l, s, l)) return l;
+    return 0;
+}
+
 static size_t tool_hold(const tsrv_choice *ch) {
     const size_t n = ch->len, m = strlen(tsrv_tool_open);
     const char *tc = ch->text ? memmem(ch->text, n, tsrv_tool_open, m) : NULL;
-    size_t cap = n;
-    if (tc) {
-        cap = (size_t)(tc - ch->text);
-    } else {
-        for (size_t l = m - 1 < n ? m - 1 : n; l > 0; l--)
-            if (!memcmp(ch->text + n - l, tsrv_tool_open, l)) {
-                cap = n - l;
-                break;
-            }
-    }
+    size_t cap = tc ? (size_t)(tc - ch->text) : n - prefix_at_end(ch->text, n, tsrv_tool_open, m);
     while (cap > 0 && strchr(" \n\t\r", ch->text[cap - 1])) cap--;
     /* a reply that starts as a JSON object or a code fence may be a bare call: all held */
     size_t a = 0;
@@ -242,12 +241,8 @@ static bool on_logits(const float *logits, int32_t n_vocab, void *ud) {
 static size_t held_suffix(const tsrv_job *j, const char *t, size_t n) {
     size_t best = 0;
     for (int k = 0; k < j->n_stops; k++) {
-        size_t sl = j->stop_len[k];
-        for (size_t l = sl - 1 < n ? sl - 1 : n; l > best; l--)
-            if (!memcmp(t + n - l, j->stops[k], l)) {
-                best = l;
-                break;
-            }
+        size_t l = prefix_at_end(t, n, j->stops[k], j->stop_len[k]);
+        if (l > best) best = l;
     }
     return best;
 }

@@ -128,9 +128,8 @@ static bool is_annotation(const char *k) {
 
 static int gen(conv *c, const json_t *s, const char *path, int depth, char *name, size_t cap);
 
-static int child_path(char *dst, size_t cap, const char *path, const char *part) {
+static void child_path(char *dst, size_t cap, const char *path, const char *part) {
     snprintf(dst, cap, "%s/%s", path, part);
-    return 0;
 }
 
 static int want_count(conv *c, const json_t *s, const char *key, const char *path, long long *out) {
@@ -166,9 +165,8 @@ static int gen_object(conv *c, const json_t *s, const char *path, int depth, con
     size_t np = props ? json_object_size(props) : 0;
     char(*kv)[32] = calloc(np ? np : 1, sizeof *kv);
     bool *is_req = calloc(np ? np : 1, sizeof *is_req);
-    const char **keys = calloc(np ? np : 1, sizeof *keys);
     int rc = 0;
-    if (!kv || !is_req || !keys) {
+    if (!kv || !is_req) {
         rc = oom(c);
         goto done;
     }
@@ -202,7 +200,6 @@ static int gen_object(conv *c, const json_t *s, const char *path, int depth, con
                 goto done;
             }
             json_decref(kj);
-            keys[i] = key;
             if (req) {
                 size_t ri;
                 json_t *rn;
@@ -285,7 +282,7 @@ static int gen_object(conv *c, const json_t *s, const char *path, int depth, con
     free(chain);
     if (err) rc = oom(c);
 done:
-    free(kv), free(is_req), free(keys);
+    free(kv), free(is_req);
     return rc < 0 ? -1 : 0;
 }
 

@@ -279,7 +279,7 @@ extern const char tsrv_json_gbnf_common[];
 extern const char tsrv_tool_open[]; /* "<tool_call>" */
 /* tools / tool_choice of a chat request into j (tools, tools_parse, and for
  * required / a named function the grammar); -1 with e */
-int tsrv_tools_parse(tsrv_server *s, tsrv_job *j, const json_t *tools, const json_t *choice, tsrv_error *e);
+int tsrv_tools_parse(tsrv_job *j, const json_t *tools, const json_t *choice, tsrv_error *e);
 /* The system message with the tool list (system: the request's, or NULL
  * for the template's default); malloc'ed */
 char *tsrv_tools_system(const tsrv_server *s, const json_t *tools, const char *system);

@@ -48,8 +48,7 @@ static bool name_ok(const char *n) {
     return true;
 }
 
-int tsrv_tools_parse(tsrv_server *s, tsrv_job *j, const json_t *tools, const json_t *choice, tsrv_error *e) {
-    (void)s;
+int tsrv_tools_parse(tsrv_job *j, const json_t *tools, const json_t *choice, tsrv_error *e) {
     if (!tools || json_is_null(tools)) {
         if (choice && !json_is_null(choice))
             return tsrv_fail(e, 400, TSRV_E_INVALID_VALUE, "tool_choice", "'tool_choice' needs 'tools'");

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 #include "check.h"
 #include "engine/engine.h"
@@ -230,6 +231,78 @@ static void test_xattn(const char *spec) {
     free(q), free(k), free(v), free(ref), free(got);
 }
 
+/* The video DiT's ops: gelu and rope_tab bit-identical to their
+ * references; cross_attn with fast (ts_attention_fast's non-causal mode
+ * over f32 keys: the DiT's self- and cross-attention) within 1e-6 of the
+ * double reference (f32 sums and the polynomial exp; measured below). */
+static void test_dit(const char *spec) {
+    enum { T = 37, NH = 4, NKV = 4, HD = 16, L = 100 };
+    ts_err err = {{0}};
+    float *x = frand_n(T * NH * HD), *got = malloc(sizeof(float) * T * NH * HD), *ref = malloc(sizeof(float) * T * NH * HD);
+    for (int i = 0; i < T * NH * HD; i++) x[i] *= 4.0f; /* reach tanh's tails */
+    {
+        ts_eng_node nd = {.op = TS_OP_GELU, .act = {.x = R(0), .y = R(1), .n = NH * HD}};
+        run_spec r = {.n_slots = 2, .host = {x, got}, .bytes = {T * NH * HD * 4, T * NH * HD * 4}, .output = {0, 1}};
+        for (int i = 0; i < T * NH * HD; i++) ref[i] = ts_gelu_tanh_f32(x[i]);
+        CHECK(!run_graph(spec, &nd, 1, &r, 40, T, &err), "%s gelu: %s", spec, err.msg);
+        CHECK(!memcmp(ref, got, sizeof(float) * T * NH * HD), "%s gelu differs from ts_gelu_tanh_f32", spec);
+    }
+    {
+        double *tab = malloc(sizeof(double) * T * HD);
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < HD / 2; j++) {
+                const double a = (t % 5) * pow(10000.0, -2.0 * j / HD) + (t / 5) * 0.3;
+                tab[t * HD + 2 * j] = cos(a), tab[t * HD + 2 * j + 1] = sin(a);
+            }
+        ts_eng_node nd = {.op = TS_OP_ROPE_TAB, .rope_tab = {.x = R(0), .tab = R(1), .n_head = NH, .head_dim = HD}};
+        memcpy(got, x, sizeof(float) * T * NH * HD);
+        /* x is in and out (run_graph uploads only inputs): run by hand */
+        ts_engine *e = ts_eng_open(spec, &err);
+        ts_eng_queue *q = e ? ts_eng_queue_new(e, &err) : NULL;
+        ts_eng_graph *g = q ? ts_eng_graph_new(e, &nd, 1, 2, 40, &err) : NULL;
+        ts_eng_buf *bx = g ? ts_eng_buf_alloc(e, TS_MEM_DEVICE, T * NH * HD * 4, &err) : NULL;
+        ts_eng_buf *bt = bx ? ts_eng_buf_alloc(e, TS_MEM_DEVICE, T * HD * 8, &err) : NULL;
+        ts_eng_bind binds[2] = {{.buf = bx}, {.buf = bt}};
+        int rc = !bt || ts_eng_enqueue_write(q, bx, 0, got, T * NH * HD * 4, &err) ||
+                 ts_eng_enqueue_write(q, bt, 0, tab, T * HD * 8, &err) ||
+                 ts_eng_enqueue_graph(q, g, binds, 2, 0, T, &err) ||
+                 ts_eng_enqueue_read(q, bx, 0, got, T * NH * HD * 4, &err) || ts_eng_queue_finish(q, &err);
+        CHECK(!rc, "%s rope_tab: %s", spec, err.msg);
+        ts_eng_buf_free(bx), ts_eng_buf_free(bt), ts_eng_graph_free(g), ts_eng_queue_free(q), ts_eng_close(e);
+        memcpy(ref, x, sizeof(float) * T * NH * HD);
+        ts_rope_tab_f32(NULL, ref, tab, T, NH, HD);
+        CHECK(!memcmp(ref, got, sizeof(float) * T * NH * HD), "%s rope_tab differs from ts_rope_tab_f32", spec);
+        /* the reference against the rotation written out (token 7, head 2, pair 3) */
+        const int t = 7, h = 2, j = 3;
+        const double c = tab[t * HD + 2 * j], sn = tab[t * HD + 2 * j + 1];
+        const float *xi = x + t * NH * HD + h * HD + 2 * j;
+        CHECK(ref[t * NH * HD + h * HD + 2 * j] == (float)(xi[0] * c - xi[1] * sn) &&
+                  ref[t * NH * HD + h * HD + 2 * j + 1] == (float)(xi[0] * sn + xi[1] * c),
+              "ts_rope_tab_f32 is not the adjacent-pair rotation");
+        free(tab);
+    }
+    {
+        float *k = frand_n(L * NKV * HD), *v = frand_n(L * NKV * HD);
+        const ts_xattn_params ap = {.n_head = NH, .n_head_kv = NKV, .head_dim = HD, .scale = 0.25f};
+        double scratch[L + HD];
+        ts_cross_attention(NULL, &ap, x, T, k, v, L, ref, scratch, L + HD);
+        ts_eng_node nd = {.op = TS_OP_CROSS_ATTN,
+                          .xattn = {.q = R(0), .k = R(1), .v = R(2), .out = R(3), .n_head = NH, .n_head_kv = NKV,
+                                    .head_dim = HD, .n_kv = L, .scale = 0.25f, .fast = true}};
+        run_spec r = {.n_slots = 4, .host = {x, k, v, got},
+                      .bytes = {T * NH * HD * 4, L * NKV * HD * 4, L * NKV * HD * 4, T * NH * HD * 4},
+                      .output = {0, 0, 0, 1}};
+        CHECK(!run_graph(spec, &nd, 1, &r, 40, T, &err), "%s cross_attn fast: %s", spec, err.msg);
+        double worst = 0;
+        for (int i = 0; i < T * NH * HD; i++)
+            worst = fmax(worst, fabs((double)got[i] - ref[i]));
+        CHECK(worst <= 1e-6, "%s cross_attn fast: max |error| %.3g > 1e-6 of the double reference", spec, worst);
+        printf("%s: gelu, rope_tab bit-identical; cross_attn fast within %.2g of the reference\n", spec, worst);
+        free(k), free(v);
+    }
+    free(x), free(got), free(ref);
+}
+
 int main(int argc, char **argv) {
     const char *def[] = {"cpu", "loop"};
     const char **specs = argc > 1 ? (const char **)(argv + 1) : def;
@@ -238,6 +311,7 @@ int main(int argc, char **argv) {
         test_elementwise(specs[i]);
         test_moe(specs[i]);
         test_xattn(specs[i]);
+        test_dit(specs[i]);
         printf("%s: layernorm, mul, modulate, gated_add, moe_route, moe_matmul, cross_attn: bit-identical to "
                "kernels/block_ops.h\n",
                specs[i]);

@@ -39,6 +39,7 @@ const char *ts_op_name(ts_op op) {
         [TS_OP_MUL] = "mul",             [TS_OP_MODULATE] = "modulate",
         [TS_OP_GATED_ADD] = "gated_add", [TS_OP_MOE_ROUTE] = "moe_route",
         [TS_OP_MOE_MATMUL] = "moe_matmul", [TS_OP_CROSS_ATTN] = "cross_attn",
+        [TS_OP_GELU] = "gelu",           [TS_OP_ROPE_TAB] = "rope_tab",
     };
     return (unsigned)op < TS_OP_COUNT ? names[op] : "?";
 }
@@ -683,6 +684,14 @@ int ts_eng_node_refs(const ts_eng_node *n, int n_tok, ts_eng_ref *refs, uint64_t
         REF(n->xattn.out, qb, 4, false);
         break;
     }
+    case TS_OP_GELU:
+        REF(n->act.x, T * (uint64_t)n->act.n * 4, 4, false);
+        REF(n->act.y, T * (uint64_t)n->act.n * 4, 4, false);
+        break;
+    case TS_OP_ROPE_TAB:
+        REF(n->rope_tab.x, T * (uint64_t)n->rope_tab.n_head * (uint64_t)n->rope_tab.head_dim * 4, 4, false);
+        REF(n->rope_tab.tab, T * (uint64_t)n->rope_tab.head_dim * 8, 8, false);
+        break;
     default: break;
     }
 #undef REF
@@ -772,6 +781,12 @@ static int check_node_shape(const ts_eng_node *n, int idx, int n_slots, ts_err *
         BAD(n->xattn.head_dim < 1 || n->xattn.head_dim > 65536, "head_dim %d out of range", n->xattn.head_dim);
         BAD(n->xattn.n_kv < 1 || n->xattn.n_kv > (1 << 24), "n_kv %d out of range", n->xattn.n_kv);
         BAD(!isfinite(n->xattn.scale), "scale %g not finite", (double)n->xattn.scale);
+        break;
+    case TS_OP_GELU: BAD(n->act.n < 1 || n->act.n > lim, "n %lld out of range", (long long)n->act.n); break;
+    case TS_OP_ROPE_TAB:
+        BAD(n->rope_tab.n_head < 1 || n->rope_tab.n_head > 65536, "n_head %d out of range", n->rope_tab.n_head);
+        BAD(n->rope_tab.head_dim < 2 || n->rope_tab.head_dim > 65536 || n->rope_tab.head_dim % 2,
+            "head_dim %d must be even and in [2, 65536]", n->rope_tab.head_dim);
         break;
     default: break;
     }

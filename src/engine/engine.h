@@ -141,6 +141,8 @@ typedef enum ts_op {
     TS_OP_MOE_ROUTE,   /* router logits -> top-k expert ids and weights         */
     TS_OP_MOE_MATMUL,  /* y += (w) x W_e^T over each token's k experts (an expert array) */
     TS_OP_CROSS_ATTN,  /* attention over K/V of another sequence (no cache)     */
+    TS_OP_GELU,        /* y = gelu_tanh(x) (a DiT's FFN)                        */
+    TS_OP_ROPE_TAB,    /* rotary embedding from a per-token angle table (3-D)   */
     TS_OP_COUNT
 } ts_op;
 /* The ops of the LLM block (matmul .. add_row): what an engine that knows
@@ -495,9 +497,21 @@ typedef struct ts_eng_node {
         struct {                      /* TS_OP_CROSS_ATTN */
             ts_eng_ref q, k, v, out;  /* q, out [n_tok][n_head*head_dim]; k, v [n_kv][n_head_kv*head_dim] f32 */
             int32_t n_head, n_head_kv, head_dim;
-            int32_t n_kv; /* keys of the other sequence */
+            int32_t n_kv; /* keys of the other sequence (a DiT's self-attention: its own n_tok) */
             float scale;
+            bool fast; /* cpu/loop: ts_attention_fast in its non-causal mode (f32 keys) instead of
+                          the double reference ts_cross_attention; other engines ignore it */
         } xattn;
+        struct {           /* TS_OP_GELU: n_tok rows of n; y may equal x */
+            ts_eng_ref x, y;
+            int64_t n;
+        } act;
+        struct {             /* TS_OP_ROPE_TAB, in place */
+            ts_eng_ref x;    /* [n_tok][n_head * head_dim] */
+            ts_eng_ref tab;  /* [n_tok][head_dim / 2] (cos, sin) double pairs: token t's angles, one per
+                                adjacent pair (x[2j], x[2j+1]) of every head (block_ops.h ts_rope_tab_f64) */
+            int32_t n_head, head_dim;
+        } rope_tab;
     };
 } ts_eng_node;
 

@@ -78,6 +78,21 @@ void ts_modulate_f32(float *y, const float *x, const float *shift, const float *
 void ts_gated_residual_f32(float *x, const float *y, const float *gate, int64_t mod_stride, int64_t tok_per_sample,
                            int64_t n_tok, int64_t n);
 
+/* y[i] = gelu_tanh(x[i]) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+ * in f32 (ts_gelu_tanh_f32, as torch's gelu(approximate="tanh")), n values;
+ * y may alias x. Split across pool in fixed chunks. */
+void ts_gelu_f32(ts_threadpool *pool, float *y, const float *x, int64_t n);
+
+/* Rotary embedding from a table of angles per token (a video DiT's 3-D
+ * RoPE: each pair's position is the token's frame, row or column). For
+ * token t, head h and pair j < head_dim / 2, with (c, s) = tab[t][j]:
+ *   (x[2j], x[2j+1]) <- (x0 c - x1 s, x0 s + x1 c)
+ * computed in double and rounded once (the reference implementations
+ * rotate in float64 complex numbers).
+ *   x:   [n_tok][n_head * head_dim], in place; head_dim even
+ *   tab: [n_tok][head_dim / 2][2] (cos, sin). */
+void ts_rope_tab_f32(ts_threadpool *pool, float *x, const double *tab, int64_t n_tok, int n_head, int head_dim);
+
 /* ---- mixture of experts: routing ------------------------------------- */
 
 /* How router logits become expert weights. Both select the k largest

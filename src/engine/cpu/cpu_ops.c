@@ -104,6 +104,14 @@ static void needs(const ts_eng_node *nodes, int n_nodes, int64_t *max_in, int64_
             if (r > *attn_row)
                 *attn_row = r;
         }
+        if (n->op == TS_OP_CROSS_ATTN && n->xattn.fast) {
+            const ts_attn_params ap = {.n_head = n->xattn.n_head,
+                                       .n_head_kv = n->xattn.n_head_kv,
+                                       .head_dim = n->xattn.head_dim};
+            const int64_t f = ts_attention_fast_scratch(&ap);
+            if (f > *attn_row)
+                *attn_row = f;
+        }
         if (n->op == TS_OP_ROPE && n->rope.n_rot > *max_rot)
             *max_rot = n->rope.n_rot;
     }
@@ -440,10 +448,30 @@ static void exec_node(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *no
                                     .n_head_kv = n->xattn.n_head_kv,
                                     .head_dim = n->xattn.head_dim,
                                     .scale = n->xattn.scale};
+        if (n->xattn.fast) {
+            /* the tiled kernel's non-causal mode over f32 rows: every query
+             * sees keys 0 .. n_kv-1 whatever its position */
+            const ts_attn_params fp = {.n_head = n->xattn.n_head,
+                                       .n_head_kv = n->xattn.n_head_kv,
+                                       .head_dim = n->xattn.head_dim,
+                                       .scale = n->xattn.scale,
+                                       .kv_stride = (int64_t)n->xattn.n_head_kv * n->xattn.head_dim,
+                                       .n_kv = n->xattn.n_kv};
+            ts_attention_fast(pool, &fp, at(base, n->xattn.q), at(base, n->xattn.k), at(base, n->xattn.v), 0,
+                              n_tok, at(base, n->xattn.out), x->attn_scratch, x->attn_stride);
+            break;
+        }
         ts_cross_attention(pool, &ap, at(base, n->xattn.q), n_tok, at(base, n->xattn.k), at(base, n->xattn.v),
                            n->xattn.n_kv, at(base, n->xattn.out), x->xattn_scratch, x->xattn_stride);
         break;
     }
+    case TS_OP_GELU:
+        ts_gelu_f32(pool, at(base, n->act.y), at(base, n->act.x), (int64_t)n_tok * n->act.n);
+        break;
+    case TS_OP_ROPE_TAB:
+        ts_rope_tab_f32(pool, at(base, n->rope_tab.x), at(base, n->rope_tab.tab), n_tok, n->rope_tab.n_head,
+                        n->rope_tab.head_dim);
+        break;
     default: break;
     }
 }

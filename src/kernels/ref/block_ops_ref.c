@@ -332,3 +332,57 @@ void ts_cross_attention(ts_threadpool *pool, const ts_xattn_params *ap, const fl
     xattn_job j = {ap, q, k, v, n_kv, out, scratch, scratch_stride};
     ts_parallel_for(pool, n_q * ap->n_head, xattn_items, &j);
 }
+
+/* ---- DiT element-wise ops -------------------------------------------- */
+
+typedef struct {
+    float *y;
+    const float *x;
+    int64_t n;
+} gelu_job;
+
+#define GELU_CHUNK 4096
+
+static void gelu_chunks(void *arg, int64_t c0, int64_t c1, int tid) {
+    (void)tid;
+    const gelu_job *j = arg;
+    for (int64_t c = c0; c < c1; c++) {
+        const int64_t a = c * GELU_CHUNK, b = a + GELU_CHUNK < j->n ? a + GELU_CHUNK : j->n;
+        for (int64_t i = a; i < b; i++)
+            j->y[i] = ts_gelu_tanh_f32(j->x[i]);
+    }
+}
+
+void ts_gelu_f32(ts_threadpool *pool, float *y, const float *x, int64_t n) {
+    gelu_job j = {y, x, n};
+    ts_parallel_for(pool, (n + GELU_CHUNK - 1) / GELU_CHUNK, gelu_chunks, &j);
+}
+
+typedef struct {
+    float *x;
+    const double *tab;
+    int n_head, head_dim;
+} rope_tab_job;
+
+static void rope_tab_rows(void *arg, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const rope_tab_job *j = arg;
+    const int64_t row = (int64_t)j->n_head * j->head_dim;
+    const int half = j->head_dim / 2;
+    for (int64_t t = t0; t < t1; t++) {
+        const double *cs = j->tab + t * j->head_dim;
+        for (int h = 0; h < j->n_head; h++) {
+            float *p = j->x + t * row + (int64_t)h * j->head_dim;
+            for (int k = 0; k < half; k++) {
+                const double x0 = p[2 * k], x1 = p[2 * k + 1], c = cs[2 * k], s = cs[2 * k + 1];
+                p[2 * k] = (float)(x0 * c - x1 * s);
+                p[2 * k + 1] = (float)(x0 * s + x1 * c);
+            }
+        }
+    }
+}
+
+void ts_rope_tab_f32(ts_threadpool *pool, float *x, const double *tab, int64_t n_tok, int n_head, int head_dim) {
+    rope_tab_job j = {x, tab, n_head, head_dim};
+    ts_parallel_for(pool, n_tok, rope_tab_rows, &j);
+}

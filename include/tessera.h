@@ -926,6 +926,72 @@ TS_API ts_status ts_context_diffuse(ts_context *ctx, const int32_t *prompt, int3
                                     const ts_diffusion_params *params, int32_t *tokens, int32_t cap,
                                     int32_t *n_tokens, ts_diffusion_stats *stats);
 
+/* ---- video diffusion (Wan2.1 text-to-video) ------------------------------
+ *
+ * A Wan2.1 diffusion transformer (the GGUF conversions with the original
+ * tensor names, general.architecture "wan"), denoising a latent video by
+ * flow matching; docs/VIDEO.md. The text conditioning is given as text
+ * encoder states (the umT5 encoder's output, [n_text][text_dim]).
+ * Latents are [16][T][H/8][W/8] f32 with T = (frames - 1) / 4 + 1. */
+
+typedef struct ts_video ts_video;
+
+typedef struct ts_video_params {
+    const char *engine; /* engine for the transformer's graphs (NULL: "cpu"; "amx", ...) */
+    int32_t n_threads;  /* <= 0: physical cores */
+    ts_log_fn log;
+    void *log_user;
+} ts_video_params;
+TS_API ts_video_params ts_video_default_params(void);
+TS_API ts_status ts_video_load(const char *dit_path, const ts_video_params *params, ts_video **out, ts_error *err);
+TS_API void ts_video_free(ts_video *v);
+
+typedef struct ts_video_info {
+    int32_t dim, n_layer, n_head, ffn, in_channels, out_channels, text_dim;
+    int32_t patch[3];
+    int64_t weight_bytes;
+} ts_video_info;
+TS_API ts_status ts_video_get_info(const ts_video *v, ts_video_info *out);
+
+typedef enum ts_video_sampler { TS_VIDEO_UNIPC = 0, TS_VIDEO_EULER = 1 } ts_video_sampler;
+
+/* Called after each denoising step; return false to stop (TS_ERR_CANCELLED). */
+typedef bool (*ts_video_step_fn)(int32_t step, int32_t n_steps, double step_ms, void *user_data);
+
+typedef struct ts_video_gen_params {
+    int32_t frames;        /* 4k + 1 (default 17) */
+    int32_t height, width; /* multiples of 16 (default 480 x 832) */
+    int32_t steps;         /* default 50 */
+    ts_video_sampler sampler;
+    float shift;           /* flow shift (default 3.0; 1.0 with custom timesteps) */
+    const float *timesteps; int32_t n_timesteps; /* custom schedule (Euler), decreasing in (0, 1000] */
+    float cfg;             /* classifier-free guidance scale; <= 1: off (default 1) */
+    uint64_t seed;         /* Gaussian noise */
+    const float *text; int32_t n_text;         /* [n_text][text_dim] (required) */
+    const float *neg_text; int32_t n_neg_text; /* cfg > 1: the negative text (NULL: zeros, n_text rows) */
+    const float *init_latents;  /* NULL: noise from seed; else [16][T][H/8][W/8] */
+    float *trajectory;          /* NULL, or [steps][16][T][H/8][W/8]: the latents after each step */
+    ts_video_step_fn on_step;
+    void *user_data;
+} ts_video_gen_params;
+TS_API ts_video_gen_params ts_video_gen_default_params(void);
+
+typedef struct ts_video_stats {
+    size_t struct_size;
+    int32_t steps, forwards;
+    int64_t tokens;        /* per block run */
+    double total_ms, dit_ms, block_ms, embed_ms, head_ms, text_ms, sampler_ms;
+    double block_flops;    /* of one block run */
+    int64_t peak_rss_bytes;
+} ts_video_stats;
+
+/* Denoises a video's latents: latents (caller's, [16][T][H/8][W/8]) receive
+ * the result; stats (may be NULL; struct_size set) the timings. */
+TS_API ts_status ts_video_generate(ts_video *v, const ts_video_gen_params *params, float *latents,
+                                   ts_video_stats *stats, ts_error *err);
+/* Latent grid of a video size: channels x T x h x w values. */
+TS_API int64_t ts_video_latent_count(const ts_video *v, int32_t frames, int32_t height, int32_t width);
+
 #ifdef __cplusplus
 }
 #endif

@@ -14,3 +14,11 @@ add_test(NAME test_wan_oracle
          COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_wan_oracle.py
                  $<TARGET_FILE:wan_tool> ${CMAKE_CURRENT_BINARY_DIR}/wan_models)
 set_tests_properties(test_wan_oracle PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+
+# `tessera video` step for step against diffusers' WanPipeline (UniPC, and
+# Euler with classifier-free guidance) and DCM's fixed timesteps; the CLI's
+# refusals. Skips (77) without diffusers.
+add_test(NAME test_wan_pipeline
+         COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_wan_pipeline.py
+                 $<TARGET_FILE:tessera> ${CMAKE_CURRENT_BINARY_DIR}/wan_pipeline)
+set_tests_properties(test_wan_pipeline PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)

@@ -17,6 +17,7 @@ int cli_calibrate(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_devices(int argc, char **argv);
 int cli_diffuse(int argc, char **argv); /* cmd_diffuse.c: diffusion LLMs (llada, dream) */
+int cli_video(int argc, char **argv); /* cmd_video.c: Wan2.1 text-to-video (ts_video_generate) */
 int cli_serve(int argc, char **argv); /* cmd_serve.c: the HTTP server (src/server) */
 
 #endif

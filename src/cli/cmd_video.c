@@ -1,0 +1,346 @@
+/* cmd_video.c - `tessera video`: text-to-video with a Wan2.1 diffusion
+ * transformer (ts_video_generate): the text encoder's states in, the
+ * denoised latents out (.npy or raw f32), progress per step on stderr, the
+ * counters as one JSON object with --stats json. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cli_util.h"
+
+static void help(FILE *f) {
+    const ts_video_gen_params d = ts_video_gen_default_params();
+    fprintf(f,
+            "usage: tessera video -m WAN.gguf --text-embeddings FILE [options]\n\n"
+            "Denoises a video's latents with a Wan2.1 text-to-video diffusion transformer (the GGUF\n"
+            "conversions with the original tensor names) by flow matching, conditioned on the umT5\n"
+            "encoder's states of the prompt, and writes the latents (docs/VIDEO.md).\n\n"
+            "  -m, --model FILE         Wan2.1 DiT GGUF (required)\n"
+            "      --text-embeddings F  the prompt's text encoder states: .npy (float32, [n][text_dim] or\n"
+            "                           [1][n][text_dim]) or raw float32 rows of text_dim (required)\n"
+            "      --negative-embeddings F  the negative prompt's, for --cfg > 1 (default: zeros)\n"
+            "      --frames N           video frames, 4k + 1 (default %d)\n"
+            "      --size HxW           height x width in pixels, multiples of 16 (default %dx%d)\n"
+            "      --steps N            denoising steps (default %d)\n"
+            "      --sampler NAME       unipc (default; the Wan pipelines') or euler (flow-match Euler)\n"
+            "      --shift S            flow shift (default %.1f; 1.0 with --timesteps)\n"
+            "      --timesteps LIST     a fixed schedule, e.g. 1000,992,982,949,905,810 (DCM's): Euler\n"
+            "                           over these timesteps (--steps is then their count)\n"
+            "      --cfg X              classifier-free guidance scale (default %.1f = off; > 1 runs the\n"
+            "                           transformer twice per step)\n"
+            "      --seed S             noise seed (default %llu)\n"
+            "      --latents-in F       start from these latents (.npy or raw f32 [16][T][H/8][W/8])\n"
+            "                           instead of noise\n"
+            "      --latents-out F      write the denoised latents (.npy when F ends in .npy, else raw f32)\n"
+            "      --trajectory-out F   write the latents after every step ([steps][16][T][H/8][W/8], same\n"
+            "                           formats)\n"
+            "      --engine E           engine of the transformer's graphs (default cpu; see tessera devices)\n"
+            "  -t, --threads N          worker threads (default: physical cores)\n"
+            "      --stats json         print the counters as ONE JSON object on stderr: steps, forwards,\n"
+            "                           tokens (per block run), total_ms, dit_ms, block_ms, ms_per_block,\n"
+            "                           block_gflops, embed_ms, head_ms, text_ms, sampler_ms, peak_rss_bytes\n"
+            "  -q, --quiet              no per-step progress\n"
+            "  -h, --help               this help\n\n"
+            "T = (frames - 1) / 4 + 1 latent frames of (height/8) x (width/8); the transformer runs\n"
+            "T x (height/16) x (width/16) tokens per block. Decoding the latents to frames (the Wan\n"
+            "VAE) and encoding a prompt (umT5) are not in this build yet: give the encoder's states.\n",
+            (int)d.frames, (int)d.height, (int)d.width, (int)d.steps, (double)d.shift, (double)d.cfg,
+            (unsigned long long)d.seed);
+}
+
+/* float32 data of a .npy file (C order, '<f4') or raw f32; *n values.
+ * shape[0..*nd) gets the .npy shape (nd 0 for raw). NULL with a message. */
+static float *read_floats(const char *path, int64_t *n, int64_t *shape, int *nd) {
+    size_t len = 0;
+    char *buf = cli_read_file(path, &len);
+    *nd = 0;
+    if (!buf) {
+        fprintf(stderr, "error: cannot read '%s'\n", path);
+        return NULL;
+    }
+    size_t off = 0;
+    if (len >= 10 && !memcmp(buf, "\x93NUMPY", 6)) {
+        const int major = (unsigned char)buf[6];
+        const size_t hl = major == 1 ? (size_t)(unsigned char)buf[8] | (size_t)(unsigned char)buf[9] << 8
+                                     : len >= 12 ? (size_t)(unsigned char)buf[8] | (size_t)(unsigned char)buf[9] << 8 |
+                                                       (size_t)(unsigned char)buf[10] << 16 |
+                                                       (size_t)(unsigned char)buf[11] << 24
+                                                 : (size_t)-1;
+        off = (major == 1 ? 10 : 12) + hl;
+        if (hl == (size_t)-1 || off > len) {
+            fprintf(stderr, "error: '%s': truncated .npy header\n", path);
+            free(buf);
+            return NULL;
+        }
+        char hdr[512];
+        const size_t hn = hl < sizeof hdr - 1 ? hl : sizeof hdr - 1;
+        memcpy(hdr, buf + (major == 1 ? 10 : 12), hn);
+        hdr[hn] = 0;
+        if (!strstr(hdr, "'descr': '<f4'") || strstr(hdr, "'fortran_order': True")) {
+            fprintf(stderr, "error: '%s': only little-endian float32 arrays in C order are read (np.float32)\n",
+                    path);
+            free(buf);
+            return NULL;
+        }
+        const char *sp = strstr(hdr, "'shape': (");
+        if (sp) {
+            sp += 10;
+            while (*sp && *sp != ')' && *nd < 8) {
+                char *end;
+                const long long v = strtoll(sp, &end, 10);
+                if (end == sp)
+                    break;
+                shape[(*nd)++] = v;
+                sp = end;
+                while (*sp == ',' || *sp == ' ')
+                    sp++;
+            }
+        }
+    }
+    if ((len - off) % 4) {
+        fprintf(stderr, "error: '%s': %zu bytes of data is not a whole number of float32 values\n", path, len - off);
+        free(buf);
+        return NULL;
+    }
+    *n = (int64_t)((len - off) / 4);
+    float *x = malloc((size_t)(*n > 0 ? *n : 1) * sizeof *x);
+    if (x)
+        memcpy(x, buf + off, (size_t)*n * 4);
+    free(buf);
+    return x;
+}
+
+static int write_floats(const char *path, const float *x, const int64_t *shape, int nd) {
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        fprintf(stderr, "error: cannot write '%s'\n", path);
+        return -1;
+    }
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++)
+        n *= shape[i];
+    const size_t pl = strlen(path);
+    if (pl > 4 && !strcmp(path + pl - 4, ".npy")) {
+        char hdr[256];
+        int o = snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+        for (int i = 0; i < nd; i++)
+            o += snprintf(hdr + o, sizeof hdr - (size_t)o, "%lld, ", (long long)shape[i]);
+        o += snprintf(hdr + o, sizeof hdr - (size_t)o, "), }");
+        /* pad with spaces so that the data starts 64-byte aligned; end with a newline */
+        while ((10 + o + 1) % 64)
+            hdr[o++] = ' ';
+        hdr[o++] = '\n';
+        const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(o & 255),
+                                       (unsigned char)(o >> 8)};
+        fwrite(pre, 1, 10, f);
+        fwrite(hdr, 1, (size_t)o, f);
+    }
+    const bool ok = fwrite(x, sizeof *x, (size_t)n, f) == (size_t)n;
+    if (fclose(f) || !ok) {
+        fprintf(stderr, "error: writing '%s' failed\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+static bool on_step(int32_t step, int32_t n, double ms, void *user) {
+    if (!*(bool *)user)
+        fprintf(stderr, "\rstep %d/%d  %.2f s/step ", (int)step, (int)n, ms * 1e-3);
+    if (step == n && !*(bool *)user)
+        fputc('\n', stderr);
+    return true;
+}
+
+int cli_video(int argc, char **argv) {
+    ts_video_gen_params gp = ts_video_gen_default_params();
+    const char *model = NULL, *text_path = NULL, *neg_path = NULL, *lat_in = NULL, *lat_out = NULL, *engine = NULL,
+               *traj_out = NULL;
+    int32_t n_threads = 0;
+    bool stats_json = false, quiet = false, shift_set = false;
+    float custom_t[1000];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            help(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            quiet = true;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "error: unknown option or missing value: '%s' (see tessera video --help)\n", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        int rc = 0;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--text-embeddings")) text_path = v;
+        else if (!strcmp(a, "--negative-embeddings")) neg_path = v;
+        else if (!strcmp(a, "--latents-in")) lat_in = v;
+        else if (!strcmp(a, "--latents-out")) lat_out = v;
+        else if (!strcmp(a, "--trajectory-out")) traj_out = v;
+        else if (!strcmp(a, "--engine")) engine = v;
+        else if (!strcmp(a, "--frames")) rc = cli_parse_i32(a, v, 1, &gp.frames);
+        else if (!strcmp(a, "--steps")) rc = cli_parse_i32(a, v, 1, &gp.steps);
+        else if (!strcmp(a, "--shift")) rc = cli_parse_f32(a, v, 1e-3f, 1000.0f, &gp.shift), shift_set = true;
+        else if (!strcmp(a, "--cfg")) rc = cli_parse_f32(a, v, 0.0f, 100.0f, &gp.cfg);
+        else if (!strcmp(a, "--seed")) rc = cli_parse_u64(a, v, &gp.seed);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = cli_parse_i32(a, v, 1, &n_threads);
+        else if (!strcmp(a, "--size")) {
+            int hh = 0, ww = 0, used = 0;
+            if (sscanf(v, "%dx%d%n", &hh, &ww, &used) != 2 || v[used] || hh < 1 || ww < 1) {
+                fprintf(stderr, "error: --size: '%s' is not HEIGHTxWIDTH (e.g. 480x832)\n", v);
+                rc = -1;
+            }
+            gp.height = hh, gp.width = ww;
+        } else if (!strcmp(a, "--sampler")) {
+            if (!strcmp(v, "unipc")) gp.sampler = TS_VIDEO_UNIPC;
+            else if (!strcmp(v, "euler")) gp.sampler = TS_VIDEO_EULER;
+            else {
+                fprintf(stderr, "error: --sampler: '%s' is not unipc or euler\n", v);
+                rc = -1;
+            }
+        } else if (!strcmp(a, "--timesteps")) {
+            int n = 0;
+            const char *s = v;
+            while (*s && n < 1000) {
+                char *end;
+                const double t = strtod(s, &end);
+                if (end == s || !(t > 0.0 && t <= 1000.0)) {
+                    fprintf(stderr, "error: --timesteps: '%s' is not a list of numbers in (0, 1000]\n", v);
+                    return 2;
+                }
+                custom_t[n++] = (float)t;
+                s = *end == ',' ? end + 1 : end;
+                if (*end && *end != ',') {
+                    fprintf(stderr, "error: --timesteps: unexpected '%c' in '%s'\n", *end, v);
+                    return 2;
+                }
+            }
+            gp.timesteps = custom_t;
+            gp.n_timesteps = n;
+        } else if (!strcmp(a, "--stats")) {
+            if (strcmp(v, "json")) {
+                fprintf(stderr, "error: --stats: only 'json' is supported (got '%s')\n", v);
+                rc = -1;
+            }
+            stats_json = true;
+        } else {
+            fprintf(stderr, "error: unknown option '%s' (see tessera video --help)\n", a);
+            rc = -1;
+        }
+        if (rc)
+            return 2;
+    }
+    if (!model || !text_path) {
+        fprintf(stderr, "error: -m WAN.gguf and --text-embeddings FILE are required (see tessera video --help)\n");
+        return 2;
+    }
+    if (gp.timesteps && !shift_set)
+        gp.shift = 1.0f;
+    ts_video_params vp = ts_video_default_params();
+    vp.engine = engine;
+    vp.n_threads = n_threads;
+    vp.log = cli_log;
+    ts_error err = {0};
+    ts_video *vid = NULL;
+    if (ts_video_load(model, &vp, &vid, &err) != TS_OK) {
+        fprintf(stderr, "error: %s\n", err.message);
+        return 1;
+    }
+    ts_video_info info;
+    ts_video_get_info(vid, &info);
+    int rc = 1;
+    float *text = NULL, *neg = NULL, *init = NULL, *lat = NULL, *traj = NULL;
+    int64_t n, shape[8];
+    int nd;
+    if (!(text = read_floats(text_path, &n, shape, &nd)))
+        goto done;
+    if (n % info.text_dim || (nd && shape[nd - 1] != info.text_dim) || n == 0) {
+        fprintf(stderr, "error: '%s': %lld values are not rows of the model's text_dim %d\n", text_path,
+                (long long)n, (int)info.text_dim);
+        goto done;
+    }
+    gp.text = text;
+    gp.n_text = (int32_t)(n / info.text_dim);
+    if (neg_path) {
+        if (!(neg = read_floats(neg_path, &n, shape, &nd)))
+            goto done;
+        if (n % info.text_dim || n == 0) {
+            fprintf(stderr, "error: '%s': %lld values are not rows of text_dim %d\n", neg_path, (long long)n,
+                    (int)info.text_dim);
+            goto done;
+        }
+        gp.neg_text = neg;
+        gp.n_neg_text = (int32_t)(n / info.text_dim);
+    }
+    const int64_t len = ts_video_latent_count(vid, gp.frames, gp.height, gp.width);
+    if (len < 0) {
+        /* the library says why */
+        float dummy = 0;
+        gp.init_latents = NULL;
+        ts_video_generate(vid, &gp, &dummy, NULL, &err);
+        fprintf(stderr, "error: %s\n", err.message);
+        goto done;
+    }
+    if (lat_in) {
+        if (!(init = read_floats(lat_in, &n, shape, &nd)))
+            goto done;
+        if (n != len) {
+            fprintf(stderr, "error: '%s' holds %lld values; %d frames of %dx%d need %lld latents\n", lat_in,
+                    (long long)n, (int)gp.frames, (int)gp.height, (int)gp.width, (long long)len);
+            goto done;
+        }
+        gp.init_latents = init;
+    }
+    if (!(lat = malloc((size_t)len * sizeof *lat))) {
+        fprintf(stderr, "error: out of memory\n");
+        goto done;
+    }
+    const int32_t n_steps = gp.timesteps ? gp.n_timesteps : gp.steps;
+    if (traj_out && !(gp.trajectory = traj = malloc((size_t)n_steps * (size_t)len * sizeof *traj))) {
+        fprintf(stderr, "error: out of memory for %d steps of latents\n", (int)n_steps);
+        goto done;
+    }
+    gp.on_step = on_step;
+    gp.user_data = &quiet;
+    ts_video_stats st = TS_STRUCT_INIT(ts_video_stats);
+    if (ts_video_generate(vid, &gp, lat, &st, &err) != TS_OK) {
+        fprintf(stderr, "\nerror: %s\n", err.message);
+        goto done;
+    }
+    const int64_t T = (gp.frames - 1) / 4 + 1;
+    const int64_t lshape[4] = {16, T, gp.height / 8, gp.width / 8};
+    if (lat_out && write_floats(lat_out, lat, lshape, 4))
+        goto done;
+    const int64_t tshape[5] = {st.steps, 16, T, gp.height / 8, gp.width / 8};
+    if (traj_out && write_floats(traj_out, traj, tshape, 5))
+        goto done;
+    const double blocks = (double)st.forwards * info.n_layer;
+    if (stats_json) {
+        fprintf(stderr,
+                "{\"steps\": %d, \"forwards\": %d, \"tokens\": %lld, \"total_ms\": %.3f, \"dit_ms\": %.3f, "
+                "\"block_ms\": %.3f, \"ms_per_block\": %.3f, \"block_gflops\": %.3f, \"embed_ms\": %.3f, "
+                "\"head_ms\": %.3f, \"text_ms\": %.3f, \"sampler_ms\": %.3f, \"peak_rss_bytes\": %lld, "
+                "\"frames\": %d, \"height\": %d, \"width\": %d, \"layers\": %d}\n",
+                (int)st.steps, (int)st.forwards, (long long)st.tokens, st.total_ms, st.dit_ms, st.block_ms,
+                blocks > 0 ? st.block_ms / blocks : 0.0,
+                st.block_ms > 0 ? st.block_flops * blocks / (st.block_ms * 1e6) : 0.0, st.embed_ms, st.head_ms,
+                st.text_ms, st.sampler_ms, (long long)st.peak_rss_bytes, (int)gp.frames, (int)gp.height,
+                (int)gp.width, (int)info.n_layer);
+    } else {
+        fprintf(stderr, "video: %d steps, %d forwards of %lld tokens in %.1f s (%.1f ms per block, %.1f GFLOP/s)%s%s\n",
+                (int)st.steps, (int)st.forwards, (long long)st.tokens, st.total_ms * 1e-3,
+                blocks > 0 ? st.block_ms / blocks : 0.0,
+                st.block_ms > 0 ? st.block_flops * blocks / (st.block_ms * 1e6) : 0.0, lat_out ? "; latents -> " : "",
+                lat_out ? lat_out : "");
+    }
+    rc = 0;
+done:
+    free(text), free(neg), free(init), free(lat), free(traj);
+    ts_video_free(vid);
+    return rc;
+}

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""test_wan_pipeline.py - `tessera video` against diffusers' WanPipeline, step
+for step: the tiny random DiT of tools/gen_wan_models.py (f32), the same
+initial noise and text states, output_type="latent", the latents after every
+step compared (callback_on_step_end on the diffusers side, --trajectory-out
+on ours):
+  1. UniPC (the pipeline's scheduler: flow_prediction, use_flow_sigmas,
+     flow_shift 3), 8 steps, no guidance;
+  2. flow-match Euler (shift 5), 6 steps, classifier-free guidance 4.0
+     with negative text states;
+  3. DCM's fixed timesteps 1000,992,982,949,905,810 with Euler, shift 1
+     (a loop over scheduler.step, as the pipeline's, since WanPipeline does
+     not take custom timesteps).
+Bound: every step's max |tessera - diffusers| / max |diffusers| < 1e-3.
+Also checks the CLI's refusals (bad frames, size, missing text) and that
+--seed gives the same latents twice.
+
+usage: test_wan_pipeline.py TESSERA OUT_DIR
+Exit 77 (skip) without torch/diffusers.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tools"))
+BOUND = 1e-3
+FRAMES, HEIGHT, WIDTH, N_TEXT = 9, 48, 64, 20
+
+
+def main():
+    tessera, out = sys.argv[1], sys.argv[2]
+    try:
+        import torch
+        from diffusers import FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler, WanPipeline
+    except ImportError as e:
+        print(f"SKIP: {e} (pip install -r tools/requirements-torch.txt)")
+        return 77
+    import gen_wan_models as gen
+
+    model = gen.tiny(out, seed=99, name="wan-pipe")
+    gguf = os.path.join(out, "wan-pipe.gguf")
+    T, h, w = (FRAMES - 1) // 4 + 1, HEIGHT // 8, WIDTH // 8
+    rng = np.random.default_rng(3)
+    noise = rng.standard_normal((16, T, h, w)).astype(np.float32)
+    txt = rng.standard_normal((N_TEXT, gen.TINY["text_dim"])).astype(np.float32)
+    neg = rng.standard_normal((N_TEXT, gen.TINY["text_dim"])).astype(np.float32)
+    paths = {k: os.path.join(out, k + ".npy") for k in ("noise", "txt", "neg", "traj", "lat")}
+    np.save(paths["noise"], noise)
+    np.save(paths["txt"], txt)
+    np.save(paths["neg"], neg)
+
+    def ours(*args):
+        cmd = [tessera, "video", "-m", gguf, "--text-embeddings", paths["txt"], "--frames", str(FRAMES), "--size",
+               f"{HEIGHT}x{WIDTH}", "--latents-in", paths["noise"], "--trajectory-out", paths["traj"], "-t", "2",
+               "-q", *args]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            sys.exit(f"tessera video failed ({' '.join(cmd)}):\n{r.stderr}")
+        return np.load(paths["traj"])
+
+    def pipeline(sched, steps, cfg):
+        pipe = WanPipeline(tokenizer=None, text_encoder=None, vae=None, scheduler=sched, transformer=model)
+        traj = []
+
+        def keep(p, i, t, kw):
+            traj.append(kw["latents"][0].numpy().copy())
+            return {}
+
+        with torch.no_grad():
+            pipe(prompt_embeds=torch.from_numpy(txt)[None], negative_prompt_embeds=torch.from_numpy(neg)[None],
+                 height=HEIGHT, width=WIDTH, num_frames=FRAMES, num_inference_steps=steps, guidance_scale=cfg,
+                 latents=torch.from_numpy(noise)[None], output_type="latent", callback_on_step_end=keep)
+        return np.stack(traj)
+
+    def dcm(ts):
+        sched = FlowMatchEulerDiscreteScheduler(shift=1.0)
+        sched.set_timesteps(timesteps=ts)
+        x = torch.from_numpy(noise)[None]
+        traj = []
+        with torch.no_grad():
+            for t in sched.timesteps:
+                v = model(x, timestep=t.expand(1), encoder_hidden_states=torch.from_numpy(txt)[None]).sample
+                x = sched.step(v, t, x, return_dict=False)[0]
+                traj.append(x[0].numpy().copy())
+        return np.stack(traj)
+
+    def compare(name, want, got):
+        if want.shape != got.shape:
+            print(f"{name}: shapes differ: diffusers {want.shape}, tessera {got.shape}")
+            return 1
+        worst = 0.0
+        for i in range(len(want)):
+            rel = float(np.abs(got[i] - want[i]).max() / np.abs(want[i]).max())
+            worst = max(worst, rel)
+        ok = worst < BOUND
+        print(f"{name}: {len(want)} steps, worst step max rel {worst:.2e} (last {rel:.2e})  {'ok' if ok else 'FAIL'}")
+        return 0 if ok else 1
+
+    failures = 0
+    unipc = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, num_train_timesteps=1000,
+                                    flow_shift=3.0)
+    failures += compare("unipc shift 3, 8 steps", pipeline(unipc, 8, 1.0),
+                        ours("--steps", "8", "--sampler", "unipc", "--shift", "3"))
+    euler = FlowMatchEulerDiscreteScheduler(shift=5.0)
+    failures += compare("euler shift 5, 6 steps, cfg 4", pipeline(euler, 6, 4.0),
+                        ours("--steps", "6", "--sampler", "euler", "--shift", "5", "--cfg", "4",
+                             "--negative-embeddings", paths["neg"]))
+    ts = [1000, 992, 982, 949, 905, 810]
+    failures += compare("DCM timesteps", dcm(ts), ours("--timesteps", ",".join(map(str, ts))))
+
+    # same seed, same latents; the CLI's refusals name the problem
+    base = [tessera, "video", "-m", gguf, "--text-embeddings", paths["txt"], "--frames", "5", "--size", "32x32",
+            "--steps", "2", "-q", "--latents-out"]
+    a = subprocess.run(base + [paths["lat"], "--seed", "5"], capture_output=True, text=True)
+    la = np.load(paths["lat"]) if a.returncode == 0 else None
+    b = subprocess.run(base + [paths["lat"], "--seed", "5"], capture_output=True, text=True)
+    lb = np.load(paths["lat"]) if b.returncode == 0 else None
+    if la is None or lb is None or not np.array_equal(la, lb) or la.shape != (16, 2, 4, 4):
+        print(f"FAIL: --seed 5 twice: {a.stderr}{b.stderr}")
+        failures += 1
+    for args, want in ((["--frames", "8"], "4k + 1"), (["--size", "40x64"], "multiples of 16"),
+                       (["--size", "big"], "HEIGHTxWIDTH"), (["--timesteps", "900,950"], "decrease")):
+        r = subprocess.run([tessera, "video", "-m", gguf, "--text-embeddings", paths["txt"], "-q", *args],
+                           capture_output=True, text=True)
+        if r.returncode == 0 or want not in r.stderr:
+            print(f"FAIL: {args}: rc {r.returncode}, expected '{want}' in: {r.stderr.strip()}")
+            failures += 1
+        else:
+            print(f"refused {args}: {r.stderr.strip().splitlines()[-1]}")
+    r = subprocess.run([tessera, "video", "-m", gguf], capture_output=True, text=True)
+    if r.returncode == 0 or "--text-embeddings" not in r.stderr:
+        print(f"FAIL: no text: {r.stderr}")
+        failures += 1
+    if failures:
+        print(f"FAIL: {failures} check(s)")
+        return 1
+    print(f"tessera video: every step within {BOUND} of diffusers' WanPipeline / schedulers")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

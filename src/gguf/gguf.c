@@ -762,3 +762,10 @@ double ts_gguf_arr_f64(const ts_gguf_value *v, uint64_t i) {
     if (vtype_is_signed(e.type)) return (double)e.num.i64;
     return (double)e.num.u64;
 }
+
+void ts_gguf_drop_pages(const void *p, size_t n) {
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t a = ((uintptr_t)p + pg - 1) / pg * pg, b = ((uintptr_t)p + n) / pg * pg;
+    if (b > a)
+        (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}

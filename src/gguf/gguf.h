@@ -112,6 +112,11 @@ uint64_t ts_gguf_alignment(const ts_gguf *g);
 uint64_t ts_gguf_data_offset(const ts_gguf *g); /* file offset of the data section */
 uint64_t ts_gguf_file_size(const ts_gguf *g);
 const uint8_t *ts_gguf_base(const ts_gguf *g);  /* start of the mapped file */
+/* Drops the whole pages inside [p, p + n) of a file mapping (clean pages:
+ * the next access reads them from the file again). For data repacked
+ * elsewhere, so that it is not resident twice. Advisory: a failure only
+ * costs memory. */
+void ts_gguf_drop_pages(const void *p, size_t n);
 
 /* Metadata */
 int64_t ts_gguf_n_kv(const ts_gguf *g);

@@ -114,13 +114,6 @@ static int copy_vectors(ts_mdl *m, ts_err *err) {
     return 0;
 }
 
-/* Drops the whole pages inside [p, p + n) from the mapping. */
-void ts_mdl_drop_pages(const void *p, size_t n) {
-    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t a = ((uintptr_t)p + pg - 1) / pg * pg, b = ((uintptr_t)p + n) / pg * pg;
-    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED); /* advisory: failure only costs memory */
-}
-
 /* Packs w (mapped from the file) into panels at dst, a slice of about 1 MiB
  * of rows at a time, dropping each slice's pages once its panels exist: the
  * load's peak stays near one copy of the weights plus a slice, instead of
@@ -136,7 +129,7 @@ static int pack_dropping(const ts_wmat *w, uint8_t *dst, ts_err *err) {
         const ts_wmat sl = {w->type, (const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->n_in, nr, w->row_bytes,
                             NULL};
         if (ts_linear_pack(&sl, dst + (size_t)(r0 / TS_RP_ROWS) * pb, err)) return -1;
-        ts_mdl_drop_pages(sl.data, (size_t)nr * w->row_bytes);
+        ts_gguf_drop_pages(sl.data, (size_t)nr * w->row_bytes);
     }
     return 0;
 }
@@ -206,16 +199,16 @@ int ts_mdl_prepare_fast(ts_mdl *m, bool in_place, ts_err *err) {
         }
         w->packed = buf + off;
         off += expert_array_bytes(m, w);
-        ts_mdl_drop_pages(w->data, rows * (size_t)m->hp.n_expert);
+        ts_gguf_drop_pages(w->data, rows * (size_t)m->hp.n_expert);
     }
     m->packed_bytes = total;
     if (m->hp.tied_output) m->output = m->tok_embd;
     /* And again at the end: reading one tensor maps its neighbours' pages
      * too (fault-around), which may be tensors packed before it. */
     for (int i = 0; i < n; i++)
-        if (mats[i]->packed) ts_mdl_drop_pages(mats[i]->data, (size_t)mats[i]->n_out * mats[i]->row_bytes);
+        if (mats[i]->packed) ts_gguf_drop_pages(mats[i]->data, (size_t)mats[i]->n_out * mats[i]->row_bytes);
     for (int i = 0; i < n_exps; i++)
-        ts_mdl_drop_pages(exps[i]->data, (size_t)exps[i]->n_out * exps[i]->row_bytes * (size_t)m->hp.n_expert);
+        ts_gguf_drop_pages(exps[i]->data, (size_t)exps[i]->n_out * exps[i]->row_bytes * (size_t)m->hp.n_expert);
     free(mats);
     return 0;
 fail:

@@ -140,7 +140,6 @@ int ts_mdl_stream_plan(ts_mdl *m, const char *path, const ts_mdl_params *p, ts_e
 bool ts_mdl_layer_streamed(const ts_mdl *m, int l);
 /* fast.c: drops the whole pages inside [p, p + n) from the file mapping
  * (advisory: failure only costs memory). */
-void ts_mdl_drop_pages(const void *p, size_t n);
 /* Drops a streamed layer's matrices' pages from the mapping (advisory). */
 void ts_mdl_stream_drop_layer(const ts_mdl *m, int l);
 void ts_mdl_stream_describe(const ts_mdl *m, int l, struct ts_rt_host_slot *S);

@@ -462,7 +462,7 @@ void ts_mdl_stream_drop_layer(const ts_mdl *m, int l) {
     if (!ts_mdl_layer_streamed(m, l)) return;
     for (int s = 0; s < TS_LS_COUNT; s++) {
         const ts_wmat *w = slot_wmat(&m->layers[l], s);
-        if (w && w->data) ts_mdl_drop_pages(w->data, (size_t)file_bytes(m, s, w));
+        if (w && w->data) ts_gguf_drop_pages(w->data, (size_t)file_bytes(m, s, w));
     }
 }
 

@@ -347,6 +347,8 @@ static int place(ts_wan_run *r, const ts_wmat *m, placed *out, ts_err *err) {
         return -1;
     }
     r->pbufs[r->n_packs++] = b;
+    /* the rows' file pages are not read again: one resident copy */
+    ts_gguf_drop_pages(m->data, (size_t)m->n_out * m->row_bytes);
     *out = (placed){.buf = b, .off = 0, .wtype = m->type, .row_bytes = m->row_bytes,
                     .layout = own ? TS_WL_ENGINE : TS_WL_PANELS};
     return 0;

@@ -15,6 +15,7 @@
 #include "check.h"
 #include "engine/engine.h"
 #include "kernels/block_ops.h"
+#include "kernels/fastops.h"
 #include "quant/quant.h"
 
 static float *frand_n(size_t n) {
@@ -246,6 +247,10 @@ static void test_dit(const char *spec) {
         for (int i = 0; i < T * NH * HD; i++) ref[i] = ts_gelu_tanh_f32(x[i]);
         CHECK(!run_graph(spec, &nd, 1, &r, 40, T, &err), "%s gelu: %s", spec, err.msg);
         CHECK(!memcmp(ref, got, sizeof(float) * T * NH * HD), "%s gelu differs from ts_gelu_tanh_f32", spec);
+        nd.act.fast = true; /* the fast kernel's bound is tests/test_perf_kernels.c's */
+        ts_gelu_fast(NULL, ref, x, T * NH * HD);
+        CHECK(!run_graph(spec, &nd, 1, &r, 40, T, &err), "%s gelu fast: %s", spec, err.msg);
+        CHECK(!memcmp(ref, got, sizeof(float) * T * NH * HD), "%s gelu fast differs from ts_gelu_fast", spec);
     }
     {
         double *tab = malloc(sizeof(double) * T * HD);

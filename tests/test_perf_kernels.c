@@ -506,6 +506,23 @@ static void test_attention(void) {
         }
         CHECK(worst < 1e-6, "geglu level %s: rel err %g", ts_cpu_level_name((ts_cpu_level)l), worst);
     }
+    /* GELU alone (a DiT's FFN) is GeGLU with up = 1: same bound, over
+     * 40000 values so the pool's chunks are exercised too */
+    enum { NG = 40000 };
+    float *gx = malloc(NG * sizeof *gx), *gy = malloc(NG * sizeof *gy);
+    for (int i = 0; i < NG; i++) gx[i] = g[i % 3000] * (1.0f + (float)(i / 3000) * 0.01f);
+    for (int l = 0; l < TS_CPU_LEVEL_COUNT; l++) {
+        if (!ts_kern_for_level((ts_cpu_level)l)) continue;
+        ts_cpu_force_level((ts_cpu_level)l);
+        ts_gelu_fast(p2, gy, gx, NG);
+        double worst = 0;
+        for (int i = 0; i < NG; i++) {
+            const double x = gx[i], z = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+            worst = fmax(worst, fabs(gy[i] - 0.5 * x * (1.0 + tanh(z))) / (fabs(x) + 1e-30));
+        }
+        CHECK(worst < 1e-6, "gelu level %s: rel err %g", ts_cpu_level_name((ts_cpu_level)l), worst);
+    }
+    free(gx), free(gy);
     ts_cpu_force_level(ts_cpu_detect());
     ts_threadpool_free(p2);
     ts_threadpool_free(p3);

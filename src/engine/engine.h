@@ -505,6 +505,7 @@ typedef struct ts_eng_node {
         struct {           /* TS_OP_GELU: n_tok rows of n; y may equal x */
             ts_eng_ref x, y;
             int64_t n;
+            bool fast; /* cpu/loop: ts_gelu_fast (GeGLU's polynomial kernel) instead of the f32 reference */
         } act;
         struct {             /* TS_OP_ROPE_TAB, in place */
             ts_eng_ref x;    /* [n_tok][n_head * head_dim] */

@@ -2,6 +2,8 @@
  * split over the pool, per-level kernel from the dispatch table. */
 #include "kernels/fastops.h"
 
+#include <pthread.h>
+
 #include "kernels/cpu.h"
 
 int64_t ts_attention_fast_scratch(const ts_attn_params *ap) {
@@ -67,6 +69,41 @@ void ts_swiglu_fast(ts_threadpool *pool, float *out, const float *gate, const fl
 void ts_geglu_fast(ts_threadpool *pool, float *out, const float *gate, const float *up, int64_t n) {
     const ts_kern *k = ts_kern_get();
     glu_run(pool, k->geglu ? k->geglu : ts_geglu_generic, out, gate, up, n);
+}
+
+#define GELU_ONES 4096
+static float gelu_ones[GELU_ONES]; /* up = 1: filled once, read only after */
+static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
+static void gelu_fill(void) {
+    for (int i = 0; i < GELU_ONES; i++)
+        gelu_ones[i] = 1.0f;
+}
+
+typedef struct {
+    ts_glu_fn fn;
+    float *out;
+    const float *x;
+    int64_t n;
+} gelu_ctx;
+
+static void gelu_part(void *ctx, int64_t c0, int64_t c1, int tid) {
+    (void)tid;
+    const gelu_ctx *c = ctx;
+    for (int64_t ch = c0; ch < c1; ch++) {
+        const int64_t a = ch * GELU_ONES, len = a + GELU_ONES < c->n ? GELU_ONES : c->n - a;
+        c->fn(c->out + a, c->x + a, gelu_ones, len);
+    }
+}
+
+void ts_gelu_fast(ts_threadpool *pool, float *out, const float *x, int64_t n) {
+    pthread_once(&gelu_once, gelu_fill);
+    const ts_kern *k = ts_kern_get();
+    gelu_ctx c = {k->geglu ? k->geglu : ts_geglu_generic, out, x, n};
+    const int64_t chunks = (n + GELU_ONES - 1) / GELU_ONES;
+    if (n < 16384)
+        gelu_part(&c, 0, chunks, 0);
+    else
+        ts_parallel_for_grain(pool, chunks, 1, gelu_part, &c);
 }
 
 void ts_glu(ts_threadpool *pool, bool gelu, bool fast, float *out, const float *gate, const float *up, int64_t n) {

@@ -81,6 +81,11 @@ void ts_attention_fast(ts_threadpool *pool, const ts_attn_params *ap, const floa
 void ts_swiglu_fast(ts_threadpool *pool, float *out, const float *gate, const float *up, int64_t n);
 void ts_geglu_fast(ts_threadpool *pool, float *out, const float *gate, const float *up, int64_t n);
 
+/* GELU-tanh alone (a DiT's FFN): out[i] = gelu_tanh(x[i]) by the GeGLU
+ * kernel of the active level with up = 1 (an exact product), so its bound
+ * is GeGLU's; out may alias x. */
+void ts_gelu_fast(ts_threadpool *pool, float *out, const float *x, int64_t n);
+
 /* The feed-forward's gated activation as the forward pass picks it: GeGLU
  * (gelu) or SwiGLU, the fast kernels above (fast) or the f32 references of
  * ops.h. */

@@ -432,7 +432,7 @@ static int block_nodes(const ts_wan_run *r, ts_eng_node *nd) {
     MODULATE(3, 4);
     MM(S_W6, S_XN, S_H, D, F);
     BIAS(S_H, L->f0b, F);
-    nd[k++] = (ts_eng_node){.op = TS_OP_GELU, .act = {.x = R(S_H), .y = R(S_H), .n = F}};
+    nd[k++] = (ts_eng_node){.op = TS_OP_GELU, .act = {.x = R(S_H), .y = R(S_H), .n = F, .fast = true}};
     MM(S_W7, S_H, S_O, F, D);
     BIAS(S_O, L->f2b, D);
     GATED(S_O, 5);
@@ -596,7 +596,7 @@ ts_wan_run *ts_wan_run_new(ts_wan *w, const ts_wan_run_params *p, ts_err *err) {
     k = 0;
     MM(S_W0, S_TXT_IN, S_TXT_H, c->text_dim, D);
     BIAS(S_TXT_H, w->te0b, D);
-    nd[k++] = (ts_eng_node){.op = TS_OP_GELU, .act = {.x = R(S_TXT_H), .y = R(S_TXT_H), .n = D}};
+    nd[k++] = (ts_eng_node){.op = TS_OP_GELU, .act = {.x = R(S_TXT_H), .y = R(S_TXT_H), .n = D, .fast = true}};
     MM(S_W1, S_TXT_H, S_TXT, D, D);
     BIAS(S_TXT, w->te2b, D);
     if (!(r->g_text = ts_eng_graph_new(r->e, nd, k, S_COUNT, (int)N, err)))

@@ -466,7 +466,10 @@ static void exec_node(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *no
         break;
     }
     case TS_OP_GELU:
-        ts_gelu_f32(pool, at(base, n->act.y), at(base, n->act.x), (int64_t)n_tok * n->act.n);
+        if (n->act.fast)
+            ts_gelu_fast(pool, at(base, n->act.y), at(base, n->act.x), (int64_t)n_tok * n->act.n);
+        else
+            ts_gelu_f32(pool, at(base, n->act.y), at(base, n->act.x), (int64_t)n_tok * n->act.n);
         break;
     case TS_OP_ROPE_TAB:
         ts_rope_tab_f32(pool, at(base, n->rope_tab.x), at(base, n->rope_tab.tab), n_tok, n->rope_tab.n_head,

@@ -97,17 +97,18 @@ static inline void FASTOPS_NAME(pv16)(float *acc, float alpha, const float *s, c
     for (int d_ = 0; d_ + 16 <= (hd); d_ += 16) FASTOPS_PV16((acc) + d_, alpha, s, (vt) + d_, j0, j1, hd)
 #endif
 
-/* Hooks over g < G <= TS_ATTN_G rows of one token (the query heads that
- * share a KV head: the same keys, so one load of K or V serves all of
- * them; an includer may keep every row's accumulators in registers at
- * once, each lane's sequence staying the one above):
- *   SCORES_G(s, q, kt, hd, scale, nk16, G): SCORES for row g's query
- *       q + g * hd into s + g * TS_ATTN_KT
+/* Hooks over g < G <= TS_ATTN_G rows that see the same keys: the query
+ * heads of one token that share a KV head, or (non-causal, one query head
+ * per KV head) the same head of consecutive tokens; one load of K or V
+ * serves all of them (an includer may keep every row's accumulators in
+ * registers at once, each lane's sequence staying the one above):
+ *   SCORES_G(s, q, qs, kt, hd, scale, nk16, G): SCORES for row g's query
+ *       q + g * qs into s + g * TS_ATTN_KT
  *   PV_G(acc, alpha, s, vt, j0, j1, hd, G): PV of row g: acc + g * hd,
  *       alpha[g], s + g * TS_ATTN_KT */
 #ifndef FASTOPS_SCORES_G
-#define FASTOPS_SCORES_G(s, q, kt, hd, scale, nk16, G)                                   \
-    for (int g_ = 0; g_ < (G); g_++) FASTOPS_SCORES((s) + g_ * TS_ATTN_KT, (q) + (int64_t)g_ * (hd), kt, hd, scale, nk16)
+#define FASTOPS_SCORES_G(s, q, qs, kt, hd, scale, nk16, G)                               \
+    for (int g_ = 0; g_ < (G); g_++) FASTOPS_SCORES((s) + g_ * TS_ATTN_KT, (q) + (int64_t)g_ * (qs), kt, hd, scale, nk16)
 #endif
 #ifndef FASTOPS_PV_G
 #define FASTOPS_PV_G(acc, alpha, s, vt, j0, j1, hd, G)                                   \
@@ -216,7 +217,12 @@ void FASTOPS_NAME(attn_block)(const ts_attn_job *j, int kvh, int t0, int t1, flo
     for (int64_t k0 = lo / TS_ATTN_KT * TS_ATTN_KT; k0 < k_end; k0 += TS_ATTN_KT) {
         const int nk = (int)(k_end - k0 < TS_ATTN_KT ? k_end - k0 : TS_ATTN_KT);
         FASTOPS_NAME(load_tile)(j, kvh, k0, nk, kt, vt, tmp);
-        for (int t = t0; t < t1; t++) {
+        /* non-causal with one query head per KV head: rows of TS_ATTN_G
+         * consecutive tokens at once (they see the same keys, so the
+         * grouping changes no row's operations); else one token's heads */
+        const int by_tok = full && group == 1;
+        for (int t = t0, tg = 1; t < t1; t += tg) {
+            tg = by_tok ? (t1 - t < TS_ATTN_G ? t1 - t : TS_ATTN_G) : 1;
             /* a token's rows (its query heads of KV head kvh) see the same keys */
             const int64_t p = j->pos0 + t;
             int64_t rlo = !full && ap->n_swa > 0 ? p - ap->n_swa + 1 : 0;
@@ -229,13 +235,14 @@ void FASTOPS_NAME(attn_block)(const ts_attn_job *j, int kvh, int t0, int t1, flo
              * token's last key: the chunks past it would be all -inf scores
              * and 0 weights, which change no max and no sum (same bits) */
             const int nk16 = (j1 + 15) / 16 * 16;
+            const int64_t qs = by_tok ? (int64_t)ap->n_head * hd : hd;
             for (int g0 = 0; g0 < group; g0 += TS_ATTN_G) {
-                const int G = group - g0 < TS_ATTN_G ? group - g0 : TS_ATTN_G;
+                const int G = by_tok ? tg : group - g0 < TS_ATTN_G ? group - g0 : TS_ATTN_G;
                 const int r0 = (t - t0) * group + g0, h0 = kvh * group + g0;
                 const float *qr = j->q + ((int64_t)t * ap->n_head + h0) * hd;
                 /* scores, 16 keys at a time with the partial sums in
                  * registers; keys outside [j0, j1) become -inf */
-                FASTOPS_SCORES_G(s, qr, kt, hd, ap->scale, nk16, G);
+                FASTOPS_SCORES_G(s, qr, qs, kt, hd, ap->scale, nk16, G);
                 float alpha[TS_ATTN_G];
                 for (int g = 0; g < G; g++) {
                     float *sg = s + g * TS_ATTN_KT, *mr = ml + 2 * (r0 + g);

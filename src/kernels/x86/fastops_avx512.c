@@ -142,11 +142,12 @@ static void pv_avx512(float *acc, float alpha, const float *s, const float *vt, 
 }
 #define FASTOPS_PV(acc, alpha, s, vt, j0, j1, hd) pv_avx512(acc, alpha, s, vt, j0, j1, hd)
 
-/* G rows of one token at once (fastops_impl.h's _G hooks): each K / V
+/* G rows that see the same keys at once (fastops_impl.h's _G hooks): each K / V
  * vector loaded once feeds G independent accumulators. Every lane's
  * operations and order are scores_n's / pv_n's, so the bits are the same
  * as one row at a time. */
-AI void scores_gn(float *s, const float *q, const float *kt, int hd, float scale, const int nc, const int G) {
+AI void scores_gn(float *s, const float *q, int64_t qs, const float *kt, int hd, float scale, const int nc,
+                 const int G) {
     /* nc chunks of 16 keys for each of G rows: G * nc <= 16 accumulators */
     __m512 a[TS_ATTN_G][4];
     for (int g = 0; g < G; g++)
@@ -155,7 +156,7 @@ AI void scores_gn(float *s, const float *q, const float *kt, int hd, float scale
         __m512 k[4];
         for (int c = 0; c < nc; c++) k[c] = _mm512_loadu_ps(kt + d * TS_ATTN_KT + 16 * c);
         for (int g = 0; g < G; g++) {
-            const __m512 qd = _mm512_set1_ps(q[(int64_t)g * hd + d]);
+            const __m512 qd = _mm512_set1_ps(q[(int64_t)g * qs + d]);
             for (int c = 0; c < nc; c++) a[g][c] = _mm512_fmadd_ps(qd, k[c], a[g][c]);
         }
     }
@@ -165,12 +166,13 @@ AI void scores_gn(float *s, const float *q, const float *kt, int hd, float scale
 }
 #define SCORES_G_CASE(G)                                                                                 \
     switch (nk16 / 16) {                                                                                 \
-    case 1: scores_gn(s, q, kt, hd, scale, 1, G); break;                                                 \
-    case 2: scores_gn(s, q, kt, hd, scale, 2, G); break;                                                 \
-    case 3: scores_gn(s, q, kt, hd, scale, 3, G); break;                                                 \
-    default: scores_gn(s, q, kt, hd, scale, 4, G); break;                                                \
+    case 1: scores_gn(s, q, qs, kt, hd, scale, 1, G); break;                                                 \
+    case 2: scores_gn(s, q, qs, kt, hd, scale, 2, G); break;                                                 \
+    case 3: scores_gn(s, q, qs, kt, hd, scale, 3, G); break;                                                 \
+    default: scores_gn(s, q, qs, kt, hd, scale, 4, G); break;                                                \
     }
-static void scores_g_avx512(float *s, const float *q, const float *kt, int hd, float scale, int nk16, int G) {
+static void scores_g_avx512(float *s, const float *q, int64_t qs, const float *kt, int hd, float scale, int nk16,
+                            int G) {
     switch (G) {
     case 1: SCORES_G_CASE(1) break;
     case 2: SCORES_G_CASE(2) break;
@@ -178,7 +180,7 @@ static void scores_g_avx512(float *s, const float *q, const float *kt, int hd, f
     default: SCORES_G_CASE(4) break;
     }
 }
-#define FASTOPS_SCORES_G(s, q, kt, hd, scale, nk16, G) scores_g_avx512(s, q, kt, hd, scale, nk16, G)
+#define FASTOPS_SCORES_G(s, q, qs, kt, hd, scale, nk16, G) scores_g_avx512(s, q, qs, kt, hd, scale, nk16, G)
 
 /* 64 dims (4 vectors) of G rows per pass over the keys */
 AI void pv_g4(float *acc, const float *alpha, const float *s, const float *vt, int j0, int j1, int hd, const int G) {

@@ -8,13 +8,17 @@
 
 int64_t ts_attention_fast_scratch(const ts_attn_params *ap) {
     const int64_t hd = ap->head_dim, group = ap->n_head / ap->n_head_kv;
-    return 2 * hd * TS_ATTN_KT + TS_ATTN_G * TS_ATTN_KT + TS_ATTN_QB * group * (hd + 2) + hd;
+    /* the wider items of the non-causal MHA mode have group 1: sized for
+     * both whatever ap's n_kv, since callers size scratch before they know it */
+    const int64_t rows = TS_ATTN_QB * group > TS_ATTN_QB_FULL ? TS_ATTN_QB * group : TS_ATTN_QB_FULL;
+    return 2 * hd * TS_ATTN_KT + TS_ATTN_G * TS_ATTN_KT + rows * (hd + 2) + hd;
 }
 
 typedef struct {
     ts_attn_job job;
     ts_attn_block_fn fn;
     int n_blocks;            /* query blocks */
+    int qb;                  /* tokens per block */
     float *scratch;
     int64_t scratch_stride;
 } attn_ctx;
@@ -26,7 +30,7 @@ static void attn_items(void *ctx, int64_t i0, int64_t i1, int tid) {
     const int n_kv = c->job.ap->n_head_kv;
     for (int64_t i = i0; i < i1; i++) {
         const int blk = c->n_blocks - 1 - (int)(i / n_kv), kvh = (int)(i % n_kv);
-        const int t0 = blk * TS_ATTN_QB, t1 = t0 + TS_ATTN_QB < c->job.n_tok ? t0 + TS_ATTN_QB : c->job.n_tok;
+        const int t0 = blk * c->qb, t1 = t0 + c->qb < c->job.n_tok ? t0 + c->qb : c->job.n_tok;
         c->fn(&c->job, kvh, t0, t1, c->scratch + (int64_t)tid * c->scratch_stride);
     }
 }
@@ -35,8 +39,9 @@ void ts_attention_fast(ts_threadpool *pool, const ts_attn_params *ap, const floa
                        const void *v_cache, int64_t pos0, int n_tok, float *out, float *scratch,
                        int64_t scratch_stride) {
     const ts_kern *k = ts_kern_get();
+    const int qb = ap->n_kv > 0 && ap->n_head == ap->n_head_kv ? TS_ATTN_QB_FULL : TS_ATTN_QB;
     attn_ctx c = {{ap, q, k_cache, v_cache, pos0, n_tok, out}, k->attn_block ? k->attn_block : ts_attn_block_generic,
-                  (n_tok + TS_ATTN_QB - 1) / TS_ATTN_QB, scratch, scratch_stride};
+                  (n_tok + qb - 1) / qb, qb, scratch, scratch_stride};
     ts_parallel_for_grain(pool, (int64_t)c.n_blocks * ap->n_head_kv, 1, attn_items, &c);
 }
 

@@ -39,6 +39,8 @@
 
 #define TS_ATTN_KT 64 /* cache positions per tile */
 #define TS_ATTN_QB 16 /* query tokens per work item */
+#define TS_ATTN_QB_FULL 64 /* ... non-causal with one query head per KV head (a DiT): every item
+                              reads all keys, so wider items convert each K/V tile for more rows */
 #define TS_ATTN_G 4   /* query heads of one token scored together (one K / V load serves them) */
 
 /* The shared description of one attention call. */
@@ -52,7 +54,7 @@ typedef struct ts_attn_job {
     float *out;              /* [n_tok][n_head * head_dim] */
 } ts_attn_job;
 
-/* Rows of KV head kvh for tokens [t0, t1) (t1 - t0 <= TS_ATTN_QB), with
+/* Rows of KV head kvh for tokens [t0, t1) (t1 - t0 <= TS_ATTN_QB, or TS_ATTN_QB_FULL), with
  * per-thread scratch of ts_attention_fast_scratch floats. */
 typedef void (*ts_attn_block_fn)(const ts_attn_job *j, int kvh, int t0, int t1, float *scratch);
 

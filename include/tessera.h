@@ -939,6 +939,9 @@ typedef struct ts_video ts_video;
 typedef struct ts_video_params {
     const char *engine; /* engine for the transformer's graphs (NULL: "cpu"; "amx", ...) */
     int32_t n_threads;  /* <= 0: physical cores */
+    const char *lora_path; /* DCM's detail expert: a low-rank adapter GGUF on the attention projections
+                              (docs/VIDEO.md), applied at the steps below detail_below; NULL: none */
+    float lora_scale;      /* times the file's alpha / rank (<= 0: 1) */
     ts_log_fn log;
     void *log_user;
 } ts_video_params;
@@ -966,6 +969,8 @@ typedef struct ts_video_gen_params {
     float shift;           /* flow shift (default 3.0; 1.0 with custom timesteps) */
     const float *timesteps; int32_t n_timesteps; /* custom schedule (Euler), decreasing in (0, 1000] */
     float cfg;             /* classifier-free guidance scale; <= 1: off (default 1) */
+    float detail_below;    /* steps whose timestep is below this run the detail expert (the adapter
+                              of ts_video_params.lora_path); 0: never (default) */
     uint64_t seed;         /* Gaussian noise */
     const float *text; int32_t n_text;         /* [n_text][text_dim] (required) */
     const float *neg_text; int32_t n_neg_text; /* cfg > 1: the negative text (NULL: zeros, n_text rows) */
@@ -979,6 +984,7 @@ TS_API ts_video_gen_params ts_video_gen_default_params(void);
 typedef struct ts_video_stats {
     size_t struct_size;
     int32_t steps, forwards;
+    int32_t detail_steps;  /* of steps, those run by the detail expert */
     int64_t tokens;        /* per block run */
     double total_ms, dit_ms, block_ms, embed_ms, head_ms, text_ms, sampler_ms;
     double block_flops;    /* of one block run */

@@ -111,6 +111,51 @@ def main():
         failures += not ok
         print(f"engine {eng}: max rel {rel:.2e} vs diffusers{', bit-identical to cpu' if exact and ok else ''}"
               f"{' (INT8 activations: reported, not bounded)' if exact is None else ''}  {'ok' if ok else 'FAIL'}")
+    # DCM's detail expert: a rank-4 adapter on all 8 attention projections
+    # against diffusers holding the merged weights W + alpha/r B A
+    deltas = gen.lora(os.path.join(out, "lora.gguf"), gen.TINY["num_layers"], 64, 4, 8.0, seed=5)
+    lmodel = gen.merged(model, deltas)
+    for t in (999.0, 300.0):
+        want = ref(lmodel, t)
+        r = subprocess.run([tool, "forward", os.path.join(out, "wan-tiny.gguf"), "cpu", "2", str(F), str(H), str(W),
+                            str(N), repr(t), lat_path, txt_path, res_path, os.path.join(out, "lora.gguf")],
+                           capture_output=True, text=True)
+        if r.returncode:
+            sys.exit(f"wan_tool with the adapter failed: {r.stderr}")
+        got = np.fromfile(res_path, dtype=np.float32).reshape(16, F, H, W)
+        rel = float(np.abs(got - want).max() / np.abs(want).max())
+        base = float(np.abs(ref(model, t) - want).max() / np.abs(want).max())
+        ok = rel < BOUND
+        failures += not ok
+        print(f"detail expert t {t:5.1f}: max rel {rel:.2e} vs merged diffusers (the adapter moves it {base:.2e})  "
+              f"{'ok' if ok else 'FAIL'}")
+    # the same adapter as a diffusers/peft safetensors file (attn1.to_q, ...,
+    # kohya's per-module alpha), through tools/wan_lora_to_gguf.py: the same bits
+    from gguf import GGUFReader
+    from safetensors.numpy import save_file
+    back = {"to_q": "q", "to_k": "k", "to_v": "v", "to_out.0": "o"}
+    st = {}
+    for t in GGUFReader(os.path.join(out, "lora.gguf")).tensors:
+        n = t.name.replace("self_attn", "attn1").replace("cross_attn", "attn2")
+        for d, o in back.items():
+            n = n.replace(f".{o}.lora_", f".{d}.lora_")
+        st["transformer." + n] = np.array(t.data).reshape([int(x) for x in reversed(t.shape)])
+        if n.endswith("lora_A.weight"):
+            st["transformer." + n.replace("lora_A.weight", "alpha")] = np.array(8.0, dtype=np.float32)
+    save_file(st, os.path.join(out, "lora.safetensors"))
+    conv = subprocess.run([sys.executable, os.path.join(HERE, "..", "tools", "wan_lora_to_gguf.py"),
+                           os.path.join(out, "lora.safetensors"), os.path.join(out, "lora2.gguf")],
+                          capture_output=True, text=True)
+    outs = []
+    for lf in ("lora.gguf", "lora2.gguf"):
+        r = subprocess.run([tool, "forward", os.path.join(out, "wan-tiny.gguf"), "cpu", "2", str(F), str(H), str(W),
+                            str(N), "300.0", lat_path, txt_path, res_path, os.path.join(out, lf)],
+                           capture_output=True, text=True)
+        outs.append(np.fromfile(res_path, dtype=np.float32) if r.returncode == 0 else None)
+    same = conv.returncode == 0 and outs[1] is not None and np.array_equal(outs[0], outs[1])
+    failures += not same
+    print(f"safetensors adapter (diffusers names, kohya alphas) via wan_lora_to_gguf.py: "
+          f"{'same output' if same else 'FAIL ' + conv.stderr}")
     if failures:
         print(f"FAIL: {failures} timestep(s) beyond {BOUND}")
         return 1

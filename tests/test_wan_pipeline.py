@@ -8,7 +8,10 @@ on ours):
      flow_shift 3), 8 steps, no guidance;
   2. flow-match Euler (shift 5), 6 steps, classifier-free guidance 4.0
      with negative text states;
-  3. DCM's fixed timesteps 1000,992,982,949,905,810 with Euler, shift 1
+  3. DCM's two experts: the adapter of tools/gen_wan_models.py lora from
+     timestep 600 down, against the pipeline's transformer_2 with the merged
+     weights (boundary_ratio 0.6);
+  4. DCM's fixed timesteps 1000,992,982,949,905,810 with Euler, shift 1
      (a loop over scheduler.step, as the pipeline's, since WanPipeline does
      not take custom timesteps).
 Bound: every step's max |tessera - diffusers| / max |diffusers| < 1e-3.
@@ -61,8 +64,9 @@ def main():
             sys.exit(f"tessera video failed ({' '.join(cmd)}):\n{r.stderr}")
         return np.load(paths["traj"])
 
-    def pipeline(sched, steps, cfg):
-        pipe = WanPipeline(tokenizer=None, text_encoder=None, vae=None, scheduler=sched, transformer=model)
+    def pipeline(sched, steps, cfg, expert=None, boundary=None):
+        pipe = WanPipeline(tokenizer=None, text_encoder=None, vae=None, scheduler=sched, transformer=model,
+                           transformer_2=expert, boundary_ratio=boundary)
         traj = []
 
         def keep(p, i, t, kw):
@@ -108,6 +112,14 @@ def main():
     failures += compare("euler shift 5, 6 steps, cfg 4", pipeline(euler, 6, 4.0),
                         ours("--steps", "6", "--sampler", "euler", "--shift", "5", "--cfg", "4",
                              "--negative-embeddings", paths["neg"]))
+    # DCM's two experts: the detail expert (the base + a low-rank adapter)
+    # from timestep 600 down; diffusers' two-transformer pipeline (Wan2.2's
+    # boundary_ratio) with the merged weights as transformer_2
+    deltas = gen.lora(os.path.join(out, "lora.gguf"), gen.TINY["num_layers"], 64, 4, 8.0, seed=6)
+    unipc = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, num_train_timesteps=1000,
+                                    flow_shift=3.0)
+    failures += compare("two experts, switch at t 600", pipeline(unipc, 8, 1.0, gen.merged(model, deltas), 0.6),
+                        ours("--steps", "8", "--lora", os.path.join(out, "lora.gguf"), "--detail-below", "600"))
     ts = [1000, 992, 982, 949, 905, 810]
     failures += compare("DCM timesteps", dcm(ts), ours("--timesteps", ",".join(map(str, ts))))
 
@@ -122,7 +134,9 @@ def main():
         print(f"FAIL: --seed 5 twice: {a.stderr}{b.stderr}")
         failures += 1
     for args, want in ((["--frames", "8"], "4k + 1"), (["--size", "40x64"], "multiples of 16"),
-                       (["--size", "big"], "HEIGHTxWIDTH"), (["--timesteps", "900,950"], "decrease")):
+                       (["--size", "big"], "HEIGHTxWIDTH"), (["--timesteps", "900,950"], "decrease"),
+                       (["--detail-below", "500"], "needs the detail expert"),
+                       (["--lora", gguf], "is not blocks.N.{self,cross}_attn")):
         r = subprocess.run([tessera, "video", "-m", gguf, "--text-embeddings", paths["txt"], "-q", *args],
                            capture_output=True, text=True)
         if r.returncode == 0 or want not in r.stderr:

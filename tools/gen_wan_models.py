@@ -148,6 +148,51 @@ def tiny(out_dir, seed, name="wan-tiny"):
     return model
 
 
+LORA_TARGETS = ["self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o",
+                "cross_attn.q", "cross_attn.k", "cross_attn.v", "cross_attn.o"]
+
+
+def lora(path, n_layer, dim, rank, alpha, seed, targets=LORA_TARGETS):
+    """A random low-rank adapter (DCM's detail expert's form) as tessera reads
+    it: blocks.N.<target>.lora_A.weight [rank][dim], lora_B.weight
+    [dim][rank], lora.alpha. Returns {original weight name: delta W =
+    alpha / rank * B A} for the oracle's merged model."""
+    from gguf import GGUFWriter
+
+    rng = np.random.default_rng(seed)
+    w = GGUFWriter(path, "wan-lora")
+    w.add_float32("lora.alpha", float(alpha))
+    deltas = {}
+    for b in range(n_layer):
+        for t in targets:
+            a = (rng.standard_normal((rank, dim)) / math.sqrt(dim)).astype(np.float32)
+            bm = (rng.standard_normal((dim, rank)) * 0.5 / math.sqrt(rank)).astype(np.float32)
+            w.add_tensor(f"blocks.{b}.{t}.lora_A.weight", a)
+            w.add_tensor(f"blocks.{b}.{t}.lora_B.weight", bm)
+            deltas[f"blocks.{b}.{t}.weight"] = (alpha / rank) * (bm.astype(np.float64) @ a.astype(np.float64))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return deltas
+
+
+def merged(model, deltas, cfg=TINY):
+    """A copy of the diffusers model with W + delta W in the adapted projections."""
+    import copy
+
+    import torch
+
+    m = copy.deepcopy(model)
+    sd = m.state_dict()
+    names = {orig_name(k): k for k in sd}
+    with torch.no_grad():
+        for n, d in deltas.items():
+            sd[names[n]] += torch.from_numpy(d.astype(np.float32))
+    m.load_state_dict(sd)
+    return m
+
+
 def shaped(path, qtype, n_layer, seed):
     """Random weights of Wan2.1-T2V-1.3B's shapes, written tensor by tensor
     (no torch model: 1.4 G parameters in f32 would not fit comfortably)."""

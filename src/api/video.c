@@ -20,6 +20,7 @@
 
 struct ts_video {
     ts_wan *wan;
+    ts_wan_lora *lora; /* NULL: none */
     ts_wan_run *run; /* the last grid's run, reused while the grid and text length stay */
     ts_wan_run_params rp;
     char engine[128];
@@ -56,11 +57,17 @@ ts_status ts_video_load(const char *dit_path, const ts_video_params *params, ts_
         return ts_api_fail(err, &lg, ts_api_load_status(dit_path, e.msg), "%s", e.msg);
     }
     const ts_wan_config *c = ts_wan_cfg(v->wan);
+    if (p.lora_path && !(v->lora = ts_wan_lora_open(v->wan, p.lora_path, p.lora_scale, &e))) {
+        ts_wan_close(v->wan);
+        free(v);
+        return ts_api_fail(err, &lg, ts_api_load_status(p.lora_path, e.msg), "%s", e.msg);
+    }
     if (c->in_ch != LATENT_CH || c->out_ch != LATENT_CH) {
         ts_api_fail(err, &lg, TS_ERR_UNSUPPORTED,
                     "%s: %d input / %d output channels; the Wan2.1 text-to-video latent has %d (image-to-video "
                     "and other variants are not supported)",
                     dit_path, c->in_ch, c->out_ch, LATENT_CH);
+        ts_wan_lora_close(v->lora);
         ts_wan_close(v->wan);
         free(v);
         return err ? err->status : TS_ERR_UNSUPPORTED;
@@ -75,6 +82,7 @@ void ts_video_free(ts_video *v) {
     if (!v)
         return;
     ts_wan_run_free(v->run);
+    ts_wan_lora_close(v->lora);
     ts_wan_close(v->wan);
     free(v);
 }
@@ -177,8 +185,12 @@ ts_status ts_video_generate(ts_video *v, const ts_video_gen_params *params, floa
                      p->timesteps ? custom : NULL, p->n_timesteps, len, &e))
         return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "sampler: %s", e.msg);
     /* the run for this grid (reused by the next call with the same one) */
+    if (p->detail_below > 0 && !v->lora)
+        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG,
+                           "detail_below %g needs the detail expert's adapter (ts_video_params.lora_path)",
+                           (double)p->detail_below);
     const ts_wan_run_params rp = {.engine = v->engine, .n_threads = v->n_threads, .frames = T, .height = h,
-                                  .width = w, .n_text = p->n_text, .n_texts = cfg ? 2 : 1};
+                                  .width = w, .n_text = p->n_text, .n_texts = cfg ? 2 : 1, .lora = v->lora};
     if (!v->run || memcmp(&rp.frames, &v->rp.frames, sizeof(int) * 5) || strcmp(v->rp.engine, rp.engine)) {
         ts_wan_run_free(v->run);
         v->run = NULL;
@@ -211,8 +223,9 @@ ts_status ts_video_generate(ts_video *v, const ts_video_gen_params *params, floa
         gaussian(latents, len, p->seed);
     for (int i = 0; i < fl.n; i++) {
         const uint64_t t0 = ts_now_ns();
-        if (ts_wan_run_forward(v->run, latents, fl.t[i], 0, vel, &e) ||
-            (cfg && ts_wan_run_forward(v->run, latents, fl.t[i], 1, vu, &e))) {
+        const bool detail = fl.t[i] < p->detail_below;
+        if (ts_wan_run_forward(v->run, latents, fl.t[i], 0, detail, vel, &e) ||
+            (cfg && ts_wan_run_forward(v->run, latents, fl.t[i], 1, detail, vu, &e))) {
             st = ts_api_fail(err, lg, TS_ERR_INTERNAL, "step %d: %s", i, e.msg);
             goto done;
         }
@@ -225,8 +238,10 @@ ts_status ts_video_generate(ts_video *v, const ts_video_gen_params *params, floa
             memcpy(p->trajectory + (int64_t)i * len, latents, (size_t)len * sizeof(float));
         const uint64_t t2 = ts_now_ns();
         sampler_ms += (double)(t2 - t1) * 1e-6;
-        if (stats)
+        if (stats) {
             stats->steps = i + 1;
+            stats->detail_steps += detail;
+        }
         if (p->on_step && !p->on_step(i + 1, fl.n, (double)(t2 - t0) * 1e-6, p->user_data)) {
             st = ts_api_fail(err, lg, TS_ERR_CANCELLED, "cancelled after step %d of %d", i + 1, fl.n);
             goto done;

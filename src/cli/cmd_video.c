@@ -30,6 +30,10 @@ static void help(FILE *f) {
             "                           over these timesteps (--steps is then their count)\n"
             "      --cfg X              classifier-free guidance scale (default %.1f = off; > 1 runs the\n"
             "                           transformer twice per step)\n"
+            "      --lora FILE          DCM's detail expert: a low-rank adapter GGUF on the attention\n"
+            "                           projections (blocks.N.self_attn.q.lora_A.weight, ...; docs/VIDEO.md)\n"
+            "      --lora-scale X       multiplies the adapter's alpha / rank (default 1)\n"
+            "      --detail-below T     steps with timestep < T run the detail expert (needs --lora)\n"
             "      --seed S             noise seed (default %llu)\n"
             "      --latents-in F       start from these latents (.npy or raw f32 [16][T][H/8][W/8])\n"
             "                           instead of noise\n"
@@ -156,7 +160,8 @@ static bool on_step(int32_t step, int32_t n, double ms, void *user) {
 int cli_video(int argc, char **argv) {
     ts_video_gen_params gp = ts_video_gen_default_params();
     const char *model = NULL, *text_path = NULL, *neg_path = NULL, *lat_in = NULL, *lat_out = NULL, *engine = NULL,
-               *traj_out = NULL;
+               *traj_out = NULL, *lora = NULL;
+    float lora_scale = 0.0f;
     int32_t n_threads = 0;
     bool stats_json = false, quiet = false, shift_set = false;
     float custom_t[1000];
@@ -182,6 +187,9 @@ int cli_video(int argc, char **argv) {
         else if (!strcmp(a, "--latents-in")) lat_in = v;
         else if (!strcmp(a, "--latents-out")) lat_out = v;
         else if (!strcmp(a, "--trajectory-out")) traj_out = v;
+        else if (!strcmp(a, "--lora")) lora = v;
+        else if (!strcmp(a, "--lora-scale")) rc = cli_parse_f32(a, v, 1e-6f, 1e6f, &lora_scale);
+        else if (!strcmp(a, "--detail-below")) rc = cli_parse_f32(a, v, 0.0f, 1000.0f, &gp.detail_below);
         else if (!strcmp(a, "--engine")) engine = v;
         else if (!strcmp(a, "--frames")) rc = cli_parse_i32(a, v, 1, &gp.frames);
         else if (!strcmp(a, "--steps")) rc = cli_parse_i32(a, v, 1, &gp.steps);
@@ -244,6 +252,8 @@ int cli_video(int argc, char **argv) {
     ts_video_params vp = ts_video_default_params();
     vp.engine = engine;
     vp.n_threads = n_threads;
+    vp.lora_path = lora;
+    vp.lora_scale = lora_scale;
     vp.log = cli_log;
     ts_error err = {0};
     ts_video *vid = NULL;
@@ -322,11 +332,12 @@ int cli_video(int argc, char **argv) {
     const double blocks = (double)st.forwards * info.n_layer;
     if (stats_json) {
         fprintf(stderr,
-                "{\"steps\": %d, \"forwards\": %d, \"tokens\": %lld, \"total_ms\": %.3f, \"dit_ms\": %.3f, "
+                "{\"steps\": %d, \"detail_steps\": %d, \"forwards\": %d, \"tokens\": %lld, \"total_ms\": %.3f, \"dit_ms\": %.3f, "
                 "\"block_ms\": %.3f, \"ms_per_block\": %.3f, \"block_gflops\": %.3f, \"embed_ms\": %.3f, "
                 "\"head_ms\": %.3f, \"text_ms\": %.3f, \"sampler_ms\": %.3f, \"peak_rss_bytes\": %lld, "
                 "\"frames\": %d, \"height\": %d, \"width\": %d, \"layers\": %d}\n",
-                (int)st.steps, (int)st.forwards, (long long)st.tokens, st.total_ms, st.dit_ms, st.block_ms,
+                (int)st.steps, (int)st.detail_steps, (int)st.forwards, (long long)st.tokens, st.total_ms, st.dit_ms,
+                st.block_ms,
                 blocks > 0 ? st.block_ms / blocks : 0.0,
                 st.block_ms > 0 ? st.block_flops * blocks / (st.block_ms * 1e6) : 0.0, st.embed_ms, st.head_ms,
                 st.text_ms, st.sampler_ms, (long long)st.peak_rss_bytes, (int)gp.frames, (int)gp.height,

@@ -257,6 +257,121 @@ void ts_wan_close(ts_wan *w) {
 const ts_wan_config *ts_wan_cfg(const ts_wan *w) { return &w->c; }
 uint64_t ts_wan_weight_bytes(const ts_wan *w) { return w->weight_bytes; }
 
+/* ---- the detail expert's low-rank adapter ---------------------------------- */
+
+enum { P_SQ = 0, P_SK, P_SV, P_SO, P_CQ, P_CK, P_CV, P_CO, P_N };
+static const char *const proj_names[P_N] = {"self_attn.q",  "self_attn.k",  "self_attn.v",  "self_attn.o",
+                                            "cross_attn.q", "cross_attn.k", "cross_attn.v", "cross_attn.o"};
+
+struct ts_wan_lora {
+    ts_gguf *g;
+    int n_layer, rank;
+    unsigned mask; /* bit p: projection p is adapted (in every block) */
+    float scale;
+    ts_wmat (*a)[P_N], (*b)[P_N]; /* [n_layer][P_N]: A [rank][d], B [d][rank] */
+    uint64_t bytes;
+};
+
+void ts_wan_lora_close(ts_wan_lora *lo) {
+    if (!lo)
+        return;
+    ts_gguf_close(lo->g);
+    free(lo->a);
+    free(lo->b);
+    free(lo);
+}
+
+/* blocks.L.<projection>.lora_A.weight or .lora_B.weight: 0 with the parts, or -1 */
+static int lora_name(const char *name, int *layer, int *proj, char *ab) {
+    if (strncmp(name, "blocks.", 7))
+        return -1;
+    const char *p = name + 7;
+    char *end;
+    const long l = strtol(p, &end, 10);
+    if (end == p || *end != '.' || l < 0 || l > 100000)
+        return -1;
+    p = end + 1;
+    for (int k = 0; k < P_N; k++) {
+        const size_t n = strlen(proj_names[k]);
+        if (!strncmp(p, proj_names[k], n) && (!strcmp(p + n, ".lora_A.weight") || !strcmp(p + n, ".lora_B.weight"))) {
+            *layer = (int)l, *proj = k, *ab = p[n + 6];
+            return 0;
+        }
+    }
+    return -1;
+}
+
+ts_wan_lora *ts_wan_lora_open(const ts_wan *w, const char *path, float scale, ts_err *err) {
+    const ts_wan_config *c = &w->c;
+    ts_wan_lora *lo = calloc(1, sizeof *lo);
+    if (!lo || !(lo->a = calloc((size_t)c->n_layer, sizeof *lo->a)) ||
+        !(lo->b = calloc((size_t)c->n_layer, sizeof *lo->b))) {
+        ts_err_set(err, "out of memory");
+        goto fail;
+    }
+    lo->n_layer = c->n_layer;
+    if (!(lo->g = ts_gguf_open(path, err)))
+        goto fail;
+    const int64_t nt = ts_gguf_n_tensors(lo->g);
+    for (int64_t i = 0; i < nt; i++) {
+        const ts_gguf_tensor *t = ts_gguf_tensor_at(lo->g, i);
+        int l = -1, pi = -1;
+        char ab = 0;
+        if (lora_name(t->name, &l, &pi, &ab) || l >= c->n_layer) {
+            ts_err_set(err, "tensor '%s' is not blocks.N.{self,cross}_attn.{q,k,v,o}.lora_{A,B}.weight of a "
+                            "%d-block model", t->name, c->n_layer);
+            goto fail;
+        }
+        const ts_type_traits *tr = ts_type_info(t->type);
+        const int64_t r = ab == 'A' ? t->ne[1] : t->ne[0], n_in = ab == 'A' ? c->dim : r;
+        const int64_t want0 = ab == 'A' ? c->dim : r, want1 = ab == 'A' ? r : c->dim;
+        if (t->n_dims != 2 || t->ne[0] != want0 || t->ne[1] != want1 || r < 1 || r > 4096 || !tr ||
+            !tr->can_dequant || !ts_row_size(t->type, n_in)) {
+            ts_err_set(err, "tensor '%s': shape [%lld, %lld] type %s: expected %s", t->name, (long long)t->ne[0],
+                       (long long)t->ne[1], tr ? tr->name : "unknown",
+                       ab == 'A' ? "[width, rank] (A: width -> rank)" : "[rank, width] (B: rank -> width)");
+            goto fail;
+        }
+        if (lo->rank && r != lo->rank) {
+            ts_err_set(err, "tensor '%s' has rank %lld, others %d: one rank for the adapter", t->name, (long long)r,
+                       lo->rank);
+            goto fail;
+        }
+        lo->rank = (int)r;
+        ts_wmat *m = ab == 'A' ? &lo->a[l][pi] : &lo->b[l][pi];
+        *m = (ts_wmat){.type = t->type, .data = t->data, .n_in = ab == 'A' ? c->dim : r,
+                       .n_out = ab == 'A' ? r : c->dim, .row_bytes = ts_row_size(t->type, n_in)};
+        lo->bytes += t->nbytes;
+        if (!l)
+            lo->mask |= 1u << pi;
+    }
+    if (!lo->mask) {
+        ts_err_set(err, "no adapter tensors (blocks.0.*.lora_A.weight)");
+        goto fail;
+    }
+    for (int l = 0; l < c->n_layer; l++)
+        for (int k = 0; k < P_N; k++) {
+            const bool want = lo->mask >> k & 1;
+            if (want != (lo->a[l][k].data != NULL) || want != (lo->b[l][k].data != NULL)) {
+                ts_err_set(err, "block %d: %s's lora_A and lora_B must both be present exactly when block 0 "
+                                "adapts it", l, proj_names[k]);
+                goto fail;
+            }
+        }
+    float alpha = 0;
+    if (ts_gguf_opt_f32(lo->g, "lora.alpha", &alpha, err) < 0)
+        goto fail;
+    lo->scale = (alpha > 0 ? alpha / (float)lo->rank : 1.0f) * (scale > 0 ? scale : 1.0f);
+    return lo;
+fail:
+    ts_err_prefix(err, "%s", path);
+    ts_wan_lora_close(lo);
+    return NULL;
+}
+
+int ts_wan_lora_rank(const ts_wan_lora *lo) { return lo->rank; }
+float ts_wan_lora_scale(const ts_wan_lora *lo) { return lo->scale; }
+
 /* ---- a run: graphs over slots -------------------------------------------- */
 
 enum {
@@ -265,10 +380,13 @@ enum {
     S_CK, S_CV,      /* a layer's text K/V (of one text) */
     S_MOD, S_HMOD,   /* the layer's modulation rows [6][d]; the head's [2][d] */
     S_ROPE,          /* [M][head_dim] (cos, sin) doubles */
+    S_LR, S_LO,      /* the adapter's x A^T [rows][rank] and its (x A^T) B^T [rows][d] */
+    S_LSCALE,        /* [rank] the adapter's scale, as a row */
     S_VEC,           /* the vector arena (biases, norms: at offsets) */
     /* matrices of the graph's layer */
     S_W0, S_W1, S_W2, S_W3, S_W4, S_W5, S_W6, S_W7,
-    S_COUNT
+    S_LA, /* S_LA + p: projection p's A; S_LA + P_N + p: its B */
+    S_COUNT = S_LA + 2 * P_N
 };
 
 /* a matrix placed for the engine */
@@ -282,6 +400,7 @@ typedef struct placed {
 
 typedef struct layer_w {
     placed sq, sk, sv, so, cq, ck, cv, co, f0, f2;
+    placed la[P_N], lb[P_N]; /* the adapter's, where it has them */
 } layer_w;
 
 struct ts_wan_run {
@@ -291,27 +410,30 @@ struct ts_wan_run {
     int F, H, W, Fp, Hp, Wp; /* latent grid; in patches */
     int64_t M;               /* tokens */
     int n_text, n_texts;
+    const ts_wan_lora *lora; /* NULL: none */
+    int n_kvsets;            /* text K/V sets per text: 2 when the adapter changes cross-attention's k or v */
     /* host memory mapped into the engine */
     float *act[S_VEC];
     size_t act_bytes[S_VEC];
     ts_eng_buf *abuf[S_VEC];
-    ts_eng_buf *vbuf, *fbuf; /* the vector arena; the whole file (rows kept as stored) */
+    ts_eng_buf *vbuf, *fbuf, *lbuf; /* the vector arena; the whole file (rows kept as stored); the adapter's */
     void **packs;            /* matrices repacked for the engine */
     ts_eng_buf **pbufs;
     int n_packs;
     placed patch, te0, te2, head;
     layer_w *lw;
-    ts_eng_graph *g_embed, *g_block, *g_head, *g_text, *g_ctx;
+    ts_eng_graph *g_embed, *g_block, *g_head, *g_text, *g_ctx, *g_block_lora, *g_ctx_lora;
     ts_eng_bindset **bs_block; /* [n_texts][n_layer] */
+    ts_eng_bindset **bs_lora;  /* [n_texts][n_layer], with the adapter */
     ts_eng_bind base[S_COUNT];
     float *emb, *temb, *h1, *tproj, *scratch; /* time embedding on the host */
     bool text_set[2];
     ts_wan_stats st;
 };
 
-static placed place_rows(ts_wan_run *r, const ts_wmat *m) {
-    const uint8_t *base = ts_gguf_base(r->w->g);
-    return (placed){.buf = r->fbuf,
+static placed place_rows(ts_wan_run *r, const ts_wmat *m, bool lora) {
+    const uint8_t *base = ts_gguf_base(lora ? r->lora->g : r->w->g);
+    return (placed){.buf = lora ? r->lbuf : r->fbuf,
                     .off = (uint64_t)((const uint8_t *)m->data - base),
                     .wtype = m->type,
                     .row_bytes = m->row_bytes,
@@ -321,8 +443,8 @@ static placed place_rows(ts_wan_run *r, const ts_wmat *m) {
 /* The matrix in the engine's own layout when it has one, else the CPU's
  * panels when the engine reads them and the fast kernels want them, else
  * its GGUF rows in the mapped file. */
-static int place(ts_wan_run *r, const ts_wmat *m, placed *out, ts_err *err) {
-    *out = place_rows(r, m);
+static int place_from(ts_wan_run *r, const ts_wmat *m, bool lora, placed *out, ts_err *err) {
+    *out = place_rows(r, m, lora);
     const uint64_t own = ts_eng_packed_bytes(r->e, m->type, m->n_in, m->n_out);
     const bool panels = !own && ts_eng_describe(r->e)->cpu_layouts && ts_linear_wants_pack(m);
     if (!own && !panels)
@@ -354,6 +476,10 @@ static int place(ts_wan_run *r, const ts_wmat *m, placed *out, ts_err *err) {
     return 0;
 }
 
+static int place(ts_wan_run *r, const ts_wmat *m, placed *out, ts_err *err) {
+    return place_from(r, m, false, out, err);
+}
+
 static ts_eng_bind wbind(const placed *p) {
     return (ts_eng_bind){.buf = p->buf, .off = p->off, .wtype = p->wtype, .row_bytes = p->row_bytes,
                          .layout = p->layout};
@@ -368,10 +494,23 @@ static ts_eng_bind wbind(const placed *p) {
 #define BIAS(ys, voff, len) \
     nd[k++] = (ts_eng_node) { .op = TS_OP_ADD_ROW, .add = {.y = R(ys), .x = V(voff), .n = (len)} }
 
+/* The adapter of projection pi (when lo adapts it) after its base matmul
+ * and bias, as peft adds it: y += scale * (x A^T) B^T. */
+static int lora_nodes(const ts_wan_lora *lo, int pi, int xs, int ys, int64_t D, ts_eng_node *nd, int k) {
+    if (!lo || !(lo->mask >> pi & 1))
+        return k;
+    const int64_t rk = lo->rank;
+    MM(S_LA + pi, xs, S_LR, D, rk);
+    nd[k++] = (ts_eng_node){.op = TS_OP_MUL, .mul = {.y = R(S_LR), .a = R(S_LR), .b = R(S_LSCALE), .n = rk, .b_row = true}};
+    MM(S_LA + P_N + pi, S_LR, S_LO, rk, D);
+    nd[k++] = (ts_eng_node){.op = TS_OP_ADD, .add = {.y = R(ys), .x = R(S_LO), .n = D}};
+    return k;
+}
+
 /* The block graph's vector offsets are those of layer 0: every layer's
  * arena entries are laid out alike, so a layer binds S_VEC at its own
  * displacement from layer 0 (wan_layer offsets differ by a constant). */
-static int block_nodes(const ts_wan_run *r, ts_eng_node *nd) {
+static int block_nodes(const ts_wan_run *r, const ts_wan_lora *lo, ts_eng_node *nd) {
     const ts_wan_config *c = &r->w->c;
     const wan_layer *L = &r->w->layers[0];
     const int64_t D = c->dim, F = c->ffn;
@@ -408,6 +547,9 @@ static int block_nodes(const ts_wan_run *r, ts_eng_node *nd) {
     BIAS(S_Q, L->sbq, D);
     BIAS(S_K, L->sbk, D);
     BIAS(S_V, L->sbv, D);
+    k = lora_nodes(lo, P_SQ, S_XN, S_Q, D, nd, k);
+    k = lora_nodes(lo, P_SK, S_XN, S_K, D, nd, k);
+    k = lora_nodes(lo, P_SV, S_XN, S_V, D, nd, k);
     RMS(S_Q, L->snq);
     RMS(S_K, L->snk);
     nd[k++] = (ts_eng_node){.op = TS_OP_ROPE_TAB,
@@ -417,15 +559,18 @@ static int block_nodes(const ts_wan_run *r, ts_eng_node *nd) {
     ATTN(S_K, S_V, (int32_t)r->M);
     MM(S_W3, S_ATT, S_O, D, D);
     BIAS(S_O, L->sbo, D);
+    k = lora_nodes(lo, P_SO, S_ATT, S_O, D, nd, k);
     GATED(S_O, 2);
     /* cross-attention (K, V of the text made once per text) */
     LN(V(L->n3w), V(L->n3b));
     MM(S_W4, S_XN, S_Q, D, D);
     BIAS(S_Q, L->cbq, D);
+    k = lora_nodes(lo, P_CQ, S_XN, S_Q, D, nd, k);
     RMS(S_Q, L->cnq);
     ATTN(S_CK, S_CV, r->n_text);
     MM(S_W5, S_ATT, S_O, D, D);
     BIAS(S_O, L->cbo, D);
+    k = lora_nodes(lo, P_CO, S_ATT, S_O, D, nd, k);
     nd[k++] = (ts_eng_node){.op = TS_OP_ADD, .add = {.y = R(S_X), .x = R(S_O), .n = D}};
     /* feed-forward */
     LN(TS_ENG_NOREF, TS_ENG_NOREF);
@@ -487,6 +632,28 @@ static void rope_table(const ts_wan_run *r, double *tab) {
             }
 }
 
+/* Byte offset of text t's K/V set (0 base, 1 the detail expert's) of layer l. */
+static uint64_t kv_off(const ts_wan_run *r, int t, int set, int l) {
+    const uint64_t L = (uint64_t)r->w->c.n_layer;
+    return ((((uint64_t)t * (uint64_t)r->n_kvsets + (uint64_t)set) * L + (uint64_t)l) * (uint64_t)r->n_text *
+            (uint64_t)r->w->c.dim) * 4;
+}
+
+/* The run's base bindings with layer l's matrices (the adapter's too) and
+ * its vectors. */
+static void layer_binds(const ts_wan_run *r, int l, ts_eng_bind *b) {
+    memcpy(b, r->base, sizeof(ts_eng_bind) * S_COUNT);
+    const layer_w *o = &r->lw[l];
+    b[S_VEC].off = (uint64_t)(r->w->layers[l].mod - r->w->layers[0].mod) * 4;
+    b[S_W0] = wbind(&o->sq), b[S_W1] = wbind(&o->sk), b[S_W2] = wbind(&o->sv), b[S_W3] = wbind(&o->so);
+    b[S_W4] = wbind(&o->cq), b[S_W5] = wbind(&o->co), b[S_W6] = wbind(&o->f0), b[S_W7] = wbind(&o->f2);
+    for (int pi = 0; pi < P_N; pi++) {
+        const bool has = r->lora && r->lora->mask >> pi & 1;
+        b[S_LA + pi] = has ? wbind(&o->la[pi]) : b[S_W0];
+        b[S_LA + P_N + pi] = has ? wbind(&o->lb[pi]) : b[S_W0];
+    }
+}
+
 ts_wan_run *ts_wan_run_new(ts_wan *w, const ts_wan_run_params *p, ts_err *err) {
     const ts_wan_config *c = &w->c;
     const int pt = c->patch[0], ph = c->patch[1], pw = c->patch[2];
@@ -523,18 +690,24 @@ ts_wan_run *ts_wan_run_new(ts_wan *w, const ts_wan_run_params *p, ts_err *err) {
     if (!r->e || !(r->q = ts_eng_queue_new(r->e, err)))
         goto fail;
     const size_t f4 = sizeof(float);
+    const ts_wan_lora *lo = r->lora = p->lora;
+    r->n_kvsets = lo && (lo->mask >> P_CK & 1 || lo->mask >> P_CV & 1) ? 2 : 1;
+    const int64_t KS = r->n_kvsets, RK = lo ? lo->rank : 1;
     const size_t sizes[S_VEC] = {
         [S_X] = M * D * f4,          [S_XN] = M * D * f4,         [S_Q] = M * D * f4,
         [S_K] = M * D * f4,          [S_V] = M * D * f4,          [S_ATT] = M * D * f4,
         [S_O] = M * D * f4,          [S_H] = M * F * f4,          [S_PATCH] = M * c->in_ch * P * f4,
         [S_OUT] = M * c->out_ch * P * f4, [S_TXT_IN] = N * c->text_dim * f4, [S_TXT_H] = N * D * f4,
-        [S_TXT] = N * D * f4,        [S_CK] = p->n_texts * L * N * D * f4, [S_CV] = p->n_texts * L * N * D * f4,
+        [S_TXT] = N * D * f4,        [S_CK] = p->n_texts * KS * L * N * D * f4, [S_CV] = p->n_texts * KS * L * N * D * f4,
         [S_MOD] = L * 6 * D * f4,    [S_HMOD] = 2 * D * f4,       [S_ROPE] = M * c->head_dim * sizeof(double),
+        [S_LR] = (M > N ? M : N) * RK * f4, [S_LO] = (M > N ? M : N) * D * f4, [S_LSCALE] = RK * f4,
     };
     for (int s = 0; s < S_VEC; s++)
         if (alloc_act(r, s, sizes[s], err))
             goto fail;
     rope_table(r, (double *)(void *)r->act[S_ROPE]);
+    for (int64_t i = 0; i < RK; i++)
+        r->act[S_LSCALE][i] = lo ? lo->scale : 1.0f;
     if (!(r->vbuf = ts_eng_buf_map(r->e, w->vec, (size_t)((w->cap_vec * 4 + 63) & ~63), err)))
         goto fail;
     r->base[S_VEC] = (ts_eng_bind){.buf = r->vbuf};
@@ -543,18 +716,22 @@ ts_wan_run *ts_wan_run_new(ts_wan *w, const ts_wan_run_params *p, ts_err *err) {
     if (!(r->fbuf = ts_eng_buf_map(r->e, (void *)(uintptr_t)ts_gguf_base(w->g), (size_t)ts_gguf_file_size(w->g),
                                    err)))
         goto fail;
-    const int n_mats = 4 + 10 * (int)L;
+    if (lo && !(r->lbuf = ts_eng_buf_map(r->e, (void *)(uintptr_t)ts_gguf_base(lo->g),
+                                         (size_t)ts_gguf_file_size(lo->g), err)))
+        goto fail;
+    const int n_mats = 4 + (10 + 2 * P_N) * (int)L;
     r->packs = calloc((size_t)n_mats, sizeof *r->packs);
     r->pbufs = calloc((size_t)n_mats, sizeof *r->pbufs);
     r->lw = calloc((size_t)L, sizeof *r->lw);
     r->bs_block = calloc((size_t)(p->n_texts * L), sizeof *r->bs_block);
+    r->bs_lora = calloc((size_t)(p->n_texts * L), sizeof *r->bs_lora);
     r->emb = malloc((size_t)c->freq_dim * f4);
     r->temb = malloc((size_t)D * f4);
     r->h1 = malloc((size_t)D * f4);
     r->tproj = malloc((size_t)6 * D * f4);
     const int64_t sc = (int64_t)c->freq_dim > D ? c->freq_dim : D;
     r->scratch = malloc((size_t)sc * f4);
-    if (!r->packs || !r->pbufs || !r->lw || !r->bs_block || !r->emb || !r->temb || !r->h1 || !r->tproj ||
+    if (!r->packs || !r->pbufs || !r->lw || !r->bs_block || !r->bs_lora || !r->emb || !r->temb || !r->h1 || !r->tproj ||
         !r->scratch) {
         ts_err_set(err, "out of memory");
         goto fail;
@@ -570,16 +747,22 @@ ts_wan_run *ts_wan_run_new(ts_wan *w, const ts_wan_run_params *p, ts_err *err) {
             place(r, &Lw->cv, &o->cv, err) || place(r, &Lw->co, &o->co, err) || place(r, &Lw->f0, &o->f0, err) ||
             place(r, &Lw->f2, &o->f2, err))
             goto fail;
+        for (int pi = 0; lo && pi < P_N; pi++)
+            if (lo->mask >> pi & 1 && (place_from(r, &lo->a[l][pi], true, &o->la[pi], err) ||
+                                       place_from(r, &lo->b[l][pi], true, &o->lb[pi], err)))
+                goto fail;
     }
     /* graphs */
-    ts_eng_node nd[40];
+    ts_eng_node nd[40 + 4 * P_N];
     int k = 0;
     MM(S_W0, S_PATCH, S_X, (int64_t)c->in_ch * P, D);
     BIAS(S_X, w->patch_b, D);
     if (!(r->g_embed = ts_eng_graph_new(r->e, nd, k, S_COUNT, (int)M, err)))
         goto fail;
-    k = block_nodes(r, nd);
+    k = block_nodes(r, NULL, nd);
     if (!(r->g_block = ts_eng_graph_new(r->e, nd, k, S_COUNT, (int)M, err)))
+        goto fail;
+    if (lo && (k = block_nodes(r, lo, nd), !(r->g_block_lora = ts_eng_graph_new(r->e, nd, k, S_COUNT, (int)M, err))))
         goto fail;
     k = 0;
     nd[k++] = (ts_eng_node){.op = TS_OP_LAYERNORM,
@@ -601,32 +784,37 @@ ts_wan_run *ts_wan_run_new(ts_wan *w, const ts_wan_run_params *p, ts_err *err) {
     BIAS(S_TXT, w->te2b, D);
     if (!(r->g_text = ts_eng_graph_new(r->e, nd, k, S_COUNT, (int)N, err)))
         goto fail;
-    k = 0;
-    const wan_layer *L0 = &w->layers[0];
-    MM(S_W0, S_TXT, S_CK, D, D);
-    MM(S_W1, S_TXT, S_CV, D, D);
-    BIAS(S_CK, L0->cbk, D);
-    BIAS(S_CV, L0->cbv, D);
-    nd[k++] = (ts_eng_node){.op = TS_OP_RMSNORM,
-                            .rmsnorm = {.x = R(S_CK), .y = R(S_CK), .w = V(L0->cnk), .n = D, .rows_per_tok = 1,
-                                        .eps = c->eps}};
-    if (!(r->g_ctx = ts_eng_graph_new(r->e, nd, k, S_COUNT, (int)N, err)))
-        goto fail;
-    /* a binding set per (text, layer): the layer's matrices, its vectors
-     * (S_VEC displaced to its entries), modulation rows and text K/V */
-    for (int t = 0; t < p->n_texts; t++)
-        for (int l = 0; l < L; l++) {
-            ts_eng_bind b[S_COUNT];
-            memcpy(b, r->base, sizeof b);
-            const layer_w *o = &r->lw[l];
-            b[S_VEC].off = (uint64_t)(w->layers[l].mod - w->layers[0].mod) * 4;
-            b[S_MOD].off = (uint64_t)l * 6 * D * 4;
-            b[S_CK].off = b[S_CV].off = ((uint64_t)t * L + l) * N * D * 4;
-            b[S_W0] = wbind(&o->sq), b[S_W1] = wbind(&o->sk), b[S_W2] = wbind(&o->sv), b[S_W3] = wbind(&o->so);
-            b[S_W4] = wbind(&o->cq), b[S_W5] = wbind(&o->co), b[S_W6] = wbind(&o->f0), b[S_W7] = wbind(&o->f2);
-            if (!(r->bs_block[t * L + l] = ts_eng_bindset_new(r->g_block, b, S_COUNT, err)))
-                goto fail;
-        }
+    /* each layer's text K and V, and with an adapter on cross-attention's k
+     * or v a second set for the detail expert */
+    for (int with = 0; with < r->n_kvsets; with++) {
+        const wan_layer *L0 = &w->layers[0];
+        k = 0;
+        MM(S_W0, S_TXT, S_CK, D, D);
+        MM(S_W1, S_TXT, S_CV, D, D);
+        BIAS(S_CK, L0->cbk, D);
+        BIAS(S_CV, L0->cbv, D);
+        k = lora_nodes(with ? lo : NULL, P_CK, S_TXT, S_CK, D, nd, k);
+        k = lora_nodes(with ? lo : NULL, P_CV, S_TXT, S_CV, D, nd, k);
+        nd[k++] = (ts_eng_node){.op = TS_OP_RMSNORM,
+                                .rmsnorm = {.x = R(S_CK), .y = R(S_CK), .w = V(L0->cnk), .n = D, .rows_per_tok = 1,
+                                            .eps = c->eps}};
+        if (!(*(with ? &r->g_ctx_lora : &r->g_ctx) = ts_eng_graph_new(r->e, nd, k, S_COUNT, (int)N, err)))
+            goto fail;
+    }
+    /* a binding set per (text, layer), and with the adapter: the layer's
+     * matrices, its vectors (S_VEC displaced to its entries), modulation
+     * rows and text K/V */
+    for (int with = 0; with < (lo ? 2 : 1); with++)
+        for (int t = 0; t < p->n_texts; t++)
+            for (int l = 0; l < L; l++) {
+                ts_eng_bind b[S_COUNT];
+                layer_binds(r, l, b);
+                b[S_MOD].off = (uint64_t)l * 6 * D * 4;
+                b[S_CK].off = b[S_CV].off = kv_off(r, t, with && r->n_kvsets > 1, l);
+                ts_eng_bindset **bs = with ? &r->bs_lora[t * L + l] : &r->bs_block[t * L + l];
+                if (!(*bs = ts_eng_bindset_new(with ? r->g_block_lora : r->g_block, b, S_COUNT, err)))
+                    goto fail;
+            }
     r->st.block_flops = block_flops(c, M, p->n_text);
     return r;
 fail:
@@ -640,10 +828,16 @@ void ts_wan_run_free(ts_wan_run *r) {
         return;
     if (r->q)
         ts_eng_queue_finish(r->q, NULL);
-    if (r->bs_block)
-        for (int i = 0; i < r->n_texts * r->w->c.n_layer; i++)
+    for (int i = 0; i < r->n_texts * r->w->c.n_layer; i++) {
+        if (r->bs_block)
             ts_eng_bindset_free(r->bs_block[i]);
+        if (r->bs_lora)
+            ts_eng_bindset_free(r->bs_lora[i]);
+    }
     free(r->bs_block);
+    free(r->bs_lora);
+    ts_eng_graph_free(r->g_block_lora);
+    ts_eng_graph_free(r->g_ctx_lora);
     ts_eng_graph_free(r->g_embed);
     ts_eng_graph_free(r->g_block);
     ts_eng_graph_free(r->g_head);
@@ -662,6 +856,7 @@ void ts_wan_run_free(ts_wan_run *r) {
     }
     ts_eng_buf_free(r->vbuf);
     ts_eng_buf_free(r->fbuf);
+    ts_eng_buf_free(r->lbuf);
     ts_eng_queue_free(r->q);
     ts_eng_close(r->e);
     free(r->emb), free(r->temb), free(r->h1), free(r->tproj), free(r->scratch);
@@ -679,7 +874,7 @@ static int run_graph(ts_wan_run *r, ts_eng_graph *g, const placed *w0, const pla
     b[S_W0] = wbind(w0);
     b[S_W1] = wbind(w1 ? w1 : w0);
     b[S_CK].off = b[S_CV].off = (uint64_t)ck_off;
-    for (int s = S_W2; s <= S_W7; s++)
+    for (int s = S_W2; s < S_COUNT; s++)
         b[s] = b[S_W0];
     return ts_eng_enqueue_graph(r->q, g, b, S_COUNT, 0, n_tok, err);
 }
@@ -693,23 +888,20 @@ int ts_wan_run_set_text(ts_wan_run *r, int which, const float *text, ts_err *err
         return ts_err_set(err, "wan: text %d of %d", which, r->n_texts);
     const ts_wan_config *c = &r->w->c;
     const uint64_t t0 = ts_now_ns();
-    const int64_t D = c->dim, N = r->n_text;
+    const int64_t N = r->n_text;
     memcpy(r->act[S_TXT_IN], text, (size_t)N * (size_t)c->text_dim * sizeof(float));
     if (sync(r, S_TXT_IN, TS_SYNC_TO_DEVICE, err) || run_graph(r, r->g_text, &r->te0, &r->te2, 0, (int)N, err))
         return ts_err_prefix(err, "wan: text embedding");
-    for (int l = 0; l < c->n_layer; l++) {
-        /* S_VEC displaced to layer l's entries, as in the block's bindings */
-        ts_eng_bind b[S_COUNT];
-        memcpy(b, r->base, sizeof b);
-        b[S_VEC].off = (uint64_t)(r->w->layers[l].mod - r->w->layers[0].mod) * 4;
-        b[S_CK].off = b[S_CV].off = ((uint64_t)which * c->n_layer + l) * N * D * 4;
-        b[S_W0] = wbind(&r->lw[l].ck);
-        b[S_W1] = wbind(&r->lw[l].cv);
-        for (int s = S_W2; s <= S_W7; s++)
-            b[s] = b[S_W0];
-        if (ts_eng_enqueue_graph(r->q, r->g_ctx, b, S_COUNT, 0, (int)N, err))
-            return ts_err_prefix(err, "wan: layer %d text K/V", l);
-    }
+    for (int set = 0; set < r->n_kvsets; set++)
+        for (int l = 0; l < c->n_layer; l++) {
+            ts_eng_bind b[S_COUNT];
+            layer_binds(r, l, b);
+            b[S_CK].off = b[S_CV].off = kv_off(r, which, set, l);
+            b[S_W0] = wbind(&r->lw[l].ck);
+            b[S_W1] = wbind(&r->lw[l].cv);
+            if (ts_eng_enqueue_graph(r->q, set ? r->g_ctx_lora : r->g_ctx, b, S_COUNT, 0, (int)N, err))
+                return ts_err_prefix(err, "wan: layer %d text K/V", l);
+        }
     if (ts_eng_queue_finish(r->q, err))
         return -1;
     r->text_set[which] = true;
@@ -754,9 +946,12 @@ static void time_embed(ts_wan_run *r, double t) {
         hm[i] = w->vec[w->head_mod + i] + r->temb[i % D];
 }
 
-int ts_wan_run_forward(ts_wan_run *r, const float *latents, double t, int which, float *out, ts_err *err) {
+int ts_wan_run_forward(ts_wan_run *r, const float *latents, double t, int which, bool detail, float *out,
+                       ts_err *err) {
     if (which < 0 || which >= r->n_texts || !r->text_set[which])
         return ts_err_set(err, "wan: text %d was not set", which);
+    if (detail && !r->lora)
+        return ts_err_set(err, "wan: the detail expert needs an adapter (none was given to the run)");
     if (!isfinite(t))
         return ts_err_set(err, "wan: timestep %g is not finite", t);
     const ts_wan_config *c = &r->w->c;
@@ -784,7 +979,8 @@ int ts_wan_run_forward(ts_wan_run *r, const float *latents, double t, int which,
     uint64_t t1 = ts_now_ns();
     r->st.embed_ns += t1 - t0;
     for (int l = 0; l < c->n_layer; l++) {
-        if (ts_eng_enqueue_bound(r->q, r->bs_block[which * c->n_layer + l], 0, (int)r->M, 0, err) ||
+        ts_eng_bindset *bs = (detail ? r->bs_lora : r->bs_block)[which * c->n_layer + l];
+        if (ts_eng_enqueue_bound(r->q, bs, 0, (int)r->M, 0, err) ||
             ts_eng_queue_finish(r->q, err))
             return ts_err_prefix(err, "wan: block %d", l);
         r->st.block_runs++;

@@ -70,12 +70,29 @@ const ts_wan_config *ts_wan_cfg(const ts_wan *w);
 /* Bytes of the weights in the file (what a resident copy takes). */
 uint64_t ts_wan_weight_bytes(const ts_wan *w);
 
+/* DCM's detail expert: a low-rank adapter on the blocks' attention
+ * projections (any of self_attn / cross_attn .q .k .v .o, the same set in
+ * every block, one rank), from a GGUF whose tensors are
+ *   blocks.N.<projection>.lora_A.weight  [rank][d]   (GGUF ne [d, rank])
+ *   blocks.N.<projection>.lora_B.weight  [d][rank]
+ * and optionally lora.alpha (scale = alpha / rank, else 1), times `scale`
+ * (<= 0: 1). Applied as peft does, y = x W^T + b + scale (x A^T) B^T, by
+ * two extra matmuls: the base weights stay one copy, and a run holds the
+ * base graphs and the adapted ones side by side (tools/wan_lora_to_gguf.py
+ * converts a safetensors adapter). */
+typedef struct ts_wan_lora ts_wan_lora;
+ts_wan_lora *ts_wan_lora_open(const ts_wan *w, const char *path, float scale, ts_err *err);
+void ts_wan_lora_close(ts_wan_lora *lo); /* after every run using it */
+int ts_wan_lora_rank(const ts_wan_lora *lo);
+float ts_wan_lora_scale(const ts_wan_lora *lo);
+
 typedef struct ts_wan_run_params {
     const char *engine; /* engine spec (engine.h), NULL = "cpu" */
     int n_threads;      /* engine threads (<= 0: 1) */
     int frames, height, width; /* latent grid, multiples of the patch */
     int n_text;         /* text tokens per text (>= 1) */
     int n_texts;        /* texts held: 1, or 2 for classifier-free guidance */
+    const ts_wan_lora *lora; /* the detail expert's adapter (NULL: none) */
 } ts_wan_run_params;
 
 typedef struct ts_wan_run ts_wan_run;
@@ -89,10 +106,12 @@ int64_t ts_wan_run_tokens(const ts_wan_run *r);
  * cross-attention K and V. text [n_text][text_dim]. */
 int ts_wan_run_set_text(ts_wan_run *r, int which, const float *text, ts_err *err);
 
-/* One DiT forward at timestep t against text `which`: latents
- * [in_ch][F][H][W] -> out [out_ch][F][H][W] (the model's flow prediction).
- * out may not alias latents. */
-int ts_wan_run_forward(ts_wan_run *r, const float *latents, double t, int which, float *out, ts_err *err);
+/* One DiT forward at timestep t against text `which`, with the adapter
+ * when detail (the run must have one): latents [in_ch][F][H][W] -> out
+ * [out_ch][F][H][W] (the model's flow prediction). out may not alias
+ * latents. */
+int ts_wan_run_forward(ts_wan_run *r, const float *latents, double t, int which, bool detail, float *out,
+                       ts_err *err);
 
 typedef struct ts_wan_stats {
     uint64_t forwards;

@@ -47,29 +47,33 @@ static inline void transpose16(__m512 r[16]) {
     }
 }
 
-/* A tile of an f16 cache with head_dim a multiple of 16: K in 16 x 16
- * blocks through transpose16 (rows past nk are zeros), V row by row. */
+/* A tile of an f16 or f32 cache with head_dim a multiple of 16: K in 16 x
+ * 16 blocks through transpose16 (rows past nk are zeros), V row by row. The
+ * f32 case is a DiT's (K and V are the projections themselves); the scalar
+ * transposition's strided stores cost a quarter of its attention. */
+static inline __m512 load16(const ts_attn_params *ap, const void *base, int64_t off) {
+    return ap->kv_f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i_u *)((const uint16_t *)base + off)))
+                      : _mm512_loadu_ps((const float *)base + off);
+}
 static int load_tile_avx512(const ts_attn_job *j, int kvh, int64_t k0, int nk, float *kt, float *vt) {
     const ts_attn_params *ap = j->ap;
     const int hd = ap->head_dim;
-    if (!ap->kv_f16 || hd % 16) return 0;
-    const uint16_t *kc = (const uint16_t *)j->k_cache, *vc = (const uint16_t *)j->v_cache;
+    if (hd % 16) return 0;
     for (int jb = 0; jb < nk; jb += 16) {
         const int n = nk - jb < 16 ? nk - jb : 16;
         for (int d0 = 0; d0 < hd; d0 += 16) {
             __m512 r[16];
             for (int i = 0; i < 16; i++)
-                r[i] = i < n ? _mm512_cvtph_ps(_mm256_loadu_si256(
-                                   (const __m256i_u *)(kc + (k0 + jb + i) * ap->kv_stride + (int64_t)kvh * hd + d0)))
+                r[i] = i < n ? load16(ap, j->k_cache, (k0 + jb + i) * ap->kv_stride + (int64_t)kvh * hd + d0)
                              : _mm512_setzero_ps();
             transpose16(r);
             for (int d = 0; d < 16; d++) _mm512_storeu_ps(kt + (d0 + d) * TS_ATTN_KT + jb, r[d]);
         }
     }
     for (int jj = 0; jj < nk; jj++) {
-        const uint16_t *vs = vc + (k0 + jj) * ap->kv_stride + (int64_t)kvh * hd;
+        const int64_t off = (k0 + jj) * ap->kv_stride + (int64_t)kvh * hd;
         for (int d0 = 0; d0 < hd; d0 += 16)
-            _mm512_storeu_ps(vt + (int64_t)jj * hd + d0, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i_u *)(vs + d0))));
+            _mm512_storeu_ps(vt + (int64_t)jj * hd + d0, load16(ap, j->v_cache, off + d0));
     }
     return 1;
 }

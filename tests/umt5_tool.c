@@ -8,6 +8,12 @@
  *       opens and validates the file, prints its configuration
  *   umt5_tool buckets N_BUCKET MAX_DISTANCE LO HI
  *       prints ts_umt5_bucket(rel) for rel = LO .. HI, space separated
+ *   umt5_tool tokens MODEL.gguf < records
+ *       the file's tokenizer over records of [u32 little-endian length][bytes]
+ *       (valid UTF-8), one line each: A|N|D|B with A the ids with
+ *       add_special and parse_special, N the hex of the normalized text
+ *       (ts_ugm_normalize), D the hex of A detokenized with the special
+ *       tokens rendered, B the ids without add_special or parse_special
  *
  * IDS is raw little-endian int32, OUT raw little-endian f32. Prints the
  * configuration and timings. Exit 0, or 1 with the error on stderr. */
@@ -16,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "text/tok_internal.h"
+#include "text/tokenizer.h"
 #include "video/umt5.h"
 
 static void *read_all(const char *path, size_t n, size_t size) {
@@ -27,6 +35,69 @@ static void *read_all(const char *path, size_t n, size_t size) {
     }
     fclose(f);
     return p;
+}
+
+static void put_ids(const ts_tokenizer *t, const char *s, size_t n, bool special) {
+    ts_err err = {{0}};
+    const int64_t k = ts_tokenize(t, s, n, special, special, NULL, 0, &err);
+    int32_t *ids = k >= 0 ? malloc((size_t)(k + 1) * sizeof *ids) : NULL;
+    if (!ids || ts_tokenize(t, s, n, special, special, ids, k, &err) != k) {
+        fprintf(stderr, "umt5_tool: tokenize: %s\n", err.msg);
+        exit(1);
+    }
+    for (int64_t i = 0; i < k; i++)
+        printf("%s%d", i ? " " : "", ids[i]);
+    if (special) {
+        /* N and D follow A */
+        putchar('|');
+        ts_tok_scratch sc = {0};
+        size_t m;
+        if (ts_ugm_normalize(t, s, n, &sc, &m, &err) < 0) {
+            fprintf(stderr, "umt5_tool: normalize: %s\n", err.msg);
+            exit(1);
+        }
+        for (size_t i = 0; i < m; i++)
+            printf("%02x", (unsigned char)sc.buf[i]);
+        ts_scratch_free(&sc);
+        putchar('|');
+        const int64_t d = ts_detokenize(t, ids, k, true, NULL, 0);
+        char *buf = d >= 0 ? malloc((size_t)d + 1) : NULL;
+        if (!buf || ts_detokenize(t, ids, k, true, buf, (size_t)d + 1) != d) {
+            fprintf(stderr, "umt5_tool: detokenize failed\n");
+            exit(1);
+        }
+        for (int64_t i = 0; i < d; i++)
+            printf("%02x", (unsigned char)buf[i]);
+        free(buf);
+    }
+    free(ids);
+}
+
+static int tokens(const char *path) {
+    ts_err err = {{0}};
+    ts_gguf *g = ts_gguf_open(path, &err);
+    ts_tokenizer *t = g ? ts_tokenizer_load(g, &err) : NULL;
+    ts_gguf_close(g);
+    if (!t) {
+        fprintf(stderr, "umt5_tool: %s\n", err.msg);
+        return 1;
+    }
+    unsigned char hdr[4];
+    while (fread(hdr, 1, 4, stdin) == 4) {
+        const size_t n = (size_t)hdr[0] | (size_t)hdr[1] << 8 | (size_t)hdr[2] << 16 | (size_t)hdr[3] << 24;
+        char *s = malloc(n + 1);
+        if (!s || fread(s, 1, n, stdin) != n) {
+            fprintf(stderr, "umt5_tool: short record\n");
+            return 1;
+        }
+        put_ids(t, s, n, true); /* A|N|D */
+        putchar('|');
+        put_ids(t, s, n, false); /* B */
+        putchar('\n');
+        free(s);
+    }
+    ts_tokenizer_free(t);
+    return 0;
 }
 
 static void print_cfg(const ts_umt5 *m) {
@@ -46,6 +117,8 @@ int main(int argc, char **argv) {
         printf("\n");
         return 0;
     }
+    if (argc == 3 && !strcmp(argv[1], "tokens"))
+        return tokens(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "open")) {
         ts_umt5 *m = ts_umt5_open(argv[2], &err);
         if (!m) {
@@ -60,7 +133,7 @@ int main(int argc, char **argv) {
     if (!(argc == 9 && (padded || !strcmp(argv[1], "encode")))) {
         fprintf(stderr, "usage: umt5_tool encode MODEL ENGINE THREADS N N_REAL IDS OUT\n"
                         "       umt5_tool padded MODEL ENGINE THREADS N_REAL N_PAD IDS OUT\n"
-                        "       umt5_tool open MODEL | buckets N_BUCKET MAX_DISTANCE LO HI\n");
+                        "       umt5_tool open MODEL | tokens MODEL | buckets N_BUCKET MAX_DISTANCE LO HI\n");
         return 1;
     }
     /* every path frees what it made (the sanitizer build checks for leaks) */

@@ -19,3 +19,13 @@ add_test(NAME test_umt5_oracle
          COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_umt5_oracle.py
                  $<TARGET_FILE:umt5_tool> ${CMAKE_CURRENT_BINARY_DIR}/umt5_models)
 set_tests_properties(test_umt5_oracle PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+
+# Tokenizer oracle: the SentencePiece unigram tokenizer ("t5", src/text/ugm.c)
+# of the same tiny vocabulary (trained by sentencepiece, nmt_nfkc charsmap)
+# against HF tokenizers as transformers' T5Tokenizer builds it; broken
+# charsmaps. Skips (77) without transformers, tokenizers or sentencepiece.
+add_test(NAME test_umt5_tokenizer
+         COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_umt5_tokenizer.py
+                 $<TARGET_FILE:umt5_tool> ${CMAKE_CURRENT_BINARY_DIR}/umt5_tok
+                 ${CMAKE_CURRENT_SOURCE_DIR}/tokenizer_corpus.json)
+set_tests_properties(test_umt5_tokenizer PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)

@@ -105,8 +105,10 @@ def train_spm(n_vocab, seed):
     return buf.getvalue()
 
 
-def add_tokenizer(w, spm_model, n_vocab):
-    """What llama.cpp's T5EncoderModel.set_vocab writes for a unigram model."""
+def add_tokenizer(w, spm_model, n_vocab, charsmap_override=None):
+    """What llama.cpp's T5EncoderModel.set_vocab writes for a unigram model
+    (charsmap_override: other charsmap bytes, the tokenizer tests' broken
+    ones)."""
     import gguf
 
     tokens = [f"[PAD{i}]".encode() for i in range(n_vocab)]
@@ -139,6 +141,8 @@ def add_tokenizer(w, spm_model, n_vocab):
     w.add_token_types(types)
     w.add_add_space_prefix(add_prefix)
     w.add_remove_extra_whitespaces(remove_ws)
+    if charsmap_override is not None:
+        charsmap = charsmap_override
     if charsmap:
         w.add_precompiled_charsmap(charsmap)
     w.add_eos_token_id(1)
@@ -147,11 +151,11 @@ def add_tokenizer(w, spm_model, n_vocab):
     w.add_add_eos_token(True)
 
 
-def write_gguf(path, tensors, cfg, qtype, spm_model, n_ctx=N_CTX, skip=()):
+def write_gguf(path, tensors, cfg, qtype, spm_model, n_ctx=N_CTX, skip=(), charsmap=None):
     """The file as llama.cpp's converter lays it out; qtype "f32" or "q8_0"
     (2-D matrices with rows a multiple of 32 quantized). Tensors named in
-    skip are left out, and a tensor given as (array, shape) is written with
-    that GGUF shape (the loader tests' broken files)."""
+    skip are left out; charsmap replaces the tokenizer's (the loader and
+    tokenizer tests' broken files)."""
     import gguf
     from gguf.quants import quantize
 
@@ -167,7 +171,7 @@ def write_gguf(path, tensors, cfg, qtype, spm_model, n_ctx=N_CTX, skip=()):
     w.add_relative_attn_buckets_count(cfg["relative_attention_num_buckets"])
     w.add_layer_norm_rms_eps(cfg["layer_norm_epsilon"])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if qtype == "q8_0" else gguf.LlamaFileType.ALL_F32)
-    add_tokenizer(w, spm_model, cfg["vocab_size"])
+    add_tokenizer(w, spm_model, cfg["vocab_size"], charsmap)
     for name, arr in tensors.items():
         if name in skip:
             continue

@@ -40,6 +40,7 @@ const char *ts_op_name(ts_op op) {
         [TS_OP_GATED_ADD] = "gated_add", [TS_OP_MOE_ROUTE] = "moe_route",
         [TS_OP_MOE_MATMUL] = "moe_matmul", [TS_OP_CROSS_ATTN] = "cross_attn",
         [TS_OP_GELU] = "gelu",           [TS_OP_ROPE_TAB] = "rope_tab",
+        [TS_OP_REL_ATTN] = "rel_attn",
     };
     return (unsigned)op < TS_OP_COUNT ? names[op] : "?";
 }
@@ -692,6 +693,15 @@ int ts_eng_node_refs(const ts_eng_node *n, int n_tok, ts_eng_ref *refs, uint64_t
         REF(n->rope_tab.x, T * (uint64_t)n->rope_tab.n_head * (uint64_t)n->rope_tab.head_dim * 4, 4, false);
         REF(n->rope_tab.tab, T * (uint64_t)n->rope_tab.head_dim * 8, 8, false);
         break;
+    case TS_OP_REL_ATTN: {
+        const uint64_t qb = T * (uint64_t)n->relattn.n_head * (uint64_t)n->relattn.head_dim * 4;
+        REF(n->relattn.q, qb, 4, false);
+        REF(n->relattn.k, qb, 4, false);
+        REF(n->relattn.v, qb, 4, false);
+        REF(n->relattn.out, qb, 4, false);
+        REF(n->relattn.bias, (uint64_t)n->relattn.n_head * (2 * (uint64_t)n->relattn.max_rel + 1) * 4, 4, false);
+        break;
+    }
     default: break;
     }
 #undef REF
@@ -787,6 +797,13 @@ static int check_node_shape(const ts_eng_node *n, int idx, int n_slots, ts_err *
         BAD(n->rope_tab.n_head < 1 || n->rope_tab.n_head > 65536, "n_head %d out of range", n->rope_tab.n_head);
         BAD(n->rope_tab.head_dim < 2 || n->rope_tab.head_dim > 65536 || n->rope_tab.head_dim % 2,
             "head_dim %d must be even and in [2, 65536]", n->rope_tab.head_dim);
+        break;
+    case TS_OP_REL_ATTN:
+        BAD(n->relattn.n_head < 1 || n->relattn.n_head > 65536, "n_head %d out of range", n->relattn.n_head);
+        BAD(n->relattn.head_dim < 1 || n->relattn.head_dim > 65536, "head_dim %d out of range", n->relattn.head_dim);
+        BAD(n->relattn.max_rel < 0 || n->relattn.max_rel > (1 << 24), "max_rel %d out of range [0, 2^24]",
+            n->relattn.max_rel);
+        BAD(!isfinite(n->relattn.scale), "scale %g not finite", (double)n->relattn.scale);
         break;
     default: break;
     }

@@ -143,6 +143,7 @@ typedef enum ts_op {
     TS_OP_CROSS_ATTN,  /* attention over K/V of another sequence (no cache)     */
     TS_OP_GELU,        /* y = gelu_tanh(x) (a DiT's FFN)                        */
     TS_OP_ROPE_TAB,    /* rotary embedding from a per-token angle table (3-D)   */
+    TS_OP_REL_ATTN,    /* self-attention with a relative-position bias (T5)     */
     TS_OP_COUNT
 } ts_op;
 /* The ops of the LLM block (matmul .. add_row): what an engine that knows
@@ -513,6 +514,15 @@ typedef struct ts_eng_node {
                                 adjacent pair (x[2j], x[2j+1]) of every head (block_ops.h ts_rope_tab_f64) */
             int32_t n_head, head_dim;
         } rope_tab;
+        struct {                     /* TS_OP_REL_ATTN (kernels/relattn.h ts_rel_attention) */
+            ts_eng_ref q, k, v, out; /* [n_tok][n_head * head_dim] f32: the run's rows are queries and keys */
+            ts_eng_ref bias;         /* [n_head][2 * max_rel + 1] f32: bias[h][r + max_rel] is added to the score
+                                        of the key r = key - query positions away, r clamped to +-max_rel */
+            int32_t n_head, head_dim, max_rel;
+            float scale;
+            /* keys: the run's rows [0, n_kv) (ts_eng_enqueue_graph_window's n_kv: a padding mask over the
+               keys), every row when n_kv is 0 or >= n_tok; out may equal q */
+        } relattn;
     };
 } ts_eng_node;
 
@@ -569,7 +579,9 @@ int ts_eng_enqueue_graph(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *bi
  * every query of the run see cache rows [0, n_kv), pos0 < n_kv <= the
  * cache's rows (ts_attn_params.n_kv; refused with n_swa layers). Rows of the
  * run at or past n_kv are padding (a window narrower than a width the engine
- * requires): computed, their cache rows written, never attended. */
+ * requires): computed, their cache rows written, never attended. REL_ATTN
+ * nodes read the same n_kv as their key count (rows [0, n_kv) of the run;
+ * 0: every row), the padding mask of a T5 encoder. */
 int ts_eng_enqueue_graph_window(ts_eng_queue *q, ts_eng_graph *g, const ts_eng_bind *binds, int n_binds,
                                 int64_t pos0, int n_tok, int64_t n_kv, ts_err *err);
 

@@ -15,7 +15,7 @@
 #include "text/tok_maps.h"
 #include "text/tokenizer.h"
 
-enum ts_tok_kind { TS_TOK_BPE = 1, TS_TOK_SPM = 2 };
+enum ts_tok_kind { TS_TOK_BPE = 1, TS_TOK_SPM = 2, TS_TOK_UGM = 3 };
 
 /* tokenizer.ggml.token_type values */
 enum ts_tok_type {
@@ -87,6 +87,16 @@ struct ts_tokenizer {
     uint16_t *key_chars; /* code points in each key (tie-break, as the reference) */
     int32_t byte_tok[256]; /* <0xXX> token of each byte, or -1 */
     uint32_t max_key_len;
+
+    /* SentencePiece unigram (ugm.c) */
+    int32_t *ugm_sorted;  /* non-empty tokens by their bytes (equal texts: higher id first) */
+    int32_t ugm_n_sorted;
+    double ugm_unk_score; /* the unknown token's score: the lowest score - 10 */
+    uint32_t *cm_units;   /* the precompiled charsmap's double-array trie */
+    uint32_t cm_n_units;
+    char *cm_norm;        /* its replacement strings, NUL-separated (+ a final NUL) */
+    uint32_t cm_norm_len;
+    void *grapheme;       /* pcre2_code_8 * of \X */
 };
 
 /* Growable id list. */
@@ -128,17 +138,26 @@ static inline const char *ts_tok_key(const ts_tokenizer *t, int32_t id) { return
  * family's tables. pre_override (may be NULL) replaces tokenizer.ggml.pre. */
 int ts_bpe_init(ts_tokenizer *t, const ts_gguf *g, const char *pre_override, ts_err *err);
 int ts_spm_init(ts_tokenizer *t, const ts_gguf *g, ts_err *err);
+int ts_ugm_init(ts_tokenizer *t, const ts_gguf *g, ts_err *err);
 void ts_bpe_free(ts_tokenizer *t);
 void ts_spm_free(ts_tokenizer *t);
+void ts_ugm_free(ts_tokenizer *t);
 /* Decoded piece of a normal (non-added) token, written into t's pool. */
 int ts_bpe_piece(ts_tokenizer *t, int32_t id, ts_err *err);
 int ts_spm_piece(ts_tokenizer *t, int32_t id, ts_err *err);
+int ts_ugm_piece(ts_tokenizer *t, int32_t id, ts_err *err);
 
 /* Tokenize one run of plain text (valid UTF-8, no added tokens in it).
  * at_start: the run begins at offset 0 of the caller's text. */
 int ts_bpe_encode(const ts_tokenizer *t, const char *s, size_t n, ts_tok_scratch *sc, ts_tokvec *out, ts_err *err);
 int ts_spm_encode(const ts_tokenizer *t, const char *s, size_t n, bool at_start, ts_tok_scratch *sc, ts_tokvec *out,
                   ts_err *err);
+
+int ts_ugm_encode(const ts_tokenizer *t, const char *s, size_t n, ts_tok_scratch *sc, ts_tokvec *out, ts_err *err);
+/* The unigram family's normalizer (the precompiled charsmap over grapheme
+ * clusters) of valid UTF-8 s: *out_len bytes in sc->buf. For the tests. */
+int ts_ugm_normalize(const ts_tokenizer *t, const char *s, size_t n, ts_tok_scratch *sc, size_t *out_len,
+                     ts_err *err);
 
 /* Pre-tokenizer split of s (byte-level BPE only): *n_out byte ranges, stored as
  * pairs of uint32 (begin, end) in sc->ranges. Exposed for the tests. */

@@ -1,7 +1,7 @@
 /* tokenizer.c - loading a GGUF vocabulary, splitting text around added/special
  * tokens, and detokenization (whole and streaming). The two BPE families live
- * in bpe.c ("gpt2", byte-level) and spm.c ("llama", SentencePiece-style); this
- * file holds what they share. Behaviour follows Hugging Face tokenizers as built
+ * in bpe.c ("gpt2", byte-level) and spm.c ("llama", SentencePiece-style), the
+ * unigram one in ugm.c ("t5"); this file holds what they share. Behaviour follows Hugging Face tokenizers as built
  * by transformers from the same GGUF file; docs/TOKENIZERS.md lists the choices.
  */
 #include "text/tokenizer.h"
@@ -183,8 +183,9 @@ ts_tokenizer *ts_tokenizer_load_ex(const ts_gguf *g, const char *pre_override, t
     int kind;
     if (model.len == 4 && !memcmp(model.ptr, "gpt2", 4)) kind = TS_TOK_BPE;
     else if (model.len == 5 && !memcmp(model.ptr, "llama", 5)) kind = TS_TOK_SPM;
+    else if (model.len == 2 && !memcmp(model.ptr, "t5", 2)) kind = TS_TOK_UGM;
     else {
-        ts_err_set(err, "tokenizer.ggml.model: '%.*s' is not supported (expected 'gpt2' or 'llama')",
+        ts_err_set(err, "tokenizer.ggml.model: '%.*s' is not supported (expected 'gpt2', 'llama' or 't5')",
                    (int)(model.len > 64 ? 64 : model.len), model.ptr);
         return NULL;
     }
@@ -261,11 +262,10 @@ ts_tokenizer *ts_tokenizer_load_ex(const ts_gguf *g, const char *pre_override, t
         for (int32_t i = 0; i < n; i++) t->score[i] = (float)ts_gguf_arr_f64(scores, (uint64_t)i);
     }
 
-    if (kind == TS_TOK_BPE) {
-        if (ts_bpe_init(t, g, pre_override, err) < 0) goto fail;
-    } else {
-        if (ts_spm_init(t, g, err) < 0) goto fail;
-    }
+    if ((kind == TS_TOK_BPE   ? ts_bpe_init(t, g, pre_override, err)
+         : kind == TS_TOK_SPM ? ts_spm_init(t, g, err)
+                              : ts_ugm_init(t, g, err)) < 0)
+        goto fail;
 
     if (opt_token_id(g, "tokenizer.ggml.bos_token_id", n, &t->bos, err) < 0 ||
         opt_token_id(g, "tokenizer.ggml.eos_token_id", n, &t->eos, err) < 0 ||
@@ -280,7 +280,7 @@ ts_tokenizer *ts_tokenizer_load_ex(const ts_gguf *g, const char *pre_override, t
     /* SentencePiece vocabularies add BOS unless told otherwise (as llama.cpp and transformers do). */
     if (opt_bool(g, "tokenizer.ggml.add_bos_token", kind == TS_TOK_SPM, &t->add_bos, err) < 0 ||
         opt_bool(g, "tokenizer.ggml.add_eos_token", false, &t->add_eos, err) < 0 ||
-        opt_bool(g, "tokenizer.ggml.add_space_prefix", kind == TS_TOK_SPM, &t->add_space_prefix, err) < 0)
+        opt_bool(g, "tokenizer.ggml.add_space_prefix", kind != TS_TOK_BPE, &t->add_space_prefix, err) < 0)
         goto fail;
 
     /* Added tokens, as transformers' GGUF loader declares them:
@@ -320,7 +320,9 @@ ts_tokenizer *ts_tokenizer_load_ex(const ts_gguf *g, const char *pre_override, t
         if ((t->flags[i] & TS_TF_ADDED) || t->type[i] == TS_TT_CONTROL || t->type[i] == TS_TT_UNKNOWN) {
             t->piece_off[i] = t->text_off[i];
             t->piece_len[i] = t->text_len[i];
-        } else if ((kind == TS_TOK_BPE ? ts_bpe_piece(t, i, err) : ts_spm_piece(t, i, err)) < 0) {
+        } else if ((kind == TS_TOK_BPE   ? ts_bpe_piece(t, i, err)
+                    : kind == TS_TOK_SPM ? ts_spm_piece(t, i, err)
+                                         : ts_ugm_piece(t, i, err)) < 0) {
             goto fail;
         }
         if (t->piece_len[i] > t->max_piece) t->max_piece = t->piece_len[i];
@@ -340,7 +342,8 @@ fail:
 void ts_tokenizer_free(ts_tokenizer *t) {
     if (!t) return;
     if (t->kind == TS_TOK_BPE) ts_bpe_free(t);
-    else ts_spm_free(t);
+    else if (t->kind == TS_TOK_SPM) ts_spm_free(t);
+    else ts_ugm_free(t);
     ts_strmap_free(&t->vocab);
     ts_strmap_free(&t->alias);
     ts_u64map_free(&t->trie);
@@ -398,6 +401,7 @@ static int encode_run(const ts_tokenizer *t, const char *s, size_t n, bool at_st
                       ts_tokvec *out, ts_err *err) {
     if (n == 0) return 0;
     if (t->kind == TS_TOK_BPE) return ts_bpe_encode(t, s, n, sc, out, err);
+    if (t->kind == TS_TOK_UGM) return ts_ugm_encode(t, s, n, sc, out, err);
     return ts_spm_encode(t, s, n, at_start, sc, out, err);
 }
 
@@ -497,7 +501,7 @@ static const char *piece_of(const ts_tokenizer *t, int32_t id, bool render_speci
 /* SentencePiece vocabularies with a space prefix drop one space from the start
  * of the decoded text (HF's Strip(left=1) over the joined pieces, added tokens
  * included). */
-static bool strip_first_space(const ts_tokenizer *t) { return t->kind == TS_TOK_SPM && t->add_space_prefix; }
+static bool strip_first_space(const ts_tokenizer *t) { return t->kind != TS_TOK_BPE && t->add_space_prefix; }
 
 int64_t ts_token_piece(const ts_tokenizer *t, int32_t id, bool render_special, char *buf, size_t cap) {
     if (!t || id < 0 || id >= t->n_vocab) return -1;

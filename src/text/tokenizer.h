@@ -6,6 +6,9 @@
  *           and run with PCRE2 (Unicode properties), never hand-written tables;
  *           an unknown pre name is a load error;
  *   "llama" SentencePiece-style BPE with scores and <0xXX> byte fallback (Gemma 3).
+ *   "t5"    SentencePiece unigram (T5, umT5): the precompiled charsmap
+ *           normalizer, whitespace split with a "▁" per word, Viterbi over
+ *           the token scores (ugm.c).
  * The reference is Hugging Face `tokenizers` as transformers builds it from the
  * same GGUF file; docs/TOKENIZERS.md describes every choice and deviation.
  *
@@ -60,7 +63,7 @@ int64_t ts_tokenize(const ts_tokenizer *t, const char *text, size_t len, bool ad
                     bool parse_special, int32_t *out, int64_t cap, ts_err *err);
 
 /* The bytes token id stands for in output text (byte-level decoding for gpt2,
- * "▁"->" " and <0xXX> bytes for llama). Special tokens give their text only
+ * "▁"->" " and <0xXX> bytes for llama, "▁"->" " for t5). Special tokens give their text only
  * when render_special (otherwise nothing). Returns the byte count (may exceed cap:
  * nothing beyond cap is written), or -1 for an id out of range. Bytes may be a
  * partial UTF-8 sequence; use ts_detok to stream. */
@@ -70,8 +73,8 @@ int64_t ts_token_piece(const ts_tokenizer *t, int32_t id, bool render_special, c
  * detokenize(tokenize(s)) == s byte for byte for valid UTF-8 s). Writes at most
  * cap bytes, NUL-terminated when the text fits in cap-1; returns the byte count
  * needed (excluding the NUL), or -1 for an id out of range. Follows the
- * reference decoders for the leading space: a "llama" vocabulary with
- * add_space_prefix drops one leading space from the first text. */
+ * reference decoders for the leading space: a "llama" or "t5" vocabulary
+ * with add_space_prefix drops one leading space from the first text. */
 int64_t ts_detokenize(const ts_tokenizer *t, const int32_t *ids, int64_t n, bool render_special,
                       char *buf, size_t cap);
 

@@ -8,6 +8,7 @@
 #include "kernels/fastops.h"
 #include "kernels/linear.h"
 #include "kernels/ops.h"
+#include "kernels/relattn.h"
 #include "quant/quant.h"
 
 #define TS_CPU_MAX_FUSE 4
@@ -67,6 +68,9 @@ static void needs_blocks(const ts_eng_node *nodes, int n_nodes, int width, int64
         }
         if (n->op == TS_OP_CROSS_ATTN && (int64_t)n->xattn.n_kv + n->xattn.head_dim > *xattn_row)
             *xattn_row = (int64_t)n->xattn.n_kv + n->xattn.head_dim;
+        /* relative attention: its keys are the run's rows, at most the width */
+        if (n->op == TS_OP_REL_ATTN && (int64_t)width + n->relattn.head_dim > *xattn_row)
+            *xattn_row = (int64_t)width + n->relattn.head_dim;
     }
     *xattn_row = (*xattn_row + 7) & ~(int64_t)7; /* threads never share a cache line */
 }
@@ -475,6 +479,18 @@ static void exec_node(ts_cpu_exec *x, ts_threadpool *pool, const ts_eng_node *no
         ts_rope_tab_f32(pool, at(base, n->rope_tab.x), at(base, n->rope_tab.tab), n_tok, n->rope_tab.n_head,
                         n->rope_tab.head_dim);
         break;
+    case TS_OP_REL_ATTN: {
+        const ts_relattn_params ap = {.n_head = n->relattn.n_head,
+                                      .head_dim = n->relattn.head_dim,
+                                      .max_rel = n->relattn.max_rel,
+                                      .scale = n->relattn.scale};
+        /* the run's n_kv is the key count (a padding mask); 0: every row */
+        const int64_t keys = n_kv > 0 && n_kv < n_tok ? n_kv : n_tok;
+        ts_rel_attention(pool, &ap, at(base, n->relattn.q), n_tok, at(base, n->relattn.k), at(base, n->relattn.v),
+                         keys, at(base, n->relattn.bias), at(base, n->relattn.out), x->xattn_scratch,
+                         x->xattn_stride);
+        break;
+    }
     default: break;
     }
 }

@@ -8,7 +8,8 @@
  * the `cpu` engine (runtime/layers.h), so a node is the only code for its
  * step (matmul: ts_linear, or ts_matmul on the reference path; norm:
  * ts_rmsnorm_f32 per row; rope: ts_rope_cs + ts_rope_apply; attention:
- * ts_attention or ts_attention_fast; activations: ts_glu; KV store:
+ * ts_attention or ts_attention_fast; relative-position attention:
+ * ts_rel_attention; activations: ts_glu; KV store:
  * ts_f32_to_f16 per element; residual adds: a plain f32 loop), all of which
  * give a token's result independently of the batch size and thread count.
  */

@@ -939,6 +939,8 @@ typedef struct ts_video ts_video;
 typedef struct ts_video_params {
     const char *engine; /* engine for the transformer's graphs (NULL: "cpu"; "amx", ...) */
     int32_t n_threads;  /* <= 0: physical cores */
+    const char *t5_path;   /* the umT5 text encoder (a t5encoder GGUF with its tokenizer: city96's
+                              umt5-xxl-encoder files); NULL: text states are given */
     const char *lora_path; /* DCM's detail expert: a low-rank adapter GGUF on the attention projections
                               (docs/VIDEO.md), applied at the steps below detail_below; NULL: none */
     float lora_scale;      /* times the file's alpha / rank (<= 0: 1) */
@@ -972,8 +974,10 @@ typedef struct ts_video_gen_params {
     float detail_below;    /* steps whose timestep is below this run the detail expert (the adapter
                               of ts_video_params.lora_path); 0: never (default) */
     uint64_t seed;         /* Gaussian noise */
-    const float *text; int32_t n_text;         /* [n_text][text_dim] (required) */
+    const float *text; int32_t n_text;         /* [n_text][text_dim], or NULL with prompt */
     const float *neg_text; int32_t n_neg_text; /* cfg > 1: the negative text (NULL: zeros, n_text rows) */
+    const char *prompt;          /* with a text encoder and no text: encoded as the Wan pipeline does */
+    const char *negative_prompt; /* cfg > 1 with a prompt: the negative one (NULL: "") */
     const float *init_latents;  /* NULL: noise from seed; else [16][T][H/8][W/8] */
     float *trajectory;          /* NULL, or [steps][16][T][H/8][W/8]: the latents after each step */
     ts_video_step_fn on_step;
@@ -987,6 +991,8 @@ typedef struct ts_video_stats {
     int32_t detail_steps;  /* of steps, those run by the detail expert */
     int64_t tokens;        /* per block run */
     double total_ms, dit_ms, block_ms, embed_ms, head_ms, text_ms, sampler_ms;
+    double encoder_ms;     /* the text encoder (prompts) */
+    int32_t prompt_tokens; /* the prompt's, EOS included */
     double block_flops;    /* of one block run */
     int64_t peak_rss_bytes;
 } ts_video_stats;
@@ -995,6 +1001,13 @@ typedef struct ts_video_stats {
  * the result; stats (may be NULL; struct_size set) the timings. */
 TS_API ts_status ts_video_generate(ts_video *v, const ts_video_gen_params *params, float *latents,
                                    ts_video_stats *stats, ts_error *err);
+/* The text encoder's states of a prompt as the Wan pipeline makes them:
+ * whitespace collapsed, tokenized with EOS, at most 512 tokens, encoded, the
+ * real tokens' states then zero rows: out [512][text_dim]. *n_tokens (may
+ * be NULL) gets the real count. TS_ERR_INVALID_STATE without an encoder. */
+TS_API ts_status ts_video_encode_text(ts_video *v, const char *prompt, float *out, int32_t *n_tokens, ts_error *err);
+#define TS_VIDEO_TEXT_LEN 512
+
 /* Latent grid of a video size: channels x T x h x w values. */
 TS_API int64_t ts_video_latent_count(const ts_video *v, int32_t frames, int32_t height, int32_t width);
 

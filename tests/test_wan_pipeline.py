@@ -12,6 +12,10 @@ on ours):
      timestep 600 down, against the pipeline's transformer_2 with the merged
      weights (boundary_ratio 0.6);
   4. DCM's fixed timesteps 1000,992,982,949,905,810 with Euler, shift 1
+  5. from a prompt: the tiny umT5 encoder and its tokenizer (tools/gen_umt5.py)
+     against the pipeline with transformers' UMT5EncoderModel and T5
+     tokenizer: the prompt's states, then 5 steps with cfg 3 and a negative
+     prompt; a mismatched encoder is refused
      (a loop over scheduler.step, as the pipeline's, since WanPipeline does
      not take custom timesteps).
 Bound: every step's max |tessera - diffusers| / max |diffusers| < 1e-3.
@@ -148,11 +152,98 @@ def main():
     if r.returncode == 0 or "--text-embeddings" not in r.stderr:
         print(f"FAIL: no text: {r.stderr}")
         failures += 1
+    failures += prompt_pipeline(tessera, out)
     if failures:
         print(f"FAIL: {failures} check(s)")
         return 1
     print(f"tessera video: every step within {BOUND} of diffusers' WanPipeline / schedulers")
     return 0
+
+
+def prompt_pipeline(tessera, out):
+    """The whole text-to-latents path from a prompt: the tiny umT5 encoder
+    and its unigram tokenizer (tools/gen_umt5.py) in front of a tiny DiT with
+    text_dim 64, against WanPipeline with transformers' UMT5EncoderModel and
+    the T5 tokenizer built from the same vocabulary and charsmap: the prompt
+    states, then every step with classifier-free guidance and a negative
+    prompt. 0, or the number of failures."""
+    import torch
+    from diffusers import UniPCMultistepScheduler, WanPipeline
+    from gguf import GGUFReader
+    from transformers import T5Tokenizer
+
+    import gen_umt5
+    import gen_wan_models as gen
+
+    t5, _, spm_model = gen_umt5.tiny(out, seed=21)
+    if spm_model is None:
+        print("prompt pipeline: skipped (no sentencepiece to train the tiny tokenizer)")
+        return 0
+    t5_path = os.path.join(out, "umt5-tiny.gguf")
+    f = GGUFReader(t5_path).fields
+    arr = lambda k: [f[k].parts[i] for i in f[k].data]  # noqa: E731
+    tok = T5Tokenizer(vocab=list(zip([bytes(p).decode() for p in arr("tokenizer.ggml.tokens")],
+                                     [float(p[0]) for p in arr("tokenizer.ggml.scores")])), extra_ids=0,
+                      _spm_precompiled_charsmap=bytes(int(p[0]) for p in arr("tokenizer.ggml.precompiled_charsmap")))
+    dit = gen.tiny(out, seed=22, name="wan-t64", text_dim=64)
+    prompt, negative = "A red fox  runs through\tthe snowy forest, 4k", "blurry, low quality"
+    noise = np.random.default_rng(8).standard_normal((16, 3, 6, 8)).astype(np.float32)
+    np.save(os.path.join(out, "noise-p.npy"), noise)
+    sched = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, num_train_timesteps=1000,
+                                    flow_shift=3.0)
+    pipe = WanPipeline(tokenizer=tok, text_encoder=t5, vae=None, scheduler=sched, transformer=dit)
+    traj = []
+
+    def keep(p, i, t, kw):
+        traj.append(kw["latents"][0].numpy().copy())
+        return {}
+
+    with torch.no_grad():
+        want_emb, _ = pipe.encode_prompt(prompt, do_classifier_free_guidance=False, max_sequence_length=512)
+        pipe(prompt=prompt, negative_prompt=negative, height=HEIGHT, width=WIDTH, num_frames=FRAMES,
+             num_inference_steps=5, guidance_scale=3.0, latents=torch.from_numpy(noise)[None], output_type="latent",
+             callback_on_step_end=keep)
+    emb_path, traj_path = os.path.join(out, "emb-p.npy"), os.path.join(out, "traj-p.npy")
+    r = subprocess.run([tessera, "video", "-m", os.path.join(out, "wan-t64.gguf"), "--t5", t5_path, "-p", prompt,
+                        "--negative-prompt", negative, "--cfg", "3", "--steps", "5", "--frames", str(FRAMES),
+                        "--size", f"{HEIGHT}x{WIDTH}", "--latents-in", os.path.join(out, "noise-p.npy"),
+                        "--text-embeddings-out", emb_path, "--trajectory-out", traj_path, "-t", "2", "-q"],
+                       capture_output=True, text=True)
+    if r.returncode:
+        print(f"FAIL: tessera video -p: {r.stderr}")
+        return 1
+    emb, got = np.load(emb_path), np.load(traj_path)
+    want_emb = want_emb[0].numpy()
+    fails = 0
+    rel = float(np.abs(emb - want_emb).max() / np.abs(want_emb).max())
+    ok = emb.shape == want_emb.shape and rel < BOUND
+    fails += not ok
+    print(f"prompt states [512][64]: max rel {rel:.2e} vs the pipeline's encode_prompt  {'ok' if ok else 'FAIL'}")
+    worst = max(float(np.abs(got[i] - traj[i]).max() / np.abs(traj[i]).max()) for i in range(len(traj)))
+    ok = got.shape == np.stack(traj).shape and worst < BOUND
+    fails += not ok
+    print(f"prompt -> latents, cfg 3 with a negative prompt, 5 UniPC steps: worst step max rel {worst:.2e}  "
+          f"{'ok' if ok else 'FAIL'}")
+    # a prompt longer than 512 tokens: truncated as the pipeline's tokenizer does
+    long_prompt = " ".join(["the quick brown fox jumps over a lazy dog"] * 90)
+    with torch.no_grad():
+        want_long, _ = pipe.encode_prompt(long_prompt, do_classifier_free_guidance=False, max_sequence_length=512)
+    r = subprocess.run([tessera, "video", "-m", os.path.join(out, "wan-t64.gguf"), "--t5", t5_path, "-p", long_prompt,
+                        "--steps", "1", "--frames", "1", "--size", "16x16", "--text-embeddings-out", emb_path, "-q"],
+                       capture_output=True, text=True)
+    want_long = want_long[0].numpy()
+    rel = float(np.abs(np.load(emb_path) - want_long).max() / np.abs(want_long).max()) if r.returncode == 0 else 1.0
+    ok = rel < BOUND
+    fails += not ok
+    print(f"a prompt past 512 tokens, truncated: max rel {rel:.2e}  {'ok' if ok else 'FAIL ' + r.stderr}")
+    r = subprocess.run([tessera, "video", "-m", os.path.join(out, "wan-tiny.gguf") if os.path.exists(
+        os.path.join(out, "wan-tiny.gguf")) else os.path.join(out, "wan-pipe.gguf"), "--t5", t5_path, "-p", "x"],
+                       capture_output=True, text=True)
+    ok = r.returncode != 0 and "not this model's encoder" in r.stderr
+    fails += not ok
+    print(f"mismatched encoder refused: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}  "
+          f"{'ok' if ok else 'FAIL'}")
+    return fails
 
 
 if __name__ == "__main__":

@@ -130,20 +130,21 @@ def write_gguf(path, tensors, qtype, n_head):
     w.close()
 
 
-def tiny(out_dir, seed, name="wan-tiny"):
+def tiny(out_dir, seed, name="wan-tiny", **overrides):
     import torch
     from diffusers import WanTransformer3DModel
 
+    cfg = dict(TINY, **overrides)
     torch.manual_seed(seed)
-    model = WanTransformer3DModel(**TINY).eval()
+    model = WanTransformer3DModel(**cfg).eval()
     randomize(model, seed)
     sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
     tensors = {orig_name(k): v for k, v in sd.items()}
     assert len(tensors) == len(sd), "two diffusers names map to one original name"
     os.makedirs(out_dir, exist_ok=True)
-    write_gguf(os.path.join(out_dir, name + ".gguf"), tensors, "f32", TINY["num_attention_heads"])
-    write_gguf(os.path.join(out_dir, name + "-q8_0.gguf"), tensors, "q8_0", TINY["num_attention_heads"])
-    torch.save({"config": dict(TINY), "state_dict": model.state_dict(), "names": {orig_name(k): k for k in sd}},
+    write_gguf(os.path.join(out_dir, name + ".gguf"), tensors, "f32", cfg["num_attention_heads"])
+    write_gguf(os.path.join(out_dir, name + "-q8_0.gguf"), tensors, "q8_0", cfg["num_attention_heads"])
+    torch.save({"config": cfg, "state_dict": model.state_dict(), "names": {orig_name(k): k for k in sd}},
                os.path.join(out_dir, name + ".pt"))
     return model
 

@@ -11,7 +11,8 @@ APT_PKGS=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
           libpcre2-dev python3-venv python3-pip
           gcc-aarch64-linux-gnu qemu-user
           ocl-icd-opencl-dev opencl-headers pocl-opencl-icd
-          libmicrohttpd-dev libjansson-dev chromium chromium-driver) # last line: tessera serve + its UI test
+          libmicrohttpd-dev libjansson-dev chromium chromium-driver # tessera serve + its UI test
+          libpng-dev) # tessera video --png-dir
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

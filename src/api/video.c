@@ -11,7 +11,9 @@
 #include "core/clock.h"
 #include "core/rng.h"
 #include "core/threadpool.h"
+#include "text/tokenizer.h"
 #include "video/flow.h"
+#include "video/umt5.h"
 #include "video/wan.h"
 
 #define VAE_T 4 /* Wan-VAE strides: 4 frames, 8 pixels */
@@ -21,6 +23,9 @@
 struct ts_video {
     ts_wan *wan;
     ts_wan_lora *lora; /* NULL: none */
+    ts_umt5 *t5;       /* NULL: none */
+    ts_umt5_run *t5run;
+    ts_tokenizer *tok;
     ts_wan_run *run; /* the last grid's run, reused while the grid and text length stay */
     ts_wan_run_params rp;
     char engine[128];
@@ -62,14 +67,27 @@ ts_status ts_video_load(const char *dit_path, const ts_video_params *params, ts_
         free(v);
         return ts_api_fail(err, &lg, ts_api_load_status(p.lora_path, e.msg), "%s", e.msg);
     }
+    if (p.t5_path) {
+        if (!(v->t5 = ts_umt5_open(p.t5_path, &e)) || !(v->tok = ts_tokenizer_load(ts_umt5_gguf(v->t5), &e))) {
+            const ts_status st = ts_api_load_status(p.t5_path, e.msg);
+            ts_video_free(v);
+            return ts_api_fail(err, &lg, st, "text encoder %s: %s", p.t5_path, e.msg);
+        }
+        if (ts_umt5_cfg(v->t5)->d_model != c->text_dim) {
+            ts_api_fail(err, &lg, TS_ERR_FORMAT,
+                        "text encoder %s has width %d, the transformer %s takes text states of %d: not this "
+                        "model's encoder",
+                        p.t5_path, (int)ts_umt5_cfg(v->t5)->d_model, dit_path, c->text_dim);
+            ts_video_free(v);
+            return err ? err->status : TS_ERR_FORMAT;
+        }
+    }
     if (c->in_ch != LATENT_CH || c->out_ch != LATENT_CH) {
         ts_api_fail(err, &lg, TS_ERR_UNSUPPORTED,
                     "%s: %d input / %d output channels; the Wan2.1 text-to-video latent has %d (image-to-video "
                     "and other variants are not supported)",
                     dit_path, c->in_ch, c->out_ch, LATENT_CH);
-        ts_wan_lora_close(v->lora);
-        ts_wan_close(v->wan);
-        free(v);
+        ts_video_free(v);
         return err ? err->status : TS_ERR_UNSUPPORTED;
     }
     ts_api_log(&lg, TS_LOG_INFO, "video: %s: Wan DiT d %d, %d blocks, %d heads, FFN %d, text %d", dit_path, c->dim,
@@ -82,6 +100,9 @@ void ts_video_free(ts_video *v) {
     if (!v)
         return;
     ts_wan_run_free(v->run);
+    ts_umt5_run_free(v->t5run);
+    ts_tokenizer_free(v->tok);
+    ts_umt5_close(v->t5);
     ts_wan_lora_close(v->lora);
     ts_wan_close(v->wan);
     free(v);
@@ -96,6 +117,74 @@ ts_status ts_video_get_info(const ts_video *v, ts_video_info *out) {
                            .patch = {c->patch[0], c->patch[1], c->patch[2]},
                            .weight_bytes = (int64_t)ts_wan_weight_bytes(v->wan)};
     return TS_OK;
+}
+
+/* The Wan pipeline's prompt_clean, its whitespace part: runs of whitespace
+ * become one space, both ends stripped (ftfy's and html.unescape's fixes
+ * are not applied). */
+static char *clean_prompt(const char *p) {
+    const size_t n = strlen(p);
+    char *o = malloc(n + 1);
+    if (!o)
+        return NULL;
+    size_t k = 0;
+    bool space = false;
+    for (size_t i = 0; i < n; i++) {
+        const char ch = p[i];
+        if (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v') {
+            space = k > 0;
+            continue;
+        }
+        if (space)
+            o[k++] = ' ';
+        space = false;
+        o[k++] = ch;
+    }
+    o[k] = 0;
+    return o;
+}
+
+ts_status ts_video_encode_text(ts_video *v, const char *prompt, float *out, int32_t *n_tokens, ts_error *err) {
+    const ts_logger *lg = v ? &v->log : NULL;
+    if (!v || !prompt || !out)
+        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "ts_video_encode_text: video, prompt or out is NULL");
+    if (!v->t5)
+        return ts_api_fail(err, lg, TS_ERR_INVALID_STATE,
+                           "no text encoder: load the umT5 encoder (t5_path, --t5) or give the text states");
+    ts_err e = {{0}};
+    if (!v->t5run) {
+        const ts_umt5_run_params rp = {.engine = v->engine, .n_threads = v->n_threads, .max_tokens = TS_VIDEO_TEXT_LEN};
+        if (!(v->t5run = ts_umt5_run_new(v->t5, &rp, &e)))
+            return ts_api_fail(err, lg, TS_ERR_UNSUPPORTED, "text encoder: %s", e.msg);
+    }
+    char *clean = clean_prompt(prompt);
+    int32_t *ids = clean ? malloc(sizeof(int32_t) * (TS_VIDEO_TEXT_LEN + 1)) : NULL;
+    int64_t n = ids ? ts_tokenize(v->tok, clean, strlen(clean), true, false, ids, TS_VIDEO_TEXT_LEN + 1, &e) : -2;
+    if (n > TS_VIDEO_TEXT_LEN) {
+        /* truncated as the pipeline's tokenizer does: the first 511 tokens, then EOS */
+        int32_t *all = realloc(ids, sizeof(int32_t) * (size_t)n);
+        if (all) {
+            ids = all;
+            ts_tokenize(v->tok, clean, strlen(clean), true, false, ids, n, &e);
+            ids[TS_VIDEO_TEXT_LEN - 1] = ids[n - 1];
+            n = TS_VIDEO_TEXT_LEN;
+        } else {
+            n = -2;
+        }
+    }
+    free(clean);
+    if (n < 0) {
+        free(ids);
+        return n == -2 ? ts_api_fail(err, lg, TS_ERR_NO_MEMORY, "out of memory")
+                       : ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "prompt: %s", e.msg);
+    }
+    const int rc = ts_umt5_encode_padded(v->t5run, ids, (int)n, TS_VIDEO_TEXT_LEN, out, &e);
+    free(ids);
+    if (rc)
+        return ts_api_fail(err, lg, TS_ERR_INTERNAL, "text encoder: %s", e.msg);
+    if (n_tokens)
+        *n_tokens = (int32_t)n;
+    return ts_api_ok(err);
 }
 
 /* The latent grid of a video size, or -1 with a message. */
@@ -159,18 +248,26 @@ ts_status ts_video_generate(ts_video *v, const ts_video_gen_params *params, floa
     char msg[200];
     if (grid(v, p->frames, p->height, p->width, &T, &h, &w, msg, sizeof msg))
         return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "%s", msg);
-    if (!p->text || p->n_text < 1 || p->n_text > 65536)
-        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG,
-                           "text: %d rows of %d values are needed (the text encoder's states)", p->n_text,
-                           c->text_dim);
     const bool cfg = p->cfg > 1.0f;
+    if (!p->text && !(p->prompt && v->t5))
+        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG,
+                           p->prompt ? "a prompt needs the text encoder (t5_path, --t5), or give its states"
+                                     : "no text: give a prompt (with the text encoder) or the text states");
+    if (p->text && (p->n_text < 1 || p->n_text > 65536))
+        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "text: %d rows of %d values (1 .. 65536 rows)", p->n_text,
+                           c->text_dim);
     if (!isfinite(p->cfg) || p->cfg > 100.0f)
         return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "cfg %g out of range (<= 1 off, up to 100)", (double)p->cfg);
-    if (cfg && p->neg_text && p->n_neg_text != p->n_text)
+    const int64_t len = (int64_t)LATENT_CH * T * h * w;
+    const int32_t n_text = p->text ? p->n_text : TS_VIDEO_TEXT_LEN;
+    if (cfg && p->text && p->neg_text && p->n_neg_text != n_text)
         return ts_api_fail(err, lg, TS_ERR_INVALID_ARG,
                            "the negative text has %d rows and the text %d: pad both to one length (Wan pads to 512)",
-                           p->n_neg_text, p->n_text);
-    const int64_t len = (int64_t)LATENT_CH * T * h * w;
+                           p->n_neg_text, n_text);
+    if (p->detail_below > 0 && !v->lora)
+        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG,
+                           "detail_below %g needs the detail expert's adapter (ts_video_params.lora_path)",
+                           (double)p->detail_below);
     ts_flow fl;
     ts_err e = {{0}};
     double custom[TS_FLOW_MAX_STEPS];
@@ -185,12 +282,8 @@ ts_status ts_video_generate(ts_video *v, const ts_video_gen_params *params, floa
                      p->timesteps ? custom : NULL, p->n_timesteps, len, &e))
         return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "sampler: %s", e.msg);
     /* the run for this grid (reused by the next call with the same one) */
-    if (p->detail_below > 0 && !v->lora)
-        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG,
-                           "detail_below %g needs the detail expert's adapter (ts_video_params.lora_path)",
-                           (double)p->detail_below);
     const ts_wan_run_params rp = {.engine = v->engine, .n_threads = v->n_threads, .frames = T, .height = h,
-                                  .width = w, .n_text = p->n_text, .n_texts = cfg ? 2 : 1, .lora = v->lora};
+                                  .width = w, .n_text = n_text, .n_texts = cfg ? 2 : 1, .lora = v->lora};
     if (!v->run || memcmp(&rp.frames, &v->rp.frames, sizeof(int) * 5) || strcmp(v->rp.engine, rp.engine)) {
         ts_wan_run_free(v->run);
         v->run = NULL;
@@ -204,16 +297,30 @@ ts_status ts_video_generate(ts_video *v, const ts_video_gen_params *params, floa
     ts_wan_stats ws0;
     ts_wan_run_stats(v->run, &ws0); /* the run's counters are cumulative: report this call's */
     ts_status st = TS_OK;
-    double sampler_ms = 0;
+    double sampler_ms = 0, encoder_ms = 0;
+    int32_t prompt_tokens = 0;
+    const size_t rows = (size_t)n_text * (size_t)c->text_dim;
     float *vel = malloc((size_t)len * sizeof(float));
     float *vu = cfg ? malloc((size_t)len * sizeof(float)) : NULL;
-    float *zeros = cfg && !p->neg_text ? calloc((size_t)p->n_text * (size_t)c->text_dim, sizeof(float)) : NULL;
-    if (!vel || (cfg && !vu) || (cfg && !p->neg_text && !zeros)) {
+    /* the texts: given, or the prompts encoded (the negative one, or zeros) */
+    float *enc = !p->text ? malloc(sizeof(float) * rows * (cfg ? 2 : 1)) : NULL;
+    float *zeros = cfg && p->text && !p->neg_text ? calloc(rows, sizeof(float)) : NULL;
+    if (!vel || (cfg && !vu) || (!p->text && !enc) || (cfg && p->text && !p->neg_text && !zeros)) {
         st = ts_api_fail(err, lg, TS_ERR_NO_MEMORY, "out of memory (%lld latent values)", (long long)len);
         goto done;
     }
-    if (ts_wan_run_set_text(v->run, 0, p->text, &e) ||
-        (cfg && ts_wan_run_set_text(v->run, 1, p->neg_text ? p->neg_text : zeros, &e))) {
+    const float *text = p->text, *neg_text = p->text ? (p->neg_text ? p->neg_text : zeros) : enc + rows;
+    if (!text) {
+        const uint64_t t0 = ts_now_ns();
+        st = ts_video_encode_text(v, p->prompt, enc, &prompt_tokens, err);
+        if (st == TS_OK && cfg)
+            st = ts_video_encode_text(v, p->negative_prompt ? p->negative_prompt : "", enc + rows, NULL, err);
+        if (st != TS_OK)
+            goto done;
+        text = enc;
+        encoder_ms = (double)(ts_now_ns() - t0) * 1e-6;
+    }
+    if (ts_wan_run_set_text(v->run, 0, text, &e) || (cfg && ts_wan_run_set_text(v->run, 1, neg_text, &e))) {
         st = ts_api_fail(err, lg, TS_ERR_INTERNAL, "%s", e.msg);
         goto done;
     }
@@ -264,6 +371,8 @@ done:
         stats->text_ms = (double)ws.text_ns * 1e-6;
         stats->dit_ms = stats->block_ms + stats->embed_ms + stats->head_ms;
         stats->sampler_ms = sampler_ms;
+        stats->encoder_ms = encoder_ms;
+        stats->prompt_tokens = prompt_tokens;
         stats->block_flops = ws.block_flops;
         stats->peak_rss_bytes = (int64_t)ru.ru_maxrss * 1024;
         stats->total_ms = (double)(ts_now_ns() - t_start) * 1e-6;
@@ -271,6 +380,7 @@ done:
     free(vel);
     free(vu);
     free(zeros);
+    free(enc);
     ts_flow_free(&fl);
     return st;
 }

@@ -13,14 +13,18 @@
 static void help(FILE *f) {
     const ts_video_gen_params d = ts_video_gen_default_params();
     fprintf(f,
-            "usage: tessera video -m WAN.gguf --text-embeddings FILE [options]\n\n"
+            "usage: tessera video -m WAN.gguf (--t5 UMT5.gguf -p TEXT | --text-embeddings FILE) [options]\n\n"
             "Denoises a video's latents with a Wan2.1 text-to-video diffusion transformer (the GGUF\n"
             "conversions with the original tensor names) by flow matching, conditioned on the umT5\n"
             "encoder's states of the prompt, and writes the latents (docs/VIDEO.md).\n\n"
             "  -m, --model FILE         Wan2.1 DiT GGUF (required)\n"
-            "      --text-embeddings F  the prompt's text encoder states: .npy (float32, [n][text_dim] or\n"
-            "                           [1][n][text_dim]) or raw float32 rows of text_dim (required)\n"
+            "      --t5 FILE            the umT5 text encoder GGUF (t5encoder, with its tokenizer)\n"
+            "  -p, --prompt TEXT        the prompt (needs --t5)\n"
+            "      --negative-prompt T  for --cfg > 1 (default \"\")\n"
+            "      --text-embeddings F  instead of a prompt: the text encoder's states, .npy (float32,\n"
+            "                           [n][text_dim] or [1][n][text_dim]) or raw float32 rows of text_dim\n"
             "      --negative-embeddings F  the negative prompt's, for --cfg > 1 (default: zeros)\n"
+            "      --text-embeddings-out F  write the prompt's states ([512][text_dim] .npy or raw)\n"
             "      --frames N           video frames, 4k + 1 (default %d)\n"
             "      --size HxW           height x width in pixels, multiples of 16 (default %dx%d)\n"
             "      --steps N            denoising steps (default %d)\n"
@@ -48,8 +52,7 @@ static void help(FILE *f) {
             "  -q, --quiet              no per-step progress\n"
             "  -h, --help               this help\n\n"
             "T = (frames - 1) / 4 + 1 latent frames of (height/8) x (width/8); the transformer runs\n"
-            "T x (height/16) x (width/16) tokens per block. Decoding the latents to frames (the Wan\n"
-            "VAE) and encoding a prompt (umT5) are not in this build yet: give the encoder's states.\n",
+            "T x (height/16) x (width/16) tokens per block.\n",
             (int)d.frames, (int)d.height, (int)d.width, (int)d.steps, (double)d.shift, (double)d.cfg,
             (unsigned long long)d.seed);
 }
@@ -160,7 +163,7 @@ static bool on_step(int32_t step, int32_t n, double ms, void *user) {
 int cli_video(int argc, char **argv) {
     ts_video_gen_params gp = ts_video_gen_default_params();
     const char *model = NULL, *text_path = NULL, *neg_path = NULL, *lat_in = NULL, *lat_out = NULL, *engine = NULL,
-               *traj_out = NULL, *lora = NULL;
+               *traj_out = NULL, *lora = NULL, *t5 = NULL, *prompt = NULL, *neg_prompt = NULL, *emb_out = NULL;
     float lora_scale = 0.0f;
     int32_t n_threads = 0;
     bool stats_json = false, quiet = false, shift_set = false;
@@ -188,6 +191,10 @@ int cli_video(int argc, char **argv) {
         else if (!strcmp(a, "--latents-out")) lat_out = v;
         else if (!strcmp(a, "--trajectory-out")) traj_out = v;
         else if (!strcmp(a, "--lora")) lora = v;
+        else if (!strcmp(a, "--t5")) t5 = v;
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
+        else if (!strcmp(a, "--negative-prompt")) neg_prompt = v;
+        else if (!strcmp(a, "--text-embeddings-out")) emb_out = v;
         else if (!strcmp(a, "--lora-scale")) rc = cli_parse_f32(a, v, 1e-6f, 1e6f, &lora_scale);
         else if (!strcmp(a, "--detail-below")) rc = cli_parse_f32(a, v, 0.0f, 1000.0f, &gp.detail_below);
         else if (!strcmp(a, "--engine")) engine = v;
@@ -243,8 +250,18 @@ int cli_video(int argc, char **argv) {
         if (rc)
             return 2;
     }
-    if (!model || !text_path) {
-        fprintf(stderr, "error: -m WAN.gguf and --text-embeddings FILE are required (see tessera video --help)\n");
+    if (!model || (!text_path && !prompt)) {
+        fprintf(stderr, "error: -m WAN.gguf and a prompt (-p TEXT with --t5 UMT5.gguf) or --text-embeddings FILE "
+                        "are required (see tessera video --help)\n");
+        return 2;
+    }
+    if (prompt && text_path) {
+        fprintf(stderr, "error: give -p TEXT or --text-embeddings FILE, not both\n");
+        return 2;
+    }
+    if (prompt && !t5) {
+        fprintf(stderr, "error: -p needs the text encoder: --t5 UMT5.gguf (umt5-xxl-encoder), or give "
+                        "--text-embeddings\n");
         return 2;
     }
     if (gp.timesteps && !shift_set)
@@ -253,6 +270,7 @@ int cli_video(int argc, char **argv) {
     vp.engine = engine;
     vp.n_threads = n_threads;
     vp.lora_path = lora;
+    vp.t5_path = t5;
     vp.lora_scale = lora_scale;
     vp.log = cli_log;
     ts_error err = {0};
@@ -267,15 +285,47 @@ int cli_video(int argc, char **argv) {
     float *text = NULL, *neg = NULL, *init = NULL, *lat = NULL, *traj = NULL;
     int64_t n, shape[8];
     int nd;
-    if (!(text = read_floats(text_path, &n, shape, &nd)))
-        goto done;
-    if (n % info.text_dim || (nd && shape[nd - 1] != info.text_dim) || n == 0) {
-        fprintf(stderr, "error: '%s': %lld values are not rows of the model's text_dim %d\n", text_path,
-                (long long)n, (int)info.text_dim);
-        goto done;
+    if (text_path) {
+        if (!(text = read_floats(text_path, &n, shape, &nd)))
+            goto done;
+        if (n % info.text_dim || (nd && shape[nd - 1] != info.text_dim) || n == 0) {
+            fprintf(stderr, "error: '%s': %lld values are not rows of the model's text_dim %d\n", text_path,
+                    (long long)n, (int)info.text_dim);
+            goto done;
+        }
+        gp.text = text;
+        gp.n_text = (int32_t)(n / info.text_dim);
+    } else {
+        /* encoded here (not inside generate) so that the states can be written */
+        if (!(text = malloc(sizeof(float) * TS_VIDEO_TEXT_LEN * (size_t)info.text_dim))) {
+            fprintf(stderr, "error: out of memory\n");
+            goto done;
+        }
+        int32_t n_tok = 0;
+        if (ts_video_encode_text(vid, prompt, text, &n_tok, &err) != TS_OK) {
+            fprintf(stderr, "error: %s\n", err.message);
+            goto done;
+        }
+        if (!quiet)
+            fprintf(stderr, "video: prompt: %d tokens\n", (int)n_tok);
+        const int64_t eshape[2] = {TS_VIDEO_TEXT_LEN, info.text_dim};
+        if (emb_out && write_floats(emb_out, text, eshape, 2))
+            goto done;
+        gp.text = text;
+        gp.n_text = TS_VIDEO_TEXT_LEN;
+        if (gp.cfg > 1.0f && !neg_path) {
+            if (!(neg = malloc(sizeof(float) * TS_VIDEO_TEXT_LEN * (size_t)info.text_dim))) {
+                fprintf(stderr, "error: out of memory\n");
+                goto done;
+            }
+            if (ts_video_encode_text(vid, neg_prompt ? neg_prompt : "", neg, NULL, &err) != TS_OK) {
+                fprintf(stderr, "error: negative prompt: %s\n", err.message);
+                goto done;
+            }
+            gp.neg_text = neg;
+            gp.n_neg_text = TS_VIDEO_TEXT_LEN;
+        }
     }
-    gp.text = text;
-    gp.n_text = (int32_t)(n / info.text_dim);
     if (neg_path) {
         if (!(neg = read_floats(neg_path, &n, shape, &nd)))
             goto done;

@@ -152,10 +152,19 @@ static int write_floats(const char *path, const float *x, const int64_t *shape, 
     return 0;
 }
 
+typedef struct step_log {
+    bool quiet;
+    double *ms; /* [steps]: each step's time, for --stats json */
+    int n;
+} step_log;
+
 static bool on_step(int32_t step, int32_t n, double ms, void *user) {
-    if (!*(bool *)user)
+    step_log *sl = user;
+    if (sl->ms && step >= 1 && step <= sl->n)
+        sl->ms[step - 1] = ms;
+    if (!sl->quiet)
         fprintf(stderr, "\rstep %d/%d  %.2f s/step ", (int)step, (int)n, ms * 1e-3);
-    if (step == n && !*(bool *)user)
+    if (step == n && !sl->quiet)
         fputc('\n', stderr);
     return true;
 }
@@ -365,33 +374,38 @@ int cli_video(int argc, char **argv) {
         fprintf(stderr, "error: out of memory for %d steps of latents\n", (int)n_steps);
         goto done;
     }
+    step_log sl = {.quiet = quiet, .ms = calloc((size_t)n_steps, sizeof(double)), .n = n_steps};
     gp.on_step = on_step;
-    gp.user_data = &quiet;
+    gp.user_data = &sl;
     ts_video_stats st = TS_STRUCT_INIT(ts_video_stats);
     if (ts_video_generate(vid, &gp, lat, &st, &err) != TS_OK) {
         fprintf(stderr, "\nerror: %s\n", err.message);
+        free(sl.ms);
         goto done;
     }
     const int64_t T = (gp.frames - 1) / 4 + 1;
     const int64_t lshape[4] = {16, T, gp.height / 8, gp.width / 8};
-    if (lat_out && write_floats(lat_out, lat, lshape, 4))
-        goto done;
     const int64_t tshape[5] = {st.steps, 16, T, gp.height / 8, gp.width / 8};
-    if (traj_out && write_floats(traj_out, traj, tshape, 5))
+    if ((lat_out && write_floats(lat_out, lat, lshape, 4)) || (traj_out && write_floats(traj_out, traj, tshape, 5))) {
+        free(sl.ms);
         goto done;
+    }
     const double blocks = (double)st.forwards * info.n_layer;
     if (stats_json) {
         fprintf(stderr,
                 "{\"steps\": %d, \"detail_steps\": %d, \"forwards\": %d, \"tokens\": %lld, \"total_ms\": %.3f, \"dit_ms\": %.3f, "
                 "\"block_ms\": %.3f, \"ms_per_block\": %.3f, \"block_gflops\": %.3f, \"embed_ms\": %.3f, "
                 "\"head_ms\": %.3f, \"text_ms\": %.3f, \"sampler_ms\": %.3f, \"peak_rss_bytes\": %lld, "
-                "\"frames\": %d, \"height\": %d, \"width\": %d, \"layers\": %d}\n",
+                "\"frames\": %d, \"height\": %d, \"width\": %d, \"layers\": %d, \"step_ms\": [",
                 (int)st.steps, (int)st.detail_steps, (int)st.forwards, (long long)st.tokens, st.total_ms, st.dit_ms,
                 st.block_ms,
                 blocks > 0 ? st.block_ms / blocks : 0.0,
                 st.block_ms > 0 ? st.block_flops * blocks / (st.block_ms * 1e6) : 0.0, st.embed_ms, st.head_ms,
                 st.text_ms, st.sampler_ms, (long long)st.peak_rss_bytes, (int)gp.frames, (int)gp.height,
                 (int)gp.width, (int)info.n_layer);
+        for (int i = 0; i < st.steps && sl.ms; i++)
+            fprintf(stderr, "%s%.3f", i ? ", " : "", sl.ms[i]);
+        fprintf(stderr, "]}\n");
     } else {
         fprintf(stderr, "video: %d steps, %d forwards of %lld tokens in %.1f s (%.1f ms per block, %.1f GFLOP/s)%s%s\n",
                 (int)st.steps, (int)st.forwards, (long long)st.tokens, st.total_ms * 1e-3,
@@ -400,6 +414,7 @@ int cli_video(int argc, char **argv) {
                 lat_out ? lat_out : "");
     }
     rc = 0;
+    free(sl.ms);
 done:
     free(text), free(neg), free(init), free(lat), free(traj);
     ts_video_free(vid);

@@ -22,3 +22,14 @@ add_test(NAME test_wan_pipeline
          COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_wan_pipeline.py
                  $<TARGET_FILE:tessera> ${CMAKE_CURRENT_BINARY_DIR}/wan_pipeline)
 set_tests_properties(test_wan_pipeline PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+
+# The Wan VAE decoder against diffusers' AutoencoderKLWan (a tiny random
+# Wan2.1-structured one from tools/gen_wan_vae.py). Skips (77) without diffusers.
+add_executable(wan_vae_tool ${CMAKE_CURRENT_SOURCE_DIR}/wan_vae_tool.c)
+target_include_directories(wan_vae_tool PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_compile_definitions(wan_vae_tool PRIVATE _GNU_SOURCE)
+target_link_libraries(wan_vae_tool PRIVATE tessera_core)
+add_test(NAME test_wan_vae_oracle
+         COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_wan_vae_oracle.py
+                 $<TARGET_FILE:wan_vae_tool> ${CMAKE_CURRENT_BINARY_DIR}/wan_vae)
+set_tests_properties(test_wan_vae_oracle PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)

@@ -939,6 +939,8 @@ typedef struct ts_video ts_video;
 typedef struct ts_video_params {
     const char *engine; /* engine for the transformer's graphs (NULL: "cpu"; "amx", ...) */
     int32_t n_threads;  /* <= 0: physical cores */
+    const char *vae_path;  /* the Wan2.1 VAE (its decoder; GGUF with the original names): frames out;
+                              NULL: latents only */
     const char *t5_path;   /* the umT5 text encoder (a t5encoder GGUF with its tokenizer: city96's
                               umt5-xxl-encoder files); NULL: text states are given */
     const char *lora_path; /* DCM's detail expert: a low-rank adapter GGUF on the attention projections
@@ -980,6 +982,8 @@ typedef struct ts_video_gen_params {
     const char *negative_prompt; /* cfg > 1 with a prompt: the negative one (NULL: "") */
     const float *init_latents;  /* NULL: noise from seed; else [16][T][H/8][W/8] */
     float *trajectory;          /* NULL, or [steps][16][T][H/8][W/8]: the latents after each step */
+    float *video;               /* NULL, or [3][frames][height][width]: the decoded video in [-1, 1]
+                                   (needs ts_video_params.vae_path) */
     ts_video_step_fn on_step;
     void *user_data;
 } ts_video_gen_params;
@@ -992,6 +996,8 @@ typedef struct ts_video_stats {
     int64_t tokens;        /* per block run */
     double total_ms, dit_ms, block_ms, embed_ms, head_ms, text_ms, sampler_ms;
     double encoder_ms;     /* the text encoder (prompts) */
+    double vae_ms;         /* the VAE decoder */
+    double vae_flops;      /* its multiply-adds x 2 */
     int32_t prompt_tokens; /* the prompt's, EOS included */
     double block_flops;    /* of one block run */
     int64_t peak_rss_bytes;

@@ -12,6 +12,8 @@ on ours):
      timestep 600 down, against the pipeline's transformer_2 with the merged
      weights (boundary_ratio 0.6);
   4. DCM's fixed timesteps 1000,992,982,949,905,810 with Euler, shift 1
+  6. through the VAE (tools/gen_wan_vae.py): the pipeline's np frames against
+     --video-out, the y4m and PNG files, the refusals of a missing or wrong VAE;
   5. from a prompt: the tiny umT5 encoder and its tokenizer (tools/gen_umt5.py)
      against the pipeline with transformers' UMT5EncoderModel and T5
      tokenizer: the prompt's states, then 5 steps with cfg 3 and a negative
@@ -153,11 +155,73 @@ def main():
         print(f"FAIL: no text: {r.stderr}")
         failures += 1
     failures += prompt_pipeline(tessera, out)
+    failures += video_pipeline(tessera, out, model, noise, txt)
     if failures:
         print(f"FAIL: {failures} check(s)")
         return 1
     print(f"tessera video: every step within {BOUND} of diffusers' WanPipeline / schedulers")
     return 0
+
+
+def video_pipeline(tessera, out, model, noise, txt):
+    """Latents to frames: the tiny Wan2.1-structured VAE (tools/gen_wan_vae.py)
+    in the pipeline (output_type "np": the decoded video in [0, 1]) and in
+    tessera (--vae; --video-out in [-1, 1], -o y4m, --png-dir). 0, or the
+    number of failures."""
+    import torch
+    from diffusers import UniPCMultistepScheduler, WanPipeline
+
+    import gen_wan_vae
+
+    vae, _ = gen_wan_vae.tiny(out, seed=9)
+    vae_path = os.path.join(out, "wan-vae-tiny.gguf")
+    sched = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, num_train_timesteps=1000,
+                                    flow_shift=3.0)
+    pipe = WanPipeline(tokenizer=None, text_encoder=None, vae=vae, scheduler=sched, transformer=model)
+    with torch.no_grad():
+        want = pipe(prompt_embeds=torch.from_numpy(txt)[None], height=HEIGHT, width=WIDTH, num_frames=FRAMES,
+                    num_inference_steps=4, guidance_scale=1.0, latents=torch.from_numpy(noise)[None],
+                    output_type="np").frames[0]  # [F][H][W][3] in [0, 1]
+    vid, y4m, pngs = (os.path.join(out, n) for n in ("video.npy", "video.y4m", "png"))
+    r = subprocess.run([tessera, "video", "-m", os.path.join(out, "wan-pipe.gguf"), "--vae", vae_path,
+                        "--text-embeddings", os.path.join(out, "txt.npy"), "--frames", str(FRAMES), "--size",
+                        f"{HEIGHT}x{WIDTH}", "--latents-in", os.path.join(out, "noise.npy"), "--steps", "4",
+                        "--video-out", vid, "-o", y4m, "--png-dir", pngs, "-t", "2", "-q", "--stats", "json"],
+                       capture_output=True, text=True)
+    if r.returncode:
+        print(f"FAIL: tessera video --vae: {r.stderr}")
+        return 1
+    got = np.clip(np.load(vid) / 2 + 0.5, 0, 1).transpose(1, 2, 3, 0)
+    fails = 0
+    rel = float(np.abs(got - want).max())
+    ok = got.shape == want.shape and rel < BOUND
+    fails += not ok
+    print(f"latents -> {FRAMES} frames of {HEIGHT}x{WIDTH} through the VAE: max |error| {rel:.2e} in [0, 1] "
+          f"against WanPipeline(output_type='np')  {'ok' if ok else 'FAIL'}")
+    data = open(y4m, "rb").read()
+    head = f"YUV4MPEG2 W{WIDTH} H{HEIGHT} F16:1 Ip A1:1 C444\n".encode()
+    ok = data.startswith(head) and len(data) == len(head) + FRAMES * (6 + 3 * HEIGHT * WIDTH)
+    fails += not ok
+    from PIL import Image
+    png0 = np.asarray(Image.open(os.path.join(pngs, "frame_0000.png"))).astype(np.float32) / 255
+    pok = len(os.listdir(pngs)) == FRAMES and float(np.abs(png0 - got[0]).max()) <= 0.5 / 255 + 1e-6
+    fails += not pok
+    print(f"y4m: header and {FRAMES} frames {'ok' if ok else 'FAIL'}; PNG frames: {len(os.listdir(pngs))}, "
+          f"frame 0 within half a level {'ok' if pok else 'FAIL'}")
+    stats = [l for l in r.stderr.splitlines() if l.startswith("{")]
+    print("  " + (stats[-1][:200] if stats else "(no stats)"))
+    r = subprocess.run([tessera, "video", "-m", os.path.join(out, "wan-pipe.gguf"), "--text-embeddings",
+                        os.path.join(out, "txt.npy"), "-o", y4m], capture_output=True, text=True)
+    ok = r.returncode != 0 and "--vae" in r.stderr
+    fails += not ok
+    print(f"-o without --vae refused: {r.stderr.strip()}  {'ok' if ok else 'FAIL'}")
+    r = subprocess.run([tessera, "video", "-m", os.path.join(out, "wan-pipe.gguf"), "--vae",
+                        os.path.join(out, "wan-pipe.gguf"), "--text-embeddings", os.path.join(out, "txt.npy")],
+                       capture_output=True, text=True)
+    ok = r.returncode != 0 and "VAE" in r.stderr and "conv2" in r.stderr
+    fails += not ok
+    print(f"a DiT file as the VAE refused: {r.stderr.strip()}  {'ok' if ok else 'FAIL'}")
+    return fails
 
 
 def prompt_pipeline(tessera, out):

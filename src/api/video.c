@@ -15,6 +15,7 @@
 #include "video/flow.h"
 #include "video/umt5.h"
 #include "video/wan.h"
+#include "video/wan_vae.h"
 
 #define VAE_T 4 /* Wan-VAE strides: 4 frames, 8 pixels */
 #define VAE_S 8
@@ -24,6 +25,9 @@ struct ts_video {
     ts_wan *wan;
     ts_wan_lora *lora; /* NULL: none */
     ts_umt5 *t5;       /* NULL: none */
+    ts_wan_vae *vae;   /* NULL: none */
+    ts_wan_vae_run *vae_run;
+    int vae_grid[3];
     ts_umt5_run *t5run;
     ts_tokenizer *tok;
     ts_wan_run *run; /* the last grid's run, reused while the grid and text length stay */
@@ -67,6 +71,11 @@ ts_status ts_video_load(const char *dit_path, const ts_video_params *params, ts_
         free(v);
         return ts_api_fail(err, &lg, ts_api_load_status(p.lora_path, e.msg), "%s", e.msg);
     }
+    if (p.vae_path && !(v->vae = ts_wan_vae_open(p.vae_path, &e))) {
+        const ts_status st = ts_api_load_status(p.vae_path, e.msg);
+        ts_video_free(v);
+        return ts_api_fail(err, &lg, st, "VAE %s: %s", p.vae_path, e.msg);
+    }
     if (p.t5_path) {
         if (!(v->t5 = ts_umt5_open(p.t5_path, &e)) || !(v->tok = ts_tokenizer_load(ts_umt5_gguf(v->t5), &e))) {
             const ts_status st = ts_api_load_status(p.t5_path, e.msg);
@@ -101,6 +110,8 @@ void ts_video_free(ts_video *v) {
         return;
     ts_wan_run_free(v->run);
     ts_umt5_run_free(v->t5run);
+    ts_wan_vae_run_free(v->vae_run);
+    ts_wan_vae_close(v->vae);
     ts_tokenizer_free(v->tok);
     ts_umt5_close(v->t5);
     ts_wan_lora_close(v->lora);
@@ -259,6 +270,9 @@ ts_status ts_video_generate(ts_video *v, const ts_video_gen_params *params, floa
     if (!isfinite(p->cfg) || p->cfg > 100.0f)
         return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "cfg %g out of range (<= 1 off, up to 100)", (double)p->cfg);
     const int64_t len = (int64_t)LATENT_CH * T * h * w;
+    if (p->video && !v->vae)
+        return ts_api_fail(err, lg, TS_ERR_INVALID_STATE,
+                           "decoding frames needs the Wan VAE (vae_path, --vae); the latents are available without it");
     const int32_t n_text = p->text ? p->n_text : TS_VIDEO_TEXT_LEN;
     if (cfg && p->text && p->neg_text && p->n_neg_text != n_text)
         return ts_api_fail(err, lg, TS_ERR_INVALID_ARG,
@@ -297,7 +311,7 @@ ts_status ts_video_generate(ts_video *v, const ts_video_gen_params *params, floa
     ts_wan_stats ws0;
     ts_wan_run_stats(v->run, &ws0); /* the run's counters are cumulative: report this call's */
     ts_status st = TS_OK;
-    double sampler_ms = 0, encoder_ms = 0;
+    double sampler_ms = 0, encoder_ms = 0, vae_ms = 0, vae_flops = 0;
     int32_t prompt_tokens = 0;
     const size_t rows = (size_t)n_text * (size_t)c->text_dim;
     float *vel = malloc((size_t)len * sizeof(float));
@@ -354,6 +368,29 @@ ts_status ts_video_generate(ts_video *v, const ts_video_gen_params *params, floa
             goto done;
         }
     }
+    if (p->video) {
+        const uint64_t t0 = ts_now_ns();
+        if (!v->vae_run || v->vae_grid[0] != T || v->vae_grid[1] != h || v->vae_grid[2] != w) {
+            ts_wan_vae_run_free(v->vae_run);
+            if (!(v->vae_run = ts_wan_vae_run_new(v->vae, v->engine, v->n_threads, T, h, w, &e))) {
+                st = ts_api_fail(err, lg, TS_ERR_NO_MEMORY, "%s", e.msg);
+                goto done;
+            }
+            v->vae_grid[0] = T, v->vae_grid[1] = h, v->vae_grid[2] = w;
+        }
+        /* the pipeline's de-normalisation on a copy: latents stay the DiT's */
+        memcpy(vel, latents, (size_t)len * sizeof(float));
+        ts_wan_vae_denormalize(v->vae, vel, (int64_t)T * h * w);
+        ts_wan_vae_stats vs0, vs1;
+        ts_wan_vae_run_stats(v->vae_run, &vs0);
+        if (ts_wan_vae_decode(v->vae_run, vel, p->video, NULL, NULL, &e)) {
+            st = ts_api_fail(err, lg, TS_ERR_INTERNAL, "%s", e.msg);
+            goto done;
+        }
+        ts_wan_vae_run_stats(v->vae_run, &vs1);
+        vae_ms = (double)(ts_now_ns() - t0) * 1e-6;
+        vae_flops = vs1.flops - vs0.flops;
+    }
     st = ts_api_ok(err);
 done:
     if (stats && v->run) {
@@ -372,6 +409,8 @@ done:
         stats->dit_ms = stats->block_ms + stats->embed_ms + stats->head_ms;
         stats->sampler_ms = sampler_ms;
         stats->encoder_ms = encoder_ms;
+        stats->vae_ms = vae_ms;
+        stats->vae_flops = vae_flops;
         stats->prompt_tokens = prompt_tokens;
         stats->block_flops = ws.block_flops;
         stats->peak_rss_bytes = (int64_t)ru.ru_maxrss * 1024;

@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "cli_util.h"
+#include "video_out.h"
 
 static void help(FILE *f) {
     const ts_video_gen_params d = ts_video_gen_default_params();
@@ -41,6 +42,11 @@ static void help(FILE *f) {
             "      --seed S             noise seed (default %llu)\n"
             "      --latents-in F       start from these latents (.npy or raw f32 [16][T][H/8][W/8])\n"
             "                           instead of noise\n"
+            "      --vae FILE           the Wan2.1 VAE (GGUF, original names): decodes the latents to frames\n"
+            "  -o, --output F.y4m       write the video (YUV4MPEG2 4:4:4, which ffmpeg and mpv open; needs --vae)\n"
+            "      --png-dir DIR        also write DIR/frame_0000.png, ... (needs --vae)\n"
+            "      --fps N              frame rate in the y4m header (default 16, Wan's)\n"
+            "      --video-out F        the decoded frames as floats in [-1, 1], [3][frames][H][W] (.npy or raw)\n"
             "      --latents-out F      write the denoised latents (.npy when F ends in .npy, else raw f32)\n"
             "      --trajectory-out F   write the latents after every step ([steps][16][T][H/8][W/8], same\n"
             "                           formats)\n"
@@ -48,7 +54,8 @@ static void help(FILE *f) {
             "  -t, --threads N          worker threads (default: physical cores)\n"
             "      --stats json         print the counters as ONE JSON object on stderr: steps, forwards,\n"
             "                           tokens (per block run), total_ms, dit_ms, block_ms, ms_per_block,\n"
-            "                           block_gflops, embed_ms, head_ms, text_ms, sampler_ms, peak_rss_bytes\n"
+            "                           block_gflops, embed_ms, head_ms, text_ms, sampler_ms, encoder_ms,\n"
+            "                           vae_ms, vae_gflops, peak_rss_bytes, step_ms (each step)\n"
             "  -q, --quiet              no per-step progress\n"
             "  -h, --help               this help\n\n"
             "T = (frames - 1) / 4 + 1 latent frames of (height/8) x (width/8); the transformer runs\n"
@@ -172,7 +179,9 @@ static bool on_step(int32_t step, int32_t n, double ms, void *user) {
 int cli_video(int argc, char **argv) {
     ts_video_gen_params gp = ts_video_gen_default_params();
     const char *model = NULL, *text_path = NULL, *neg_path = NULL, *lat_in = NULL, *lat_out = NULL, *engine = NULL,
-               *traj_out = NULL, *lora = NULL, *t5 = NULL, *prompt = NULL, *neg_prompt = NULL, *emb_out = NULL;
+               *traj_out = NULL, *lora = NULL, *t5 = NULL, *prompt = NULL, *neg_prompt = NULL, *emb_out = NULL,
+               *vae = NULL, *y4m = NULL, *png_dir = NULL, *video_out = NULL;
+    int32_t fps = 16;
     float lora_scale = 0.0f;
     int32_t n_threads = 0;
     bool stats_json = false, quiet = false, shift_set = false;
@@ -201,6 +210,11 @@ int cli_video(int argc, char **argv) {
         else if (!strcmp(a, "--trajectory-out")) traj_out = v;
         else if (!strcmp(a, "--lora")) lora = v;
         else if (!strcmp(a, "--t5")) t5 = v;
+        else if (!strcmp(a, "--vae")) vae = v;
+        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) y4m = v;
+        else if (!strcmp(a, "--png-dir")) png_dir = v;
+        else if (!strcmp(a, "--video-out")) video_out = v;
+        else if (!strcmp(a, "--fps")) rc = cli_parse_i32(a, v, 1, &fps);
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
         else if (!strcmp(a, "--negative-prompt")) neg_prompt = v;
         else if (!strcmp(a, "--text-embeddings-out")) emb_out = v;
@@ -268,6 +282,15 @@ int cli_video(int argc, char **argv) {
         fprintf(stderr, "error: give -p TEXT or --text-embeddings FILE, not both\n");
         return 2;
     }
+    if ((y4m || png_dir || video_out) && !vae) {
+        fprintf(stderr, "error: writing frames needs the Wan VAE: --vae WAN_VAE.gguf (--latents-out writes the "
+                        "latents without it)\n");
+        return 2;
+    }
+    if (png_dir && !video_png_available()) {
+        fprintf(stderr, "error: --png-dir: this build has no libpng (install libpng-dev and rebuild); -o writes y4m\n");
+        return 2;
+    }
     if (prompt && !t5) {
         fprintf(stderr, "error: -p needs the text encoder: --t5 UMT5.gguf (umt5-xxl-encoder), or give "
                         "--text-embeddings\n");
@@ -280,6 +303,7 @@ int cli_video(int argc, char **argv) {
     vp.n_threads = n_threads;
     vp.lora_path = lora;
     vp.t5_path = t5;
+    vp.vae_path = vae;
     vp.lora_scale = lora_scale;
     vp.log = cli_log;
     ts_error err = {0};
@@ -291,7 +315,7 @@ int cli_video(int argc, char **argv) {
     ts_video_info info;
     ts_video_get_info(vid, &info);
     int rc = 1;
-    float *text = NULL, *neg = NULL, *init = NULL, *lat = NULL, *traj = NULL;
+    float *text = NULL, *neg = NULL, *init = NULL, *lat = NULL, *traj = NULL, *vid_frames = NULL;
     int64_t n, shape[8];
     int nd;
     if (text_path) {
@@ -374,6 +398,12 @@ int cli_video(int argc, char **argv) {
         fprintf(stderr, "error: out of memory for %d steps of latents\n", (int)n_steps);
         goto done;
     }
+    const int64_t n_px = (int64_t)gp.height * gp.width;
+    if (vae && !(gp.video = vid_frames = malloc((size_t)3 * (size_t)gp.frames * (size_t)n_px * sizeof(float)))) {
+        fprintf(stderr, "error: out of memory for %d frames of %dx%d\n", (int)gp.frames, (int)gp.height,
+                (int)gp.width);
+        goto done;
+    }
     step_log sl = {.quiet = quiet, .ms = calloc((size_t)n_steps, sizeof(double)), .n = n_steps};
     gp.on_step = on_step;
     gp.user_data = &sl;
@@ -386,7 +416,11 @@ int cli_video(int argc, char **argv) {
     const int64_t T = (gp.frames - 1) / 4 + 1;
     const int64_t lshape[4] = {16, T, gp.height / 8, gp.width / 8};
     const int64_t tshape[5] = {st.steps, 16, T, gp.height / 8, gp.width / 8};
-    if ((lat_out && write_floats(lat_out, lat, lshape, 4)) || (traj_out && write_floats(traj_out, traj, tshape, 5))) {
+    const int64_t vshape[4] = {3, gp.frames, gp.height, gp.width};
+    if ((lat_out && write_floats(lat_out, lat, lshape, 4)) || (traj_out && write_floats(traj_out, traj, tshape, 5)) ||
+        (video_out && write_floats(video_out, vid_frames, vshape, 4)) ||
+        (y4m && video_write_y4m(y4m, vid_frames, gp.frames, gp.height, gp.width, fps)) ||
+        (png_dir && video_write_pngs(png_dir, vid_frames, gp.frames, gp.height, gp.width))) {
         free(sl.ms);
         goto done;
     }
@@ -395,13 +429,15 @@ int cli_video(int argc, char **argv) {
         fprintf(stderr,
                 "{\"steps\": %d, \"detail_steps\": %d, \"forwards\": %d, \"tokens\": %lld, \"total_ms\": %.3f, \"dit_ms\": %.3f, "
                 "\"block_ms\": %.3f, \"ms_per_block\": %.3f, \"block_gflops\": %.3f, \"embed_ms\": %.3f, "
-                "\"head_ms\": %.3f, \"text_ms\": %.3f, \"sampler_ms\": %.3f, \"peak_rss_bytes\": %lld, "
+                "\"head_ms\": %.3f, \"text_ms\": %.3f, \"sampler_ms\": %.3f, \"encoder_ms\": %.3f, \"vae_ms\": %.3f, "
+                "\"vae_gflops\": %.3f, \"peak_rss_bytes\": %lld, "
                 "\"frames\": %d, \"height\": %d, \"width\": %d, \"layers\": %d, \"step_ms\": [",
                 (int)st.steps, (int)st.detail_steps, (int)st.forwards, (long long)st.tokens, st.total_ms, st.dit_ms,
                 st.block_ms,
                 blocks > 0 ? st.block_ms / blocks : 0.0,
                 st.block_ms > 0 ? st.block_flops * blocks / (st.block_ms * 1e6) : 0.0, st.embed_ms, st.head_ms,
-                st.text_ms, st.sampler_ms, (long long)st.peak_rss_bytes, (int)gp.frames, (int)gp.height,
+                st.text_ms, st.sampler_ms, st.encoder_ms, st.vae_ms,
+                st.vae_ms > 0 ? st.vae_flops / (st.vae_ms * 1e6) : 0.0, (long long)st.peak_rss_bytes, (int)gp.frames, (int)gp.height,
                 (int)gp.width, (int)info.n_layer);
         for (int i = 0; i < st.steps && sl.ms; i++)
             fprintf(stderr, "%s%.3f", i ? ", " : "", sl.ms[i]);
@@ -410,13 +446,13 @@ int cli_video(int argc, char **argv) {
         fprintf(stderr, "video: %d steps, %d forwards of %lld tokens in %.1f s (%.1f ms per block, %.1f GFLOP/s)%s%s\n",
                 (int)st.steps, (int)st.forwards, (long long)st.tokens, st.total_ms * 1e-3,
                 blocks > 0 ? st.block_ms / blocks : 0.0,
-                st.block_ms > 0 ? st.block_flops * blocks / (st.block_ms * 1e6) : 0.0, lat_out ? "; latents -> " : "",
-                lat_out ? lat_out : "");
+                st.block_ms > 0 ? st.block_flops * blocks / (st.block_ms * 1e6) : 0.0, y4m ? "; video -> " : lat_out ? "; latents -> " : "",
+                y4m ? y4m : lat_out ? lat_out : "");
     }
     rc = 0;
     free(sl.ms);
 done:
-    free(text), free(neg), free(init), free(lat), free(traj);
+    free(text), free(neg), free(init), free(lat), free(traj), free(vid_frames);
     ts_video_free(vid);
     return rc;
 }

@@ -13,6 +13,9 @@ the inverse of diffusers' convert_wan_vae_to_diffusers, checked by the
 oracle through it.
 
 usage: gen_wan_vae.py OUT_DIR [--seed N] [--base-dim 8]
+       gen_wan_vae.py OUT.gguf --from-safetensors wan_2.1_vae.safetensors
+         (a real Wan2.1 VAE with the original names, e.g. ComfyUI's file: its
+         decoder and conv2 written as tessera reads them; f16/bf16 kept as f16)
 """
 import argparse
 import os
@@ -97,13 +100,41 @@ def tiny(out_dir, seed, name="wan-vae-tiny", base_dim=8):
     return vae, tensors
 
 
+def from_safetensors(src, dst):
+    from gguf import GGUFWriter
+    from safetensors.numpy import load_file
+
+    sd = load_file(src)
+    w = GGUFWriter(dst, "wan_vae")
+    n = 0
+    for k in sorted(sd):
+        if not (k.startswith("decoder.") or k.startswith("conv2.")):
+            continue
+        a = np.asarray(sd[k])
+        if a.ndim > 2:
+            w.add_array("comfy.gguf.orig_shape." + k, [int(d) for d in a.shape])
+            a = a.reshape(a.shape[0], -1)
+        w.add_tensor(k, np.ascontiguousarray(a.astype(np.float32 if a.ndim == 1 else np.float16)))
+        n += 1
+    if not n:
+        raise SystemExit(f"gen_wan_vae: no decoder.* / conv2.* tensors in {src}")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--base-dim", type=int, default=8)
+    ap.add_argument("--from-safetensors")
     a = ap.parse_args()
-    tiny(a.out, a.seed, base_dim=a.base_dim)
+    if a.from_safetensors:
+        from_safetensors(a.from_safetensors, a.out)
+    else:
+        tiny(a.out, a.seed, base_dim=a.base_dim)
     print("gen_wan_vae: wrote", a.out)
 
 

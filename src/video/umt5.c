@@ -1,6 +1,7 @@
 /* umt5.c - the umT5 text encoder: weights from GGUF, its layers as engine
  * graphs (umt5.h). */
 #include "video/umt5.h"
+#include "video/vmem.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -9,9 +10,7 @@
 
 #include "core/clock.h"
 #include "engine/engine.h"
-#include "kernels/linear.h"
 #include "kernels/ops.h"
-#include "kernels/repack.h"
 #include "quant/quant.h"
 
 #define ARCH "t5encoder"
@@ -42,14 +41,6 @@ struct ts_umt5 {
 
 static int64_t pad16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
-static void fmt_shape(char *buf, size_t cap, const ts_gguf_tensor *t) {
-    int o = snprintf(buf, cap, "[");
-    for (uint32_t i = 0; i < t->n_dims && o > 0 && (size_t)o < cap; i++)
-        o += snprintf(buf + o, cap - (size_t)o, "%s%lld", i ? ", " : "", (long long)t->ne[i]);
-    if (o > 0 && (size_t)o < cap)
-        snprintf(buf + o, cap - (size_t)o, "]");
-}
-
 /* Tensor `name` of GGUF shape [ne0] (ne1 == 0) or [ne0, ne1], of a type
  * that dequantizes in rows of ne0; NULL with err (optional: NULL and no
  * error when absent). */
@@ -65,7 +56,7 @@ static const ts_gguf_tensor *need(const ts_umt5 *m, const char *name, int64_t ne
     const bool ok = ne1 ? t->n_dims == 2 && t->ne[0] == ne0 && t->ne[1] == ne1 : t->n_dims == 1 && t->ne[0] == ne0;
     if (!ok) {
         char sh[96];
-        fmt_shape(sh, sizeof sh, t);
+        ts_vm_fmt_shape(sh, sizeof sh, t);
         if (ne1)
             ts_err_set(err, "tensor '%s' has shape %s, expected [%lld, %lld]", name, sh, (long long)ne0,
                        (long long)ne1);
@@ -180,7 +171,7 @@ ts_umt5 *ts_umt5_open(const char *path, ts_err *err) {
     const int64_t nv = te && te->n_dims == 2 && te->ne[1] >= 1 && te->ne[1] <= (1 << 24) ? te->ne[1] : 0;
     if (te && !nv) {
         char sh[96];
-        fmt_shape(sh, sizeof sh, te);
+        ts_vm_fmt_shape(sh, sizeof sh, te);
         ts_err_set(err, "tensor 'token_embd.weight' has shape %s, expected [%lld, n_vocab <= 2^24]", sh, (long long)D);
         goto fail;
     }
@@ -289,14 +280,7 @@ enum {
     S_COUNT
 };
 
-/* a matrix placed for the engine */
-typedef struct placed {
-    ts_eng_buf *buf;
-    uint64_t off;
-    uint32_t wtype;
-    uint64_t row_bytes;
-    ts_eng_wlayout layout;
-} placed;
+typedef ts_vm_placed placed;
 
 struct ts_umt5_run {
     ts_umt5 *m;
@@ -307,64 +291,23 @@ struct ts_umt5_run {
     size_t act_bytes[S_VEC];
     ts_eng_buf *abuf[S_VEC];
     ts_eng_buf *vbuf, *fbuf; /* the vector arena; the whole file (rows kept as stored) */
-    void **packs;            /* matrices repacked for the engine */
-    ts_eng_buf **pbufs;
-    int n_packs;
+    ts_vm_packs packs;       /* matrices repacked for the engine */
     ts_eng_graph *g_layer, *g_out;
     ts_eng_bindset **bs; /* [n_layer] */
     ts_eng_bind base[S_COUNT];
     ts_umt5_stats st;
 };
 
-/* The matrix in the engine's own layout when it has one, else the CPU's
- * panels when the engine reads them and the fast kernels want them, else
- * its GGUF rows in the mapped file (as video/wan.c places its matrices). */
 static int place(ts_umt5_run *r, const ts_wmat *w, placed *out, ts_err *err) {
-    *out = (placed){.buf = r->fbuf,
-                    .off = (uint64_t)((const uint8_t *)w->data - ts_gguf_base(r->m->g)),
-                    .wtype = w->type,
-                    .row_bytes = w->row_bytes,
-                    .layout = TS_WL_ROWS};
-    const uint64_t own = ts_eng_packed_bytes(r->e, w->type, w->n_in, w->n_out);
-    const bool panels = !own && ts_eng_describe(r->e)->cpu_layouts && ts_linear_wants_pack(w);
-    if (!own && !panels)
-        return 0;
-    const size_t bytes = own ? own : ts_rp_matrix_bytes(w->type, w->n_in, w->n_out);
-    void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-    if (!p)
-        return ts_err_set(err, "out of memory packing a %lld x %lld matrix", (long long)w->n_out, (long long)w->n_in);
-    const int rc = own ? ts_eng_pack(r->e, w->type, w->data, w->row_bytes, w->n_in, w->n_out, p, err)
-                       : ts_linear_pack(w, p, err);
-    if (rc) {
-        free(p);
-        return own ? -1 : 0; /* the panels refused it: keep the rows */
-    }
-    ts_eng_buf *b = ts_eng_buf_map(r->e, p, bytes, err);
-    if (!b) {
-        free(p);
-        return -1;
-    }
-    r->packs[r->n_packs] = p;
-    r->pbufs[r->n_packs++] = b;
-    *out = (placed){.buf = b, .off = 0, .wtype = w->type, .row_bytes = w->row_bytes,
-                    .layout = own ? TS_WL_ENGINE : TS_WL_PANELS};
-    return 0;
+    return ts_vm_place(&r->packs, w, r->fbuf, ts_gguf_base(r->m->g), out, err);
 }
 
-static ts_eng_bind wbind(const placed *p) {
-    return (ts_eng_bind){.buf = p->buf, .off = p->off, .wtype = p->wtype, .row_bytes = p->row_bytes,
-                         .layout = p->layout};
-}
+static ts_eng_bind wbind(const placed *p) { return ts_vm_bind(p); }
 
 static int alloc_act(ts_umt5_run *r, int s, size_t bytes, ts_err *err) {
-    bytes = (bytes + 63) & ~(size_t)63;
-    r->act[s] = aligned_alloc(64, bytes);
-    if (!r->act[s])
-        return ts_err_set(err, "out of memory (%zu bytes of activations)", bytes);
-    memset(r->act[s], 0, bytes);
-    r->act_bytes[s] = bytes;
-    if (!(r->abuf[s] = ts_eng_buf_map(r->e, r->act[s], bytes, err)))
+    if (!(r->act[s] = ts_vm_map_alloc(r->e, bytes, &r->abuf[s], err)))
         return -1;
+    r->act_bytes[s] = (bytes + 63) & ~(size_t)63;
     r->base[s] = (ts_eng_bind){.buf = r->abuf[s]};
     return 0;
 }
@@ -441,10 +384,9 @@ ts_umt5_run *ts_umt5_run_new(ts_umt5 *m, const ts_umt5_run_params *p, ts_err *er
     if (!(r->fbuf = ts_eng_buf_map(r->e, (void *)(uintptr_t)ts_gguf_base(m->g), (size_t)ts_gguf_file_size(m->g),
                                    err)))
         goto fail;
-    r->packs = calloc((size_t)(7 * L), sizeof *r->packs);
-    r->pbufs = calloc((size_t)(7 * L), sizeof *r->pbufs);
+    r->packs.e = r->e;
     r->bs = calloc((size_t)L, sizeof *r->bs);
-    if (!r->packs || !r->pbufs || !r->bs) {
+    if (!r->bs) {
         ts_err_set(err, "out of memory");
         goto fail;
     }
@@ -496,12 +438,7 @@ void ts_umt5_run_free(ts_umt5_run *r) {
     free(r->bs);
     ts_eng_graph_free(r->g_layer);
     ts_eng_graph_free(r->g_out);
-    for (int i = 0; i < r->n_packs; i++) {
-        ts_eng_buf_free(r->pbufs[i]);
-        free(r->packs[i]);
-    }
-    free(r->packs);
-    free(r->pbufs);
+    ts_vm_packs_free(&r->packs);
     for (int s = 0; s < S_VEC; s++) {
         ts_eng_buf_free(r->abuf[s]);
         free(r->act[s]);

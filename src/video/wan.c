@@ -1,5 +1,6 @@
 /* wan.c - the Wan2.1 DiT: weights from GGUF, its graphs on an engine (wan.h). */
 #include "video/wan.h"
+#include "video/vmem.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -10,9 +11,7 @@
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "kernels/block_ops.h"
-#include "kernels/linear.h"
 #include "kernels/ops.h"
-#include "kernels/repack.h"
 #include "quant/quant.h"
 
 /* ---- weights ------------------------------------------------------------ */
@@ -39,14 +38,6 @@ struct ts_wan {
     int n_runs;
 };
 
-static void fmt_shape(char *buf, size_t cap, const ts_gguf_tensor *t) {
-    int o = snprintf(buf, cap, "[");
-    for (uint32_t i = 0; i < t->n_dims && o > 0 && (size_t)o < cap; i++)
-        o += snprintf(buf + o, cap - (size_t)o, "%s%lld", i ? ", " : "", (long long)t->ne[i]);
-    if (o > 0 && (size_t)o < cap)
-        snprintf(buf + o, cap - (size_t)o, "]");
-}
-
 /* Tensor `name` with n_elem elements (any stored shape whose first
  * dimension is ne0, when ne0 > 0), or NULL with err. */
 static const ts_gguf_tensor *need(ts_wan *w, const char *name, int64_t ne0, int64_t n_elem, ts_err *err) {
@@ -57,7 +48,7 @@ static const ts_gguf_tensor *need(ts_wan *w, const char *name, int64_t ne0, int6
     }
     if (t->n_elements != n_elem || (ne0 > 0 && t->ne[0] != ne0)) {
         char sh[96];
-        fmt_shape(sh, sizeof sh, t);
+        ts_vm_fmt_shape(sh, sizeof sh, t);
         ts_err_set(err, "tensor '%s' has shape %s, expected %lld elements%s", name, sh, (long long)n_elem,
                    ne0 > 0 ? " in rows of the model width" : "");
         return NULL;
@@ -389,14 +380,7 @@ enum {
     S_COUNT = S_LA + 2 * P_N
 };
 
-/* a matrix placed for the engine */
-typedef struct placed {
-    ts_eng_buf *buf;
-    uint64_t off;
-    uint32_t wtype;
-    uint64_t row_bytes;
-    ts_eng_wlayout layout;
-} placed;
+typedef ts_vm_placed placed;
 
 typedef struct layer_w {
     placed sq, sk, sv, so, cq, ck, cv, co, f0, f2;
@@ -417,9 +401,7 @@ struct ts_wan_run {
     size_t act_bytes[S_VEC];
     ts_eng_buf *abuf[S_VEC];
     ts_eng_buf *vbuf, *fbuf, *lbuf; /* the vector arena; the whole file (rows kept as stored); the adapter's */
-    void **packs;            /* matrices repacked for the engine */
-    ts_eng_buf **pbufs;
-    int n_packs;
+    ts_vm_packs packs;       /* matrices repacked for the engine */
     placed patch, te0, te2, head;
     layer_w *lw;
     ts_eng_graph *g_embed, *g_block, *g_head, *g_text, *g_ctx, *g_block_lora, *g_ctx_lora;
@@ -431,59 +413,16 @@ struct ts_wan_run {
     ts_wan_stats st;
 };
 
-static placed place_rows(ts_wan_run *r, const ts_wmat *m, bool lora) {
-    const uint8_t *base = ts_gguf_base(lora ? r->lora->g : r->w->g);
-    return (placed){.buf = lora ? r->lbuf : r->fbuf,
-                    .off = (uint64_t)((const uint8_t *)m->data - base),
-                    .wtype = m->type,
-                    .row_bytes = m->row_bytes,
-                    .layout = TS_WL_ROWS};
-}
-
-/* The matrix in the engine's own layout when it has one, else the CPU's
- * panels when the engine reads them and the fast kernels want them, else
- * its GGUF rows in the mapped file. */
+/* m from the base file or the adapter's, placed for the run's engine */
 static int place_from(ts_wan_run *r, const ts_wmat *m, bool lora, placed *out, ts_err *err) {
-    *out = place_rows(r, m, lora);
-    const uint64_t own = ts_eng_packed_bytes(r->e, m->type, m->n_in, m->n_out);
-    const bool panels = !own && ts_eng_describe(r->e)->cpu_layouts && ts_linear_wants_pack(m);
-    if (!own && !panels)
-        return 0;
-    const size_t bytes = own ? own : ts_rp_matrix_bytes(m->type, m->n_in, m->n_out);
-    void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-    if (!p)
-        return ts_err_set(err, "out of memory packing a %lld x %lld matrix", (long long)m->n_out, (long long)m->n_in);
-    r->packs[r->n_packs] = p;
-    const int rc = own ? ts_eng_pack(r->e, m->type, m->data, m->row_bytes, m->n_in, m->n_out, p, err)
-                       : ts_linear_pack(m, p, err);
-    if (rc) {
-        /* the panels refused it: keep the rows */
-        free(p);
-        r->packs[r->n_packs] = NULL;
-        return own ? -1 : 0;
-    }
-    ts_eng_buf *b = ts_eng_buf_map(r->e, p, bytes, err);
-    if (!b) {
-        free(p);
-        r->packs[r->n_packs] = NULL;
-        return -1;
-    }
-    r->pbufs[r->n_packs++] = b;
-    /* the rows' file pages are not read again: one resident copy */
-    ts_gguf_drop_pages(m->data, (size_t)m->n_out * m->row_bytes);
-    *out = (placed){.buf = b, .off = 0, .wtype = m->type, .row_bytes = m->row_bytes,
-                    .layout = own ? TS_WL_ENGINE : TS_WL_PANELS};
-    return 0;
+    return ts_vm_place(&r->packs, m, lora ? r->lbuf : r->fbuf, ts_gguf_base(lora ? r->lora->g : r->w->g), out, err);
 }
 
 static int place(ts_wan_run *r, const ts_wmat *m, placed *out, ts_err *err) {
     return place_from(r, m, false, out, err);
 }
 
-static ts_eng_bind wbind(const placed *p) {
-    return (ts_eng_bind){.buf = p->buf, .off = p->off, .wtype = p->wtype, .row_bytes = p->row_bytes,
-                         .layout = p->layout};
-}
+static ts_eng_bind wbind(const placed *p) { return ts_vm_bind(p); }
 
 #define R(s) TS_ENG_REF((s), 0)
 #define V(off) TS_ENG_REF(S_VEC, (uint64_t)(off) * 4)
@@ -596,14 +535,9 @@ static double block_flops(const ts_wan_config *c, int64_t M, int n_text) {
 }
 
 static int alloc_act(ts_wan_run *r, int s, size_t bytes, ts_err *err) {
-    bytes = (bytes + 63) & ~(size_t)63;
-    r->act[s] = aligned_alloc(64, bytes);
-    if (!r->act[s])
-        return ts_err_set(err, "out of memory (%zu bytes of activations)", bytes);
-    memset(r->act[s], 0, bytes);
-    r->act_bytes[s] = bytes;
-    if (!(r->abuf[s] = ts_eng_buf_map(r->e, r->act[s], bytes, err)))
+    if (!(r->act[s] = ts_vm_map_alloc(r->e, bytes, &r->abuf[s], err)))
         return -1;
+    r->act_bytes[s] = (bytes + 63) & ~(size_t)63;
     r->base[s] = (ts_eng_bind){.buf = r->abuf[s]};
     return 0;
 }
@@ -719,9 +653,7 @@ ts_wan_run *ts_wan_run_new(ts_wan *w, const ts_wan_run_params *p, ts_err *err) {
     if (lo && !(r->lbuf = ts_eng_buf_map(r->e, (void *)(uintptr_t)ts_gguf_base(lo->g),
                                          (size_t)ts_gguf_file_size(lo->g), err)))
         goto fail;
-    const int n_mats = 4 + (10 + 2 * P_N) * (int)L;
-    r->packs = calloc((size_t)n_mats, sizeof *r->packs);
-    r->pbufs = calloc((size_t)n_mats, sizeof *r->pbufs);
+    r->packs.e = r->e;
     r->lw = calloc((size_t)L, sizeof *r->lw);
     r->bs_block = calloc((size_t)(p->n_texts * L), sizeof *r->bs_block);
     r->bs_lora = calloc((size_t)(p->n_texts * L), sizeof *r->bs_lora);
@@ -731,7 +663,7 @@ ts_wan_run *ts_wan_run_new(ts_wan *w, const ts_wan_run_params *p, ts_err *err) {
     r->tproj = malloc((size_t)6 * D * f4);
     const int64_t sc = (int64_t)c->freq_dim > D ? c->freq_dim : D;
     r->scratch = malloc((size_t)sc * f4);
-    if (!r->packs || !r->pbufs || !r->lw || !r->bs_block || !r->bs_lora || !r->emb || !r->temb || !r->h1 || !r->tproj ||
+    if (!r->lw || !r->bs_block || !r->bs_lora || !r->emb || !r->temb || !r->h1 || !r->tproj ||
         !r->scratch) {
         ts_err_set(err, "out of memory");
         goto fail;
@@ -843,12 +775,7 @@ void ts_wan_run_free(ts_wan_run *r) {
     ts_eng_graph_free(r->g_head);
     ts_eng_graph_free(r->g_text);
     ts_eng_graph_free(r->g_ctx);
-    for (int i = 0; i < r->n_packs; i++) {
-        ts_eng_buf_free(r->pbufs[i]);
-        free(r->packs[i]);
-    }
-    free(r->packs);
-    free(r->pbufs);
+    ts_vm_packs_free(&r->packs);
     free(r->lw);
     for (int s = 0; s < S_VEC; s++) {
         ts_eng_buf_free(r->abuf[s]);

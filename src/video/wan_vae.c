@@ -1,5 +1,6 @@
 /* wan_vae.c - the Wan2.1 VAE decoder (wan_vae.h). */
 #include "video/wan_vae.h"
+#include "video/vmem.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -293,18 +294,9 @@ struct ts_wan_vae_run {
 };
 
 static float *map_alloc(ts_wan_vae_run *r, size_t floats, ts_eng_buf **b, ts_err *err) {
-    const size_t bytes = (floats * sizeof(float) + 63) & ~(size_t)63;
-    float *p = aligned_alloc(64, bytes);
-    if (!p) {
-        ts_err_set(err, "out of memory (%zu MiB for the decoder's activations)", bytes >> 20);
-        return NULL;
-    }
-    memset(p, 0, bytes);
-    if (!(*b = ts_eng_buf_map(r->e, p, bytes, err))) {
-        free(p);
-        return NULL;
-    }
-    r->bytes += bytes;
+    float *p = ts_vm_map_alloc(r->e, floats * sizeof(float), b, err);
+    if (p)
+        r->bytes += (floats * sizeof(float) + 63) & ~(size_t)63;
     return p;
 }
 

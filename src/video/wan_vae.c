@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/threadpool.h"
+#include "engine/cpu/cpu_engine.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"
@@ -289,6 +291,7 @@ struct ts_wan_vae_run {
     float *attn[5]; /* XN, Q, K, V, ATT: [h w][c_mid] */
     ts_eng_buf *mbuf[4], *mcol, *mout, *mattn[5];
     ts_eng_graph *g_attn;
+    ts_threadpool *pool; /* the host's part: im2col, norms */
     uint64_t bytes;
     ts_wan_vae_stats st;
 };
@@ -333,7 +336,13 @@ ts_wan_vae_run *ts_wan_vae_run_new(ts_wan_vae *v, const char *engine, int n_thre
     }
     r->v = v, r->T = T, r->h = h, r->w = w;
     const ts_eng_open_params op = {.threads = n_threads > 0 ? n_threads : 1};
-    if (!(r->e = ts_eng_open_ex(engine ? engine : "cpu", &op, err)) || !(r->q = ts_eng_queue_new(r->e, err)))
+    /* the host's part and the cpu engine share one pool (two would spin
+     * against each other between the alternating im2col and matmuls) */
+    if (!(r->pool = ts_threadpool_new(op.threads, err)))
+        goto fail;
+    r->e = !engine || !strcmp(engine, "cpu") ? ts_eng_cpu_open_pool(r->pool, false, err)
+                                             : ts_eng_open_ex(engine, &op, err);
+    if (!r->e || !(r->q = ts_eng_queue_new(r->e, err)))
         goto fail;
     /* the largest activation: 4 frames of any conv's level at its widest
      * side (a time_conv's 2C over 2 frames counts the same) */
@@ -426,6 +435,7 @@ void ts_wan_vae_run_free(ts_wan_vae_run *r) {
     ts_eng_buf_free(r->mout), free(r->out);
     ts_eng_queue_free(r->q);
     ts_eng_close(r->e);
+    ts_threadpool_free(r->pool);
     free(r);
 }
 
@@ -435,19 +445,70 @@ void ts_wan_vae_run_stats(const ts_wan_vae_run *r, ts_wan_vae_stats *out) { *out
 /* ---- the decoder's pieces ----------------------------------------------- */
 
 /* x / max(|x|, 1e-12) sqrt(C) gamma per pixel (F.normalize over channels),
- * then SiLU when silu; n pixels of C channels, in place or into y. */
-static void rms(float *y, const float *x, int64_t n, int C, const float *gamma, bool silu) {
+ * then SiLU when silu; n pixels of C channels, in place or into y; pixels
+ * split over pool. */
+typedef struct {
+    float *y;
+    const float *x, *gamma;
+    int C;
+    bool silu;
+} rms_job;
+
+static void rms_rows(void *ctx, int64_t p0, int64_t p1, int tid) {
+    (void)tid;
+    const rms_job *j = ctx;
+    const int C = j->C;
     const float sc = sqrtf((float)C);
-    for (int64_t p = 0; p < n; p++) {
-        const float *xp = x + p * C;
-        float *yp = y + p * C;
+    for (int64_t p = p0; p < p1; p++) {
+        const float *xp = j->x + p * C;
+        float *yp = j->y + p * C;
         double ss = 0;
         for (int c = 0; c < C; c++)
             ss += (double)xp[c] * xp[c];
         const float nrm = (float)sqrt(ss), inv = 1.0f / (nrm > 1e-12f ? nrm : 1e-12f);
         for (int c = 0; c < C; c++) {
-            const float v = xp[c] * inv * sc * gamma[c];
-            yp[c] = silu ? v / (1.0f + expf(-v)) : v;
+            const float v = xp[c] * inv * sc * j->gamma[c];
+            yp[c] = j->silu ? v / (1.0f + expf(-v)) : v;
+        }
+    }
+}
+
+static void rms(ts_threadpool *pool, float *y, const float *x, int64_t n, int C, const float *gamma, bool silu) {
+    rms_job j = {y, x, gamma, C, silu};
+    ts_parallel_for(pool, n, rms_rows, &j);
+}
+
+/* im2col rows [i0, i1) of a tile: output pixel p0 + i's kt x kk x kk
+ * taps of cin channels (zeros outside the frame or for a NULL frame). */
+typedef struct {
+    float *col;
+    const float *const *frames; /* the output frame's first input frame */
+    const vconv *c;
+    int64_t K, p0;
+    int H, W, Wo, Ho;
+    bool up;
+} im2col_job;
+
+static void im2col_rows(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    const im2col_job *j = ctx;
+    const vconv *c = j->c;
+    const int pad = c->kk / 2, cin = c->cin;
+    for (int64_t i = i0; i < i1; i++) {
+        const int y = (int)((j->p0 + i) / j->Wo), x = (int)((j->p0 + i) % j->Wo);
+        float *row = j->col + i * j->K;
+        for (int a = 0; a < c->kt; a++) {
+            const float *src = j->frames[a];
+            for (int dy = 0; dy < c->kk; dy++)
+                for (int dx = 0; dx < c->kk; dx++, row += cin) {
+                    const int sy = y + dy - pad, sx = x + dx - pad;
+                    if (!src || sy < 0 || sx < 0 || sy >= j->Ho || sx >= j->Wo) {
+                        memset(row, 0, (size_t)cin * sizeof(float));
+                        continue;
+                    }
+                    const int iy = j->up ? sy / 2 : sy, ix = j->up ? sx / 2 : sx;
+                    memcpy(row, src + ((int64_t)iy * j->W + ix) * cin, (size_t)cin * sizeof(float));
+                }
         }
     }
 }
@@ -460,7 +521,7 @@ static int conv_frames(ts_wan_vae_run *r, int cid, const float *const *frames, i
                        float *out, ts_err *err) {
     const vconv *c = &r->v->conv[cid];
     const conv_rt *t = &r->rt[cid];
-    const int Ho = up ? 2 * H : H, Wo = up ? 2 * W : W, pad = c->kk / 2, cin = c->cin;
+    const int Ho = up ? 2 * H : H, Wo = up ? 2 * W : W, cin = c->cin;
     const int64_t K = (int64_t)c->kt * c->kk * c->kk * cin, npx = (int64_t)Ho * Wo;
     ts_eng_bind b[4] = {
         {.buf = t->wbuf, .wtype = TS_TYPE_F32, .row_bytes = (uint64_t)K * 4, .layout = TS_WL_ROWS},
@@ -472,23 +533,8 @@ static int conv_frames(ts_wan_vae_run *r, int cid, const float *const *frames, i
         float *of = out + (int64_t)f * npx * c->cout;
         for (int64_t p0 = 0; p0 < npx; p0 += TS_VAE_TILE) {
             const int n = (int)(npx - p0 < TS_VAE_TILE ? npx - p0 : TS_VAE_TILE);
-            for (int i = 0; i < n; i++) {
-                const int y = (int)((p0 + i) / Wo), x = (int)((p0 + i) % Wo);
-                float *row = r->col + (int64_t)i * K;
-                for (int a = 0; a < c->kt; a++) {
-                    const float *src = frames[f + a];
-                    for (int dy = 0; dy < c->kk; dy++)
-                        for (int dx = 0; dx < c->kk; dx++, row += cin) {
-                            const int sy = y + dy - pad, sx = x + dx - pad;
-                            if (!src || sy < 0 || sx < 0 || sy >= Ho || sx >= Wo) {
-                                memset(row, 0, (size_t)cin * sizeof(float));
-                                continue;
-                            }
-                            const int iy = up ? sy / 2 : sy, ix = up ? sx / 2 : sx;
-                            memcpy(row, src + ((int64_t)iy * W + ix) * cin, (size_t)cin * sizeof(float));
-                        }
-                }
-            }
+            im2col_job j = {r->col, frames + f, c, K, p0, H, W, Wo, Ho, up};
+            ts_parallel_for(r->pool, n, im2col_rows, &j);
             const uint64_t t0 = ts_now_ns();
             if (ts_eng_enqueue_graph(r->q, t->g, b, 4, 0, n, err) || ts_eng_queue_finish(r->q, err))
                 return ts_err_prefix(err, "vae: %s", c->name);
@@ -545,10 +591,10 @@ static int residual(ts_wan_vae_run *r, const vres *rb, int T, int H, int W, ts_e
     float *x = r->buf[0], *a = r->buf[1], *b = r->buf[2], *h = r->buf[3];
     if (rb->sc >= 0 && causal(r, rb->sc, x, T, H, W, h, err))
         return -1;
-    rms(a, x, npx, cin, rb->g1, true);
+    rms(r->pool, a, x, npx, cin, rb->g1, true);
     if (causal(r, rb->c1, a, T, H, W, b, err))
         return -1;
-    rms(b, b, npx, co, rb->g2, true);
+    rms(r->pool, b, b, npx, co, rb->g2, true);
     if (causal(r, rb->c2, b, T, H, W, a, err))
         return -1;
     const float *sc = rb->sc >= 0 ? h : x;
@@ -564,7 +610,7 @@ static int attention(ts_wan_vae_run *r, int T, ts_err *err) {
     const int64_t n = (int64_t)r->h * r->w;
     const conv_rt *q = &r->rt[v->qkv], *p = &r->rt[v->proj];
     for (int f = 0; f < T; f++) {
-        rms(r->attn[0], r->buf[0] + f * n * C, n, C, v->g_attn, false);
+        rms(r->pool, r->attn[0], r->buf[0] + f * n * C, n, C, v->g_attn, false);
         ts_eng_bind b[13];
         const ts_eng_bind wq = {.buf = q->wbuf, .wtype = TS_TYPE_F32, .row_bytes = (uint64_t)C * 4, .layout = TS_WL_ROWS};
         b[0] = wq, b[1] = wq, b[2] = wq;
@@ -672,7 +718,7 @@ int ts_wan_vae_decode(ts_wan_vae_run *r, const float *latents, float *frames, ts
             }
         }
         const int C = v->conv[v->head].cin;
-        rms(r->buf[1], r->buf[0], (int64_t)T * H * W, C, v->g_head, true);
+        rms(r->pool, r->buf[1], r->buf[0], (int64_t)T * H * W, C, v->g_head, true);
         if (causal(r, v->head, r->buf[1], T, H, W, r->buf[2], err))
             return -1;
         /* [T][H][W][3] -> frames [3][n_out][H][W], clamped */

@@ -6,9 +6,10 @@ A tiny random VAE with Wan2.1's structure (tools/gen_wan_vae.py: base width
 8, dim_mult 1,2,4,4, two residual blocks + one per stage, temporal
 upsampling in the first two stages) is written to GGUF with the original
 tensor names; the name map is checked through diffusers' own
-convert_wan_vae_to_diffusers. Then 3 latent frames of 4x6 (-> 9 frames of
-32x48: the first chunk's single frame, the "Rep" chunk, a cached one) and 1
-frame of 6x4 are decoded by both; bound: max |tessera - diffusers| / max
+convert_wan_vae_to_diffusers. Then 4 latent frames of 4x6 (-> 13 frames of
+32x48: the first chunk's single frame, the "Rep" chunk, then chunks whose
+temporal upsamplers see one and two real frames of history) and 1 frame of
+6x4 are decoded by both; bound: max |tessera - diffusers| / max
 |diffusers| < 1e-3. Bad files (a missing tensor, a wrong shape) are refused
 with the tensor's name.
 
@@ -46,7 +47,7 @@ def main():
     print(f"name map: {len(dec)} decoder tensors round-trip through diffusers' converter")
     path = os.path.join(out, "wan-vae-tiny.gguf")
     failures = 0
-    for T, h, w in ((3, 4, 6), (1, 6, 4)):
+    for T, h, w in ((4, 4, 6), (1, 6, 4)):
         rng = np.random.default_rng(T)
         lat = rng.standard_normal((16, T, h, w)).astype(np.float32)
         lp, fp = os.path.join(out, "lat.f32"), os.path.join(out, "frames.f32")

@@ -160,7 +160,11 @@ ts_umt5 *ts_umt5_open(const char *path, ts_err *err) {
         return NULL;
     }
     float *rb = NULL;
-    if (!(m->g = ts_gguf_open(path, err)) || read_config(m, err))
+    if (!(m->g = ts_gguf_open(path, err))) { /* its message names the file */
+        ts_umt5_close(m);
+        return NULL;
+    }
+    if (read_config(m, err))
         goto fail;
     ts_umt5_config *c = &m->c;
     const int64_t D = c->d_model, F = c->d_ff, I = (int64_t)c->n_head * c->d_kv, H = c->n_head;

@@ -181,7 +181,11 @@ ts_wan *ts_wan_open(const char *path, ts_err *err) {
         ts_err_set(err, "out of memory");
         return NULL;
     }
-    if (!(w->g = ts_gguf_open(path, err)) || read_config(w, err))
+    if (!(w->g = ts_gguf_open(path, err))) { /* its message names the file */
+        ts_wan_close(w);
+        return NULL;
+    }
+    if (read_config(w, err))
         goto fail;
     const ts_wan_config *c = &w->c;
     const int64_t D = c->dim, F = c->ffn, P = (int64_t)c->patch[0] * c->patch[1] * c->patch[2];
@@ -301,8 +305,10 @@ ts_wan_lora *ts_wan_lora_open(const ts_wan *w, const char *path, float scale, ts
         goto fail;
     }
     lo->n_layer = c->n_layer;
-    if (!(lo->g = ts_gguf_open(path, err)))
-        goto fail;
+    if (!(lo->g = ts_gguf_open(path, err))) { /* its message names the file */
+        ts_wan_lora_close(lo);
+        return NULL;
+    }
     const int64_t nt = ts_gguf_n_tensors(lo->g);
     for (int64_t i = 0; i < nt; i++) {
         const ts_gguf_tensor *t = ts_gguf_tensor_at(lo->g, i);

@@ -166,8 +166,10 @@ ts_wan_vae *ts_wan_vae_open(const char *path, ts_err *err) {
         ts_err_set(err, "out of memory");
         return NULL;
     }
-    if (!(v->g = ts_gguf_open(path, err)))
-        goto fail;
+    if (!(v->g = ts_gguf_open(path, err))) { /* its message names the file */
+        ts_wan_vae_close(v);
+        return NULL;
+    }
     const ts_gguf_tensor *pb = ts_gguf_find_tensor(v->g, "conv2.bias");
     if (!pb || pb->n_elements != 16) {
         ts_err_set(err, "%s (the post-quant conv of a Wan2.1 VAE with 16 latent channels)",

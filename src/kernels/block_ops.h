@@ -216,6 +216,12 @@ typedef struct ts_xattn_params {
     float scale;   /* multiplies q.k (usually 1/sqrt(head_dim)) */
 } ts_xattn_params;
 
+/* The per-thread scratch of an attention row over n_kv keys of head_dim
+ * values (scores, then one output row), in doubles: n_kv + head_dim; -1
+ * with err (naming `what`) when n_kv < 1 or the size overflows. Shared by
+ * the cross- and relative-attention references. */
+int ts_attn_row_scratch(int64_t n_kv, int head_dim, const char *what, int64_t *per_thread, ts_err *err);
+
 /* Doubles of per-thread scratch ts_cross_attention needs for n_kv keys:
  * n_kv + head_dim. Returns 0 with *per_thread set, or -1 with err set when
  * ap is invalid (n_head, n_head_kv, head_dim < 1; n_head % n_head_kv != 0),

@@ -366,8 +366,6 @@ fail:
     return NULL;
 }
 
-int ts_wan_lora_rank(const ts_wan_lora *lo) { return lo->rank; }
-float ts_wan_lora_scale(const ts_wan_lora *lo) { return lo->scale; }
 
 /* ---- a run: graphs over slots -------------------------------------------- */
 

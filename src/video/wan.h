@@ -83,8 +83,6 @@ uint64_t ts_wan_weight_bytes(const ts_wan *w);
 typedef struct ts_wan_lora ts_wan_lora;
 ts_wan_lora *ts_wan_lora_open(const ts_wan *w, const char *path, float scale, ts_err *err);
 void ts_wan_lora_close(ts_wan_lora *lo); /* after every run using it */
-int ts_wan_lora_rank(const ts_wan_lora *lo);
-float ts_wan_lora_scale(const ts_wan_lora *lo);
 
 typedef struct ts_wan_run_params {
     const char *engine; /* engine spec (engine.h), NULL = "cpu" */

@@ -270,11 +270,15 @@ int ts_cross_attention_scratch(const ts_xattn_params *ap, int64_t n_kv, int64_t 
         return ts_err_set(err, "cross attention: n_head %d, n_head_kv %d, head_dim %d: need positive values and "
                                "n_head a multiple of n_head_kv",
                           ap->n_head, ap->n_head_kv, ap->head_dim);
-    if (n_kv < 1) return ts_err_set(err, "cross attention: n_kv = %lld, must be >= 1", (long long)n_kv);
+    return ts_attn_row_scratch(n_kv, ap->head_dim, "cross attention", per_thread, err);
+}
+
+int ts_attn_row_scratch(int64_t n_kv, int head_dim, const char *what, int64_t *per_thread, ts_err *err) {
+    if (n_kv < 1) return ts_err_set(err, "%s: n_kv = %lld, must be >= 1", what, (long long)n_kv);
     uint64_t total, bytes;
-    if (ts_add_overflow_u64((uint64_t)n_kv, (uint64_t)ap->head_dim, &total) || total > INT64_MAX ||
+    if (ts_add_overflow_u64((uint64_t)n_kv, (uint64_t)head_dim, &total) || total > INT64_MAX ||
         ts_mul_overflow_u64(total, sizeof(double), &bytes) || bytes > SIZE_MAX)
-        return ts_err_set(err, "cross attention: scratch for n_kv %lld overflows", (long long)n_kv);
+        return ts_err_set(err, "%s: scratch for n_kv %lld overflows", what, (long long)n_kv);
     *per_thread = (int64_t)total;
     return 0;
 }

@@ -2,6 +2,7 @@
  * with a clamped relative-position bias, reduced in double. */
 #include <math.h>
 
+#include "kernels/block_ops.h"
 #include "kernels/relattn.h"
 
 int ts_rel_attention_scratch(const ts_relattn_params *ap, int64_t n_kv, int64_t *per_thread, ts_err *err) {
@@ -9,14 +10,7 @@ int ts_rel_attention_scratch(const ts_relattn_params *ap, int64_t n_kv, int64_t 
         return ts_err_set(err, "relative attention: n_head %d, head_dim %d, max_rel %d: need n_head, head_dim >= 1 "
                                "and max_rel >= 0",
                           ap->n_head, ap->head_dim, ap->max_rel);
-    if (n_kv < 1)
-        return ts_err_set(err, "relative attention: n_kv = %lld, must be >= 1", (long long)n_kv);
-    uint64_t total, bytes;
-    if (ts_add_overflow_u64((uint64_t)n_kv, (uint64_t)ap->head_dim, &total) || total > INT64_MAX ||
-        ts_mul_overflow_u64(total, sizeof(double), &bytes) || bytes > SIZE_MAX)
-        return ts_err_set(err, "relative attention: scratch for n_kv %lld overflows", (long long)n_kv);
-    *per_thread = (int64_t)total;
-    return 0;
+    return ts_attn_row_scratch(n_kv, ap->head_dim, "relative attention", per_thread, err);
 }
 
 typedef struct {

@@ -5,6 +5,8 @@
 #   src/kernels/x86/*_avx2.c    x86-64 only   -mavx2 -mfma -mf16c
 #   src/kernels/x86/*_avx512.c  x86-64 only   + -mavx512f -mavx512bw -mavx512vl -mavx512vnni
 #   src/kernels/x86/*_amx.c     x86-64 only   the avx512 flags + -mamx-tile -mamx-int8 -mamx-bf16
+#   src/kernels/x86/amx_*.c     x86-64 only   the avx512 flags + -ffp-contract=off (the AMX
+#                                             layout on other units, rounding as the tiles' kernels)
 #   src/kernels/amx/*.c         everywhere    -ffp-contract=off (the emulated and the real AMX
 #                                             kernels must round the same; gemm_amx.c too)
 #   src/kernels/arm/*.c         aarch64 only  -march=armv8.2-a+dotprod+fp16
@@ -20,7 +22,10 @@ function(ts_kernel_isa_sources var)
   if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
     list(FILTER srcs EXCLUDE REGEX "/src/kernels/arm/")
     foreach(f ${srcs})
-      if(f MATCHES "/src/kernels/x86/[^/]*_avx2\\.c$")
+      if(f MATCHES "/src/kernels/x86/amx_[^/]*\\.c$")
+        set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS
+          "-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni;-mavx2;-mfma;-mf16c;-ffp-contract=off")
+      elseif(f MATCHES "/src/kernels/x86/[^/]*_avx2\\.c$")
         set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
       elseif(f MATCHES "/src/kernels/x86/[^/]*_avx512\\.c$")
         set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS

@@ -121,6 +121,10 @@ foreach(pf_case fallback_nosuch fallback_no_icd commands_loop auto_min calibrate
            COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_prefill_cli.py ${pf_case} $<TARGET_FILE:tessera>
                    ${TS_MODELS_DIR})
 endforeach()
+# the vnni engine against amx,act=int8 bit for bit (77: no AVX-512 VNNI)
+add_test(NAME prefill_cli_vnni
+         COMMAND ${TS_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_prefill_cli.py vnni $<TARGET_FILE:tessera> ${TS_MODELS_DIR})
+set_tests_properties(prefill_cli_vnni PROPERTIES SKIP_RETURN_CODE 77)
 # Not under the sanitizers: these are numeric comparisons (minutes under ASan
 # with PoCL); the OpenCL engine's own code runs under ASan in
 # test_engine_opencl, test_engine_window_opencl and diffusion_device_opencl_*.

@@ -25,6 +25,11 @@
  *   test_amx --hw   the same kernels on the real unit against the
  *     emulator, bit for bit; exits 77 (skipped) with the reason where this
  *     machine cannot run AMX.
+ *   test_amx --vnni the vnni unit (AVX-512 VNNI on the same act=int8
+ *     bytes) against the emulator and ts_amx_ref_int8, bit for bit, per
+ *     token and per tensor, every type, K tails, 1..128 tokens, 1..7 row
+ *     tiles, and the extremes (|X| = |W| = 127 everywhere, the zero
+ *     input); other modes refused; exits 77 where the CPU lacks VNNI.
  */
 #include <math.h>
 #include <stdio.h>
@@ -651,6 +656,91 @@ static int test_hw(void) {
     return 0;
 }
 
+/* ---- --vnni: vpdpbusd on the tile layout against the emulator ---- */
+
+static int test_vnni(void) {
+    char why[200];
+    if (!ts_amx_vnni_status(why, sizeof why)) {
+        printf("SKIPPED: no vnni unit on this machine: %s\n", why);
+        return 77;
+    }
+    static const uint32_t all[] = {TS_TYPE_Q4_0, TS_TYPE_Q8_0, TS_TYPE_Q4_K, TS_TYPE_Q6_K, TS_TYPE_F16, TS_TYPE_F32};
+    static const int vt[] = {1, 2, 3, 4, 5, 7, 15, 16, 17, 33, 70, 128};
+    int cases = 0;
+    for (size_t ti = 0; ti < sizeof all / sizeof all[0]; ti++)
+        for (int shape = 0; shape < 3; shape++) {
+            const uint32_t ty = all[ti];
+            const int64_t n_in = kq(ty) ? 256 * (shape + 1) : shape == 0 ? 96 : shape == 1 ? 992 : 64;
+            const int64_t n_out = shape == 0 ? 37 : shape == 1 ? 100 : 16; /* 3, 7, 1 row tiles */
+            if (ty == TS_TYPE_F16 && n_in % 2) continue;
+            mat m = make_mat(ty, n_in, n_out);
+            void *w = pack(TS_AMX_INT8, &m);
+            for (size_t ki = 0; ki < sizeof vt / sizeof vt[0] && w; ki++) {
+                const int nt = vt[ki];
+                const size_t ny = (size_t)nt * (size_t)n_out;
+                float *x = make_x(n_in, nt), *y1 = malloc(sizeof(float) * ny), *y2 = malloc(sizeof(float) * ny),
+                      *yr = malloc(sizeof(float) * ny);
+                if (ki == 3) memset(x, 0, sizeof(float) * (size_t)n_in); /* a zero token: scale 0 */
+                run(TS_AMX_VNNI, ki % 2 ? pool2 : pool1, 1, &w, &y1, x, nt);
+                run(TS_AMX_EMU, pool1, 1, &w, &y2, x, nt);
+                ts_amx_ref_int8(w, x, nt, yr);
+                CHECK(!memcmp(y1, y2, sizeof(float) * ny) && !memcmp(y1, yr, sizeof(float) * ny),
+                      "%s n_in %lld n_out %lld tokens %d: vnni != emulator / reference", ts_type_info(ty)->name,
+                      (long long)n_in, (long long)n_out, nt);
+                for (int c = 0; c < 2; c++) {
+                    ts_err e = {{0}};
+                    CHECK(ts_amx_matmul_pt(pool2, ws_big, TS_AMX_VNNI, 1, (const void *const *)&w, &y1, x, nt,
+                                           c ? 2.0f : 0.0f, NULL, &e) == 0 &&
+                              ts_amx_matmul_pt(pool1, ws_big, TS_AMX_EMU, 1, (const void *const *)&w, &y2, x, nt,
+                                               c ? 2.0f : 0.0f, NULL, &e) == 0 &&
+                              !memcmp(y1, y2, sizeof(float) * ny),
+                          "%s per-tensor int8 (clip %d) tokens %d: vnni != emulator %s", ts_type_info(ty)->name, c, nt,
+                          e.msg);
+                }
+                cases++;
+                free(x), free(y1), free(y2), free(yr);
+            }
+            free(w);
+            free_mat(&m);
+        }
+    /* the extremes: every weight and activation at +-127, so the offset
+     * operand runs 1 .. 255 and the int32 sums are the largest K allows
+     * here; exact against the emulator */
+    {
+        const int64_t n_in = 1024, n_out = 48;
+        const int nt = 9;
+        mat m = {.type = TS_TYPE_F32, .n_in = n_in, .n_out = n_out, .rb = sizeof(float) * (size_t)n_in};
+        float *wr = malloc(sizeof(float) * (size_t)(n_in * n_out));
+        for (int64_t i = 0; i < n_in * n_out; i++) wr[i] = i % 3 == 0 ? -1.0f : 1.0f;
+        for (int64_t k = 0; k < n_in; k++) wr[k] = 1.0f; /* row 0: all +127 */
+        m.rows = (uint8_t *)wr;
+        void *w = pack(TS_AMX_INT8, &m);
+        float *x = malloc(sizeof(float) * (size_t)(n_in * nt)), *y1 = malloc(sizeof(float) * (size_t)(n_out * nt)),
+              *y2 = malloc(sizeof(float) * (size_t)(n_out * nt));
+        for (int64_t i = 0; i < n_in * nt; i++) x[i] = (i / n_in) % 2 ? -1.0f : (i % 5 == 0 ? -1.0f : 1.0f);
+        for (int64_t k = 0; k < n_in; k++) x[k] = 1.0f; /* token 0: all +127: row 0 sums to 127 * 127 * K */
+        run(TS_AMX_VNNI, pool2, 1, &w, &y1, x, nt);
+        run(TS_AMX_EMU, pool1, 1, &w, &y2, x, nt);
+        CHECK(!memcmp(y1, y2, sizeof(float) * (size_t)(n_out * nt)), "extremes: vnni != emulator");
+        CHECK(fabsf(y1[0] - 1024.0f) < 1e-3f, "extremes: row 0 token 0 %g, want 1024", (double)y1[0]);
+        free(x), free(y1), free(y2), free(w), free(wr);
+    }
+    /* the other modes are the tiles' */
+    {
+        mat m = make_mat(TS_TYPE_Q4_0, 96, 16);
+        void *w = pack(TS_AMX_EXACT, &m);
+        float *x = make_x(96, 2), *y = malloc(sizeof(float) * 32);
+        ts_err e = {{0}};
+        CHECK(ts_amx_matmul(pool1, ws_big, TS_AMX_VNNI, 1, (const void *const *)&w, &y, x, 2, &e) == -1 &&
+                  strstr(e.msg, "act=int8 matrices only"),
+              "an act=exact matrix on the vnni unit: '%s'", e.msg);
+        free(x), free(y), free(w);
+        free_mat(&m);
+    }
+    printf("vnni unit: %d cases bit-identical to the emulator\n", cases);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     ts_err err = {{0}};
     pool1 = ts_threadpool_new(1, &err);
@@ -663,6 +753,8 @@ int main(int argc, char **argv) {
     int rc = 0;
     if (argc > 1 && !strcmp(argv[1], "--hw")) {
         rc = test_hw();
+    } else if (argc > 1 && !strcmp(argv[1], "--vnni")) {
+        rc = test_vnni();
     } else {
         test_instructions();
         test_int_modes();

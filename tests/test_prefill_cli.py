@@ -328,6 +328,34 @@ def case_auto_min():
         fail(f"--prefill-min-tokens fast: rc {rc}, {err!r}")
 
 
+def case_vnni():
+    """vnni (AVX-512 VNNI on the amx engine's int8 tile layout) against
+    amx,act=int8 (the tiles, or their emulator without AMX): the logits of
+    every prompt position bit-identical on SmolLM2 and Gemma 3 (Q4_1 and
+    Q4_K_M converted once to the int8 layout), and the prompt on the device.
+    Skipped (77) where the CPU lacks AVX-512 VNNI."""
+    rc, out, err = run(["devices"])
+    line = [l for l in out.splitlines() if l.startswith("vnni ")]
+    if not line or " ok " not in line[0]:
+        print(f"SKIPPED: no vnni engine here: {line}")
+        sys.exit(77)
+    amx = "amx,act=int8" + ("" if "amx_tile" in open("/proc/cpuinfo").read() else ",emulate=1")
+    with tempfile.TemporaryDirectory() as d:
+        for name in (SMOL, GEMMA):
+            m = model(name)
+            got = {}
+            for dev in ("vnni", amx):
+                f = os.path.join(d, dev.split(",")[0] + ".bin")
+                _, _, st = greedy(m, ["--prefill-device", dev], logits=f, n=2)
+                check_dev_keys(st, dev)
+                if st["prefill_dev_tokens"] <= 0:
+                    fail(f"{name} on {dev}: no prompt token on the device: {st}")
+                got[dev] = np.fromfile(f, dtype=np.uint8)
+            if got["vnni"].size == 0 or not np.array_equal(got["vnni"], got[amx]):
+                fail(f"{name}: vnni logits differ from {amx}'s ({got['vnni'].size} vs {got[amx].size} bytes)")
+            print(f"ok: {name}: vnni == {amx}, {got['vnni'].size // 4} logits bit for bit")
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 4:
         print(__doc__)

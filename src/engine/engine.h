@@ -173,6 +173,10 @@ typedef struct ts_eng_desc {
     bool stall_measured;          /* stats.stall_ns is measured (false: reported as 0) */
     bool sync_queue;              /* commands run on the host as they are enqueued (cpu) */
     bool clips;                   /* applies a matmul's clip record (per-tensor INT8 + shadow outliers) */
+    /* its own weight layout's name (ts_eng_pack), "" when it has none:
+     * engines naming the same layout read each other's packed bytes, so
+     * one stored copy serves both ("amx-int8": amx,act=int8 and vnni) */
+    char layout[24];
 } ts_eng_desc;
 
 /* ---- clip records: a matmul input's calibration (seed 003) ----

@@ -37,6 +37,12 @@
  * (ts_eng_pack): one resident copy on the device, counted in its window.
  * Types without a kernel in the mode are converted by the runtime's probe.
  *
+ * `vnni` (the same engine, another unit): AVX-512 VNNI on the CPU's vector
+ * units reading the act=int8 tile layout as it is stored (kernels/amx/amx.h
+ * TS_AMX_VNNI), so its outputs are the tiles' bit for bit and a matrix
+ * packed for one is the other's (desc.layout "amx-int8": one copy for
+ * both, the two-engine pipeline's premise). act is int8 only; no emulate=.
+ *
  * min_width: where the unit is real, opening times one matmul (2048 x 2048
  * Q4_0, the engine's mode and threads) on the tiles and on the CPU's own
  * kernels at widths 1, 2, 4, .. 256 and takes the narrowest width from which
@@ -367,13 +373,13 @@ static const char *const act_names[] = {"exact", "q8", "int8", NULL};
 static const char *const scale_names[] = {"token", "tensor", NULL};
 static const char *const ops_names[] = {"all", "matmul", NULL};
 
-static ts_engine *amx_open(const ts_eng_opts *o, ts_err *err) {
+static ts_engine *open_unit(const ts_eng_opts *o, bool vnni, ts_err *err) {
     long long threads = 1, emulate = 0, nowait = 0, min_width = -1;
-    int act = 0, scale = 0, ops = 0;
+    int act = vnni ? TS_AMX_INT8 : 0, scale = 0, ops = 0;
     if (ts_eng_opt_int(o, "threads", 1, 256, o->threads_hint > 0 ? o->threads_hint : 1, &threads, err) ||
         ts_eng_opt_int(o, "emulate", 0, 1, 0, &emulate, err) || ts_eng_opt_int(o, "nowait", 0, 1, 0, &nowait, err) ||
         ts_eng_opt_int(o, "min_width", 1, 4096, -1, &min_width, err) ||
-        ts_eng_opt_choice(o, "act", act_names, 0, &act, err) ||
+        (!vnni && ts_eng_opt_choice(o, "act", act_names, 0, &act, err)) ||
         ts_eng_opt_choice(o, "scale", scale_names, 0, &scale, err) ||
         ts_eng_opt_choice(o, "ops", ops_names, 0, &ops, err))
         return NULL;
@@ -383,7 +389,12 @@ static ts_engine *amx_open(const ts_eng_opts *o, ts_err *err) {
         return NULL;
     }
     char why[200];
-    if (!emulate && !ts_amx_hw_status(why, sizeof why)) {
+    if (vnni && !ts_amx_vnni_status(why, sizeof why)) {
+        ts_err_set(err, "vnni: %s (it needs AVX-512 VNNI; amx,act=int8,emulate=1 computes the same on an emulator)",
+                   why);
+        return NULL;
+    }
+    if (!vnni && !emulate && !ts_amx_hw_status(why, sizeof why)) {
         ts_err_set(err, "amx: %s (amx,emulate=1 runs the engine on an emulator of the tiles)", why);
         return NULL;
     }
@@ -402,7 +413,7 @@ static ts_engine *amx_open(const ts_eng_opts *o, ts_err *err) {
     A->hd.nowait = nowait != 0; /* only reachable in a TS_TEST_HOOKS build */
     A->act = (ts_amx_act)act;
     A->per_tensor = scale == 1;
-    A->unit = emulate ? TS_AMX_EMU : TS_AMX_HW;
+    A->unit = vnni ? TS_AMX_VNNI : emulate ? TS_AMX_EMU : TS_AMX_HW;
     A->n_threads = (int)threads;
     if (!(A->pool = ts_threadpool_new(A->n_threads, err))) {
         amx_close(e);
@@ -411,7 +422,8 @@ static ts_engine *amx_open(const ts_eng_opts *o, ts_err *err) {
     A->n_threads = ts_threadpool_n_threads(A->pool);
 
     ts_eng_desc *d = &e->desc;
-    snprintf(d->name, sizeof d->name, "amx");
+    snprintf(d->name, sizeof d->name, "%s", vnni ? "vnni" : "amx");
+    snprintf(d->layout, sizeof d->layout, "amx-%s", ts_amx_act_name(A->act));
     d->kind = TS_ENG_KIND_NPU;
     d->window_bytes = o->window ? o->window : (uint64_t)8 << 30; /* host memory: a cap, not a size */
     d->max_buf_bytes = d->window_bytes;
@@ -437,13 +449,17 @@ static ts_engine *amx_open(const ts_eng_opts *o, ts_err *err) {
     d->min_width = mw;
     d->crossing_ns = measure_crossing(e);
     /* a detail past its 160 bytes is cut (the longest, emulated with nowait, fits) */
-    const int dl = snprintf(d->detail, sizeof d->detail, "Intel AMX tiles%s, act=%s%s%s, %d thread%s, min_width %d (%s)%s",
-             emulate ? " (EMULATED)" : "", ts_amx_act_name(A->act),
-             A->per_tensor ? " (per tensor)" : "", ops ? ", matmuls only" : "", A->n_threads,
+    char detail[256];
+    snprintf(detail, sizeof detail, "%s%s, act=%s%s%s, %d thread%s, min_width %d (%s)%s",
+             vnni ? "AVX-512 VNNI (amx layout)" : "Intel AMX tiles", emulate ? " (EMULATED)" : "",
+             ts_amx_act_name(A->act), A->per_tensor ? " (per tensor)" : "", ops ? ", matmuls only" : "", A->n_threads,
              A->n_threads == 1 ? "" : "s", mw, how, A->hd.nowait ? "; NOWAIT (broken on purpose)" : "");
-    (void)dl;
+    ts_eng_copy_str(d->detail, sizeof d->detail, detail);
     return e;
 }
+
+static ts_engine *amx_open(const ts_eng_opts *o, ts_err *err) { return open_unit(o, false, err); }
+static ts_engine *vnni_open(const ts_eng_opts *o, ts_err *err) { return open_unit(o, true, err); }
 
 static int amx_check_variant(const char *variant, ts_err *err) {
     if (variant[0])
@@ -465,4 +481,25 @@ const ts_eng_backend ts_eng_backend_amx = {
     .check_variant = amx_check_variant,
     .open = amx_open,
     .list_names = amx_names,
+};
+
+static int vnni_check_variant(const char *variant, ts_err *err) {
+    if (variant[0])
+        return ts_err_set(err, "device 'vnni' has no variant '%s' (options: scale=, ops=, threads=, min_width=)", variant);
+    return 0;
+}
+
+static const char *const vnni_options[] = {"threads", "scale", "ops", "min_width",
+#ifdef TS_TEST_HOOKS
+                                           "nowait",
+#endif
+                                           NULL};
+static const char *const vnni_names[] = {"vnni", NULL};
+const ts_eng_backend ts_eng_backend_vnni = {
+    .name = "vnni",
+    .names_help = "vnni",
+    .options = vnni_options,
+    .check_variant = vnni_check_variant,
+    .open = vnni_open,
+    .list_names = vnni_names,
 };

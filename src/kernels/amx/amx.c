@@ -95,9 +95,45 @@ bool ts_amx_hw_status(char *why, size_t n) {
     return hw_ok;
 }
 
+const char *ts_amx_unit_name(ts_amx_unit u) {
+    return u == TS_AMX_EMU ? "emulator" : u == TS_AMX_HW ? "tiles" : u == TS_AMX_VNNI ? "vnni" : "?";
+}
+
+bool ts_amx_vnni_status(char *why, size_t n) {
+#if !defined(TS_KERNELS_X86)
+    if (why && n)
+        snprintf(why, n, "not an x86-64 build with AVX-512 kernels (vpdpbusd is an x86-64 instruction)");
+    return false;
+#else
+    const ts_cpu_feat need = TS_FEAT_AVX512F | TS_FEAT_AVX512BW | TS_FEAT_AVX512_VNNI;
+    const ts_cpu_feat miss = need & ~ts_cpu_features();
+    if (miss) {
+        if (why && n) {
+            char names[120];
+            ts_cpu_feat_str(miss, names, sizeof names);
+            snprintf(why, n, "this CPU lacks %s", names);
+        }
+        return false;
+    }
+    if (why && n)
+        why[0] = 0;
+    return true;
+#endif
+}
+
 static const ts_amx_kernels *unit_kernels(ts_amx_unit unit, ts_err *err) {
     if (unit == TS_AMX_EMU)
         return &ts_amx_kernels_emu;
+    if (unit == TS_AMX_VNNI) {
+        char why[200];
+        if (!ts_amx_vnni_status(why, sizeof why)) {
+            ts_err_set(err, "amx: no vnni unit here: %s", why);
+            return NULL;
+        }
+#if defined(TS_KERNELS_X86)
+        return &ts_amx_kernels_vnni;
+#endif
+    }
     char why[200];
     if (!ts_amx_hw_status(why, sizeof why)) {
         ts_err_set(err, "amx: no tile unit here: %s", why);
@@ -435,6 +471,9 @@ static int matmul(ts_threadpool *pool, ts_amx_ws *ws, ts_amx_unit unit, int n_ma
         if (h->n_in > ws->max_n_in)
             return ts_err_set(err, "amx: input of %lld past the work space's %lld", (long long)h->n_in,
                               (long long)ws->max_n_in);
+        if (!k->rows[h->path])
+            return ts_err_set(err, "amx: matrix %d is packed act=%s: the %s unit runs act=int8 matrices only", i,
+                              ts_amx_act_name((ts_amx_act)h->act), ts_amx_unit_name(unit));
         if (pt && h->path != TS_AMX_PATH_I8)
             return ts_err_set(err, "amx: matrix %d is packed act=%s: one scale per tensor needs act=int8", i,
                               ts_amx_act_name((ts_amx_act)h->act));
@@ -609,6 +648,6 @@ void ts_amx_ref_int8_pt(const void *w, const float *x, int n_tok, float clip, fl
 void ts_amx_run_one(ts_amx_unit unit, const ts_amx_cfg *cfg, ts_amx_op op, void *c, size_t c_stride, const void *a,
                     size_t a_stride, const void *b, size_t b_stride) {
     const ts_amx_kernels *k = unit_kernels(unit, NULL);
-    if (k)
+    if (k && k->run_one)
         k->run_one(cfg, op, c, c_stride, a, a_stride, b, b_stride);
 }

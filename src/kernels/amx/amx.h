@@ -61,7 +61,16 @@
 typedef enum ts_amx_act { TS_AMX_EXACT = 0, TS_AMX_Q8, TS_AMX_INT8 } ts_amx_act;
 const char *ts_amx_act_name(ts_amx_act a); /* "exact", "q8", "int8" */
 
-typedef enum ts_amx_unit { TS_AMX_EMU = 0, TS_AMX_HW } ts_amx_unit;
+/* Where the products run: the emulated tiles, the real ones, or AVX-512
+ * VNNI reading the same packed bytes (act=int8 matrices only: vpdpbusd
+ * takes a 64-byte vector of the tile layout as it is; bit-identical to the
+ * tiles, x86/amx_vnni_avx512.c). */
+typedef enum ts_amx_unit { TS_AMX_EMU = 0, TS_AMX_HW, TS_AMX_VNNI } ts_amx_unit;
+const char *ts_amx_unit_name(ts_amx_unit u); /* "emulator", "tiles", "vnni" */
+
+/* Whether this process can run the vnni unit (AVX-512 F/BW and VNNI, and a
+ * build with its kernel); false with the reason in why. */
+bool ts_amx_vnni_status(char *why, size_t n);
 
 /* Whether this process can run AMX tile instructions: CPUID leaf 7 EDX
  * (AMX-BF16 bit 22, AMX-TILE 24, AMX-INT8 25), a palette in CPUID leaf 0x1D

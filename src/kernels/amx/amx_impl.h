@@ -75,7 +75,8 @@ typedef struct ts_amx_kernels {
 
 extern const ts_amx_kernels ts_amx_kernels_emu;
 #if defined(TS_KERNELS_X86)
-extern const ts_amx_kernels ts_amx_kernels_hw; /* x86/gemm_amx.c */
+extern const ts_amx_kernels ts_amx_kernels_hw;   /* x86/gemm_amx.c */
+extern const ts_amx_kernels ts_amx_kernels_vnni; /* x86/amx_vnni_avx512.c: rows[TS_AMX_PATH_I8] only */
 #endif
 
 /* the emulator's instructions (amx_emu.c) */

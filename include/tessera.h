@@ -1017,6 +1017,89 @@ TS_API ts_status ts_video_encode_text(ts_video *v, const char *prompt, float *ou
 /* Latent grid of a video size: channels x T x h x w values. */
 TS_API int64_t ts_video_latent_count(const ts_video *v, int32_t frames, int32_t height, int32_t width);
 
+/* ---- streams on two engines: one weight copy, one cut (seed 002) --------
+ *
+ * A stream of requests whose work flattens into B block executions (a
+ * video: steps x DiT blocks) and a tail (the VAE decoder) runs as a
+ * two-stage pipeline: engine A runs blocks [0, k) of request i and hands
+ * the hidden state over once, then starts request i + 1 while engine B runs
+ * [k, B) and the tail of request i. One thread per engine (one core each
+ * with threads 1). B maps the weights A packed wherever it reads their
+ * layout (amx,act=int8 and vnni share "amx-int8"; cpu and loop the CPU's
+ * panels): one copy. The cut comes from measured seconds per block:
+ *   period(k) = max(k a, (B - k) b + tail), crossing k = (B b + tail) / (a + b)
+ * docs/PIPE.md. */
+typedef struct ts_stream_rates {
+    double block_a_s, block_b_s; /* seconds per block execution on A, on B */
+    double tail_s;               /* the tail on B */
+} ts_stream_rates;
+
+/* Eq. 4: the predicted period of cut k (0 <= k <= n_blocks). */
+TS_API double ts_stream_period(const ts_stream_rates *r, int32_t n_blocks, int32_t cut);
+/* One request's latency through cut k when nothing waits. */
+TS_API double ts_stream_latency(const ts_stream_rates *r, int32_t n_blocks, int32_t cut);
+/* Eq. 5's cut: the better integer next to the crossing, among multiples of
+ * step (1: any block boundary; the blocks per step: the step-boundary cut).
+ * slo_s > 0: the smallest period among the cuts whose latency <= slo_s (-1:
+ * none meets it). */
+TS_API int32_t ts_stream_best_cut(const ts_stream_rates *r, int32_t n_blocks, int32_t step, double slo_s);
+
+typedef struct ts_stream_result {
+    int32_t n_requests, cut; /* cut -1: whole requests per engine (ts_video_pipe_run_whole) */
+    double total_s;          /* first start to last completion */
+    double period_s;         /* median interval between completions */
+    double latency_s, max_latency_s; /* per request: its start to its completion (median, worst) */
+    double a_busy_s, b_busy_s;       /* each engine's thread in its work */
+    double tail_s, handoff_s;        /* B's tails; the hand-offs */
+    int32_t slo_met;                 /* requests within slo_s */
+} ts_stream_result;
+
+typedef struct ts_video_pipe ts_video_pipe;
+typedef struct ts_video_pipe_params {
+    const char *engine_a;      /* stage A (the prefix); required */
+    const char *engine_b;      /* stage B (the suffix and the VAE); required */
+    int32_t threads_a, threads_b; /* <= 0: 1 each */
+    bool own_copies;           /* true: each engine packs its own weights (the data-parallel baseline's memory) */
+    /* each finished video, on B's thread (or the engine's that finished it):
+     * latents [16][T][h][w], video [3][frames][height][width] or NULL
+     * without a VAE; return false to stop the stream (TS_ERR_CANCELLED) */
+    bool (*on_video)(int32_t index, const float *latents, const float *video, void *user_data);
+    void *user_data;
+} ts_video_pipe_params;
+TS_API ts_video_pipe_params ts_video_pipe_default_params(void);
+
+/* Both engines set up for gen's grid, schedule, detail expert and text
+ * (the prompt encoded once; cfg must be off, as DCM runs); video i of a
+ * stream has seed gen->seed + i. gen->video set: the tail decodes frames
+ * (the VAE on B). */
+TS_API ts_status ts_video_pipe_open(ts_video *v, const ts_video_gen_params *gen, const ts_video_pipe_params *pp,
+                                    ts_video_pipe **out, ts_error *err);
+TS_API void ts_video_pipe_free(ts_video_pipe *p);
+
+typedef struct ts_video_pipe_info {
+    int32_t n_blocks, step_blocks; /* B = steps x blocks; blocks per step */
+    int64_t tokens;                /* per block */
+    int64_t weight_bytes;          /* the DiT file's */
+    int64_t shared_bytes;          /* packed bytes B maps from A instead of holding */
+    int64_t pss_bytes;             /* the process's proportional set size after setup (-1: unknown) */
+    char engine_a[48], engine_b[48];
+} ts_video_pipe_info;
+TS_API ts_status ts_video_pipe_get_info(const ts_video_pipe *p, ts_video_pipe_info *out);
+
+/* The rates over probe blocks (<= 0: one step's) on each engine alone and
+ * on both at once (each engine's blocks timed while the other's run; the
+ * tail while A runs blocks). */
+TS_API ts_status ts_video_pipe_measure(ts_video_pipe *p, int32_t probe_blocks, ts_stream_rates *solo,
+                                       ts_stream_rates *corun, ts_error *err);
+/* n_videos through cut k; pace (may be NULL) admits each video just in
+ * time for B (the SLO mode); slo_s > 0 counts the videos within it. */
+TS_API ts_status ts_video_pipe_run(ts_video_pipe *p, int32_t cut, int32_t n_videos, const ts_stream_rates *pace,
+                                   double slo_s, ts_stream_result *res, ts_error *err);
+/* The baselines: whole videos on engine A (stages 1), B (2) or both side
+ * by side (3: data parallelism). */
+TS_API ts_status ts_video_pipe_run_whole(ts_video_pipe *p, uint32_t stages, int32_t n_videos, ts_stream_result *res,
+                                         ts_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,26 +16,7 @@
 #include "video/umt5.h"
 #include "video/wan.h"
 #include "video/wan_vae.h"
-
-#define VAE_T 4 /* Wan-VAE strides: 4 frames, 8 pixels */
-#define VAE_S 8
-#define LATENT_CH 16
-
-struct ts_video {
-    ts_wan *wan;
-    ts_wan_lora *lora; /* NULL: none */
-    ts_umt5 *t5;       /* NULL: none */
-    ts_wan_vae *vae;   /* NULL: none */
-    ts_wan_vae_run *vae_run;
-    int vae_grid[3];
-    ts_umt5_run *t5run;
-    ts_tokenizer *tok;
-    ts_wan_run *run; /* the last grid's run, reused while the grid and text length stay */
-    ts_wan_run_params rp;
-    char engine[128];
-    int n_threads;
-    ts_logger log;
-};
+#include "api/video_impl.h"
 
 ts_video_params ts_video_default_params(void) { return (ts_video_params){0}; }
 
@@ -198,8 +179,7 @@ ts_status ts_video_encode_text(ts_video *v, const char *prompt, float *out, int3
     return ts_api_ok(err);
 }
 
-/* The latent grid of a video size, or -1 with a message. */
-static int grid(const ts_video *v, int32_t frames, int32_t height, int32_t width, int *T, int *h, int *w, char *msg,
+int ts_video_grid(const ts_video *v, int32_t frames, int32_t height, int32_t width, int *T, int *h, int *w, char *msg,
                 size_t cap) {
     const ts_wan_config *c = ts_wan_cfg(v->wan);
     const int sh = VAE_S * c->patch[1], sw = VAE_S * c->patch[2];
@@ -224,13 +204,12 @@ static int grid(const ts_video *v, int32_t frames, int32_t height, int32_t width
 int64_t ts_video_latent_count(const ts_video *v, int32_t frames, int32_t height, int32_t width) {
     int T, h, w;
     char msg[160];
-    if (!v || grid(v, frames, height, width, &T, &h, &w, msg, sizeof msg))
+    if (!v || ts_video_grid(v, frames, height, width, &T, &h, &w, msg, sizeof msg))
         return -1;
     return (int64_t)LATENT_CH * T * h * w;
 }
 
-/* Standard normal values from splitmix64 (Box-Muller). */
-static void gaussian(float *x, int64_t n, uint64_t seed) {
+void ts_video_noise(float *x, int64_t n, uint64_t seed) {
     uint64_t s = seed;
     for (int64_t i = 0; i < n; i += 2) {
         const double u1 = ((double)(ts_splitmix64(&s) >> 11) + 1.0) * 0x1.0p-53;
@@ -257,7 +236,7 @@ ts_status ts_video_generate(ts_video *v, const ts_video_gen_params *params, floa
     }
     int T, h, w;
     char msg[200];
-    if (grid(v, p->frames, p->height, p->width, &T, &h, &w, msg, sizeof msg))
+    if (ts_video_grid(v, p->frames, p->height, p->width, &T, &h, &w, msg, sizeof msg))
         return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "%s", msg);
     const bool cfg = p->cfg > 1.0f;
     if (!p->text && !(p->prompt && v->t5))
@@ -341,7 +320,7 @@ ts_status ts_video_generate(ts_video *v, const ts_video_gen_params *params, floa
     if (p->init_latents)
         memcpy(latents, p->init_latents, (size_t)len * sizeof(float));
     else
-        gaussian(latents, len, p->seed);
+        ts_video_noise(latents, len, p->seed);
     for (int i = 0; i < fl.n; i++) {
         const uint64_t t0 = ts_now_ns();
         const bool detail = fl.t[i] < p->detail_below;

@@ -51,6 +51,22 @@ static void help(FILE *f) {
             "      --trajectory-out F   write the latents after every step ([steps][16][T][H/8][W/8], same\n"
             "                           formats)\n"
             "      --engine E           engine of the transformer's graphs (default cpu; see tessera devices)\n"
+            "\nA stream of videos on two engines (seed 002's pipeline, docs/PIPE.md):\n"
+            "      --pipe E             engine A: runs the first k of each video's steps x blocks block\n"
+            "                           executions; --engine (B) runs the rest and the VAE, one thread\n"
+            "                           each. B maps the weights A packed where it reads their layout\n"
+            "                           (vnni + amx,act=int8; cpu + loop): one copy. Video i has seed S + i\n"
+            "                           and is written to -o / --latents-out with _i before the extension\n"
+            "      --videos N           videos in the stream (default 4)\n"
+            "      --cut C              auto (default: Eq. 5 from co-run rates), solo (from solo rates),\n"
+            "                           step (the best step boundary), K (a block index 0 .. B), sweep\n"
+            "                           (every cut, predicted vs measured period), rates (measure only) or\n"
+            "                           setup (the weights and PSS only)\n"
+            "      --slo S              every video within S seconds: the cut of the best period that\n"
+            "                           meets it, videos admitted just in time (videos per hour reported)\n"
+            "      --probe N            blocks per rate measurement (default: one step's)\n"
+            "      --baselines          also A alone, B alone and both data-parallel (whole videos)\n"
+            "      --own-copies         B packs its own weights (the data-parallel memory baseline)\n"
             "  -t, --threads N          worker threads (default: physical cores)\n"
             "      --stats json         print the counters as ONE JSON object on stderr: steps, forwards,\n"
             "                           tokens (per block run), total_ms, dit_ms, block_ms, ms_per_block,\n"
@@ -176,12 +192,204 @@ static bool on_step(int32_t step, int32_t n, double ms, void *user) {
     return true;
 }
 
+/* ---- --pipe: a stream of videos on two engines ---- */
+
+typedef struct stream_out {
+    const char *y4m, *lat_out;
+    int32_t frames, height, width, fps;
+    int64_t lshape[4];
+    bool quiet, failed, announce;
+} stream_out;
+
+/* PATH with _i before its extension (out.y4m -> out_2.y4m) */
+static void indexed(char *buf, size_t cap, const char *path, int i) {
+    const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
+    if (dot && (!slash || dot > slash))
+        snprintf(buf, cap, "%.*s_%d%s", (int)(dot - path), path, i, dot);
+    else
+        snprintf(buf, cap, "%s_%d", path, i);
+}
+
+static bool on_stream_video(int32_t i, const float *lat, const float *video, void *user) {
+    stream_out *o = user;
+    char path[1024];
+    if (o->lat_out) {
+        indexed(path, sizeof path, o->lat_out, i);
+        if (write_floats(path, lat, o->lshape, 4))
+            return !(o->failed = true);
+    }
+    if (o->y4m && video) {
+        indexed(path, sizeof path, o->y4m, i);
+        if (video_write_y4m(path, video, o->frames, o->height, o->width, o->fps))
+            return !(o->failed = true);
+    }
+    if (!o->quiet && o->announce)
+        fprintf(stderr, "video %d done\n", (int)i);
+    return true;
+}
+
+static void json_rates(const char *name, const ts_stream_rates *r) {
+    fprintf(stderr, "\"%s\": {\"block_a_s\": %.6f, \"block_b_s\": %.6f, \"tail_s\": %.6f}", name, r->block_a_s,
+            r->block_b_s, r->tail_s);
+}
+
+static void json_result(const ts_stream_result *r, double predicted) {
+    fprintf(stderr,
+            "{\"cut\": %d, \"videos\": %d, \"predicted_period_s\": %.4f, \"period_s\": %.4f, \"total_s\": %.4f, "
+            "\"latency_s\": %.4f, \"max_latency_s\": %.4f, \"a_busy_s\": %.4f, \"b_busy_s\": %.4f, \"tail_s\": %.4f, "
+            "\"handoff_s\": %.6f, \"slo_met\": %d, \"videos_per_hour\": %.3f}",
+            (int)r->cut, (int)r->n_requests, predicted, r->period_s, r->total_s, r->latency_s, r->max_latency_s,
+            r->a_busy_s, r->b_busy_s, r->tail_s, r->handoff_s, (int)r->slo_met,
+            r->period_s > 0 ? 3600.0 / r->period_s : 0.0);
+}
+
+static int video_stream(ts_video *vid, ts_video_gen_params *gp, const char *engine_a, const char *engine_b,
+                        const char *cut_s, int32_t n_videos, double slo, int32_t probe, bool baselines, bool own,
+                        stream_out *out, bool stats_json) {
+    ts_video_pipe_params pp = ts_video_pipe_default_params();
+    pp.engine_a = engine_a;
+    pp.engine_b = engine_b;
+    pp.own_copies = own;
+    pp.on_video = on_stream_video;
+    pp.user_data = out;
+    ts_error err = {0};
+    ts_video_pipe *p = NULL;
+    if (ts_video_pipe_open(vid, gp, &pp, &p, &err) != TS_OK) {
+        fprintf(stderr, "error: %s\n", err.message);
+        return 1;
+    }
+    int rc = 1;
+    ts_video_pipe_info in;
+    ts_video_pipe_get_info(p, &in);
+    const int B = in.n_blocks, L = in.step_blocks;
+    if (!out->quiet)
+        fprintf(stderr,
+                "stream: A = %s, B = %s (one thread each), %d block executions per video (%d steps x %d blocks) of "
+                "%lld tokens\nweights: %.1f MiB in the file, %.1f MiB packed by A and mapped by B (%s); PSS %.1f MiB\n",
+                in.engine_a, in.engine_b, B, B / L, L, (long long)in.tokens, (double)in.weight_bytes / 1048576.0,
+                (double)in.shared_bytes / 1048576.0, in.shared_bytes ? "one copy" : "none shared",
+                (double)in.pss_bytes / 1048576.0);
+    if (!strcmp(cut_s, "setup")) {
+        if (stats_json)
+            fprintf(stderr, "{\"engine_a\": \"%s\", \"engine_b\": \"%s\", \"n_blocks\": %d, \"weight_bytes\": %lld, "
+                            "\"shared_bytes\": %lld, \"pss_bytes\": %lld}\n",
+                    in.engine_a, in.engine_b, B, (long long)in.weight_bytes, (long long)in.shared_bytes,
+                    (long long)in.pss_bytes);
+        rc = 0;
+        goto done;
+    }
+    ts_stream_rates solo, co;
+    if (ts_video_pipe_measure(p, probe, &solo, &co, &err) != TS_OK) {
+        fprintf(stderr, "error: %s\n", err.message);
+        goto done;
+    }
+    const int k_auto = ts_stream_best_cut(&co, B, 1, 0), k_step = ts_stream_best_cut(&co, B, L, 0),
+              k_solo = ts_stream_best_cut(&solo, B, 1, 0), k_slo = slo > 0 ? ts_stream_best_cut(&co, B, 1, slo) : -1;
+    const double cross = (B * co.block_b_s + co.tail_s) / (co.block_a_s + co.block_b_s);
+    if (!out->quiet)
+        fprintf(stderr,
+                "rates (s)        block A   block B   tail B\n  solo          %8.4f  %8.4f  %8.4f\n  co-run        "
+                "%8.4f  %8.4f  %8.4f\ncut: crossing %.2f -> k* = %d (co-run), %d (solo rates), %d (step boundary)%s\n",
+                solo.block_a_s, solo.block_b_s, solo.tail_s, co.block_a_s, co.block_b_s, co.tail_s, cross, k_auto,
+                k_solo, k_step, slo > 0 ? "" : "");
+    if (slo > 0 && k_slo < 0) {
+        fprintf(stderr, "error: --slo %.1f: no cut finishes a video within it (the fastest takes %.1f s)\n", slo,
+                ts_stream_latency(&co, B, 0) < ts_stream_latency(&co, B, B) ? ts_stream_latency(&co, B, 0)
+                                                                              : ts_stream_latency(&co, B, B));
+        goto done;
+    }
+    /* the cuts to run */
+    int cuts[4096], n_cuts = 0;
+    if (!strcmp(cut_s, "rates")) {
+        /* measured only */
+    } else if (!strcmp(cut_s, "sweep")) {
+        for (int k = 0; k <= B && n_cuts < 4096; k++) cuts[n_cuts++] = k;
+    } else if (slo > 0) {
+        cuts[n_cuts++] = k_slo;
+    } else if (!strcmp(cut_s, "auto")) {
+        cuts[n_cuts++] = k_auto;
+    } else if (!strcmp(cut_s, "solo")) {
+        cuts[n_cuts++] = k_solo;
+    } else if (!strcmp(cut_s, "step")) {
+        cuts[n_cuts++] = k_step;
+    } else {
+        char *end;
+        const long k = strtol(cut_s, &end, 10);
+        if (*end || end == cut_s || k < 0 || k > B) {
+            fprintf(stderr, "error: --cut '%s': auto, solo, step, sweep, rates, setup or a block index 0 .. %d\n",
+                    cut_s, B);
+            goto done;
+        }
+        cuts[n_cuts++] = (int)k;
+    }
+    if (stats_json) {
+        fprintf(stderr, "{\"engine_a\": \"%s\", \"engine_b\": \"%s\", \"n_blocks\": %d, \"step_blocks\": %d, "
+                        "\"tokens\": %lld, \"weight_bytes\": %lld, \"shared_bytes\": %lld, \"pss_bytes\": %lld, ",
+                in.engine_a, in.engine_b, B, L, (long long)in.tokens, (long long)in.weight_bytes,
+                (long long)in.shared_bytes, (long long)in.pss_bytes);
+        json_rates("solo", &solo);
+        fprintf(stderr, ", ");
+        json_rates("corun", &co);
+        fprintf(stderr, ", \"crossing\": %.4f, \"cut_auto\": %d, \"cut_solo\": %d, \"cut_step\": %d, \"slo_s\": %.3f, "
+                        "\"runs\": [", cross, k_auto, k_solo, k_step, slo);
+    } else if (!out->quiet && n_cuts) {
+        fprintf(stderr, "  cut  predicted s  period s  latency s  max lat s  hand-off ms\n");
+    }
+    out->announce = n_cuts == 1 && !stats_json;
+    for (int i = 0; i < n_cuts; i++) {
+        ts_stream_result r;
+        if (ts_video_pipe_run(p, cuts[i], n_videos, slo > 0 ? &co : NULL, slo, &r, &err) != TS_OK) {
+            fprintf(stderr, "%serror: %s\n", stats_json ? "\n" : "", err.message);
+            goto done;
+        }
+        const double pred = ts_stream_period(&co, B, cuts[i]);
+        if (stats_json) {
+            fprintf(stderr, "%s", i ? ", " : "");
+            json_result(&r, pred);
+        } else {
+            fprintf(stderr, "  %3d  %11.3f  %8.3f  %9.3f  %9.3f  %11.3f%s\n", (int)r.cut, pred, r.period_s,
+                    r.latency_s, r.max_latency_s, r.handoff_s * 1e3,
+                    slo > 0 ? (r.slo_met == r.n_requests ? "  (all within the SLO)" : "  (SLO missed)") : "");
+            if (slo > 0)
+                fprintf(stderr, "  %.2f videos per hour, %d of %d within %.1f s\n", 3600.0 / r.period_s,
+                        (int)r.slo_met, (int)r.n_requests, slo);
+        }
+    }
+    if (stats_json)
+        fprintf(stderr, "], \"whole\": [");
+    for (unsigned st = 1; baselines && st <= 3; st++) {
+        ts_stream_result r;
+        if (ts_video_pipe_run_whole(p, st, n_videos, &r, &err) != TS_OK) {
+            fprintf(stderr, "%serror: %s\n", stats_json ? "\n" : "", err.message);
+            goto done;
+        }
+        static const char *const names[] = {"", "A alone", "B alone", "data-parallel"};
+        if (stats_json) {
+            fprintf(stderr, "%s{\"stages\": %u, ", st > 1 ? ", " : "", st);
+            fprintf(stderr, "\"name\": \"%s\", \"result\": ", names[st]);
+            json_result(&r, 0.0);
+            fprintf(stderr, "}");
+        } else {
+            fprintf(stderr, "  %-14s period %.3f s, latency %.3f s\n", names[st], r.period_s, r.latency_s);
+        }
+    }
+    if (stats_json)
+        fprintf(stderr, "]}\n");
+    rc = out->failed ? 1 : 0;
+done:
+    ts_video_pipe_free(p);
+    return rc;
+}
+
 int cli_video(int argc, char **argv) {
     ts_video_gen_params gp = ts_video_gen_default_params();
     const char *model = NULL, *text_path = NULL, *neg_path = NULL, *lat_in = NULL, *lat_out = NULL, *engine = NULL,
                *traj_out = NULL, *lora = NULL, *t5 = NULL, *prompt = NULL, *neg_prompt = NULL, *emb_out = NULL,
                *vae = NULL, *y4m = NULL, *png_dir = NULL, *video_out = NULL;
-    int32_t fps = 16;
+    int32_t fps = 16, n_videos = 4, probe = 0;
+    const char *pipe_a = NULL, *cut_s = "auto";
+    float slo = 0.0f;
+    bool baselines = false, own_copies = false;
     float lora_scale = 0.0f;
     int32_t n_threads = 0;
     bool stats_json = false, quiet = false, shift_set = false;
@@ -194,6 +402,10 @@ int cli_video(int argc, char **argv) {
         }
         if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             quiet = true;
+            continue;
+        }
+        if (!strcmp(a, "--baselines") || !strcmp(a, "--own-copies")) {
+            *(a[2] == 'b' ? &baselines : &own_copies) = true;
             continue;
         }
         if (i + 1 >= argc) {
@@ -221,6 +433,11 @@ int cli_video(int argc, char **argv) {
         else if (!strcmp(a, "--lora-scale")) rc = cli_parse_f32(a, v, 1e-6f, 1e6f, &lora_scale);
         else if (!strcmp(a, "--detail-below")) rc = cli_parse_f32(a, v, 0.0f, 1000.0f, &gp.detail_below);
         else if (!strcmp(a, "--engine")) engine = v;
+        else if (!strcmp(a, "--pipe")) pipe_a = v;
+        else if (!strcmp(a, "--cut")) cut_s = v;
+        else if (!strcmp(a, "--videos")) rc = cli_parse_i32(a, v, 1, &n_videos);
+        else if (!strcmp(a, "--probe")) rc = cli_parse_i32(a, v, 1, &probe);
+        else if (!strcmp(a, "--slo")) rc = cli_parse_f32(a, v, 1e-6f, 1e9f, &slo);
         else if (!strcmp(a, "--frames")) rc = cli_parse_i32(a, v, 1, &gp.frames);
         else if (!strcmp(a, "--steps")) rc = cli_parse_i32(a, v, 1, &gp.steps);
         else if (!strcmp(a, "--shift")) rc = cli_parse_f32(a, v, 1e-3f, 1000.0f, &gp.shift), shift_set = true;
@@ -298,6 +515,11 @@ int cli_video(int argc, char **argv) {
     }
     if (gp.timesteps && !shift_set)
         gp.shift = 1.0f;
+    if (pipe_a && (traj_out || png_dir || video_out || lat_in)) {
+        fprintf(stderr, "error: --pipe writes each video's latents (--latents-out) and y4m (-o); --trajectory-out, "
+                        "--png-dir, --video-out and --latents-in are single-video options\n");
+        return 2;
+    }
     ts_video_params vp = ts_video_default_params();
     vp.engine = engine;
     vp.n_threads = n_threads;
@@ -369,6 +591,19 @@ int cli_video(int argc, char **argv) {
         }
         gp.neg_text = neg;
         gp.n_neg_text = (int32_t)(n / info.text_dim);
+    }
+    if (pipe_a) {
+        const int64_t T = (gp.frames - 1) / 4 + 1;
+        const int64_t n_px = (int64_t)gp.height * gp.width;
+        if (vae && !(gp.video = vid_frames = malloc((size_t)3 * (size_t)gp.frames * (size_t)n_px * sizeof(float)))) {
+            fprintf(stderr, "error: out of memory\n");
+            goto done;
+        }
+        stream_out so = {.y4m = y4m, .lat_out = lat_out, .frames = gp.frames, .height = gp.height,
+                         .width = gp.width, .fps = fps, .lshape = {16, T, gp.height / 8, gp.width / 8}, .quiet = quiet};
+        rc = video_stream(vid, &gp, pipe_a, engine ? engine : "cpu", cut_s, n_videos, slo, probe, baselines,
+                          own_copies, &so, stats_json);
+        goto done;
     }
     const int64_t len = ts_video_latent_count(vid, gp.frames, gp.height, gp.width);
     if (len < 0) {

@@ -8,6 +8,49 @@
 #include "kernels/linear.h"
 #include "kernels/repack.h"
 
+/* room for one more entry */
+static int grow(ts_vm_packs *s, ts_err *err) {
+    if (s->n < s->cap)
+        return 0;
+    const int cap = s->cap ? 2 * s->cap : 64;
+    void **mem = realloc(s->mem, (size_t)cap * sizeof *mem);
+    if (mem)
+        s->mem = mem;
+    ts_eng_buf **bufs = mem ? realloc(s->bufs, (size_t)cap * sizeof *bufs) : NULL;
+    if (bufs)
+        s->bufs = bufs;
+    const void **src = bufs ? realloc(s->src, (size_t)cap * sizeof *src) : NULL;
+    if (src)
+        s->src = src;
+    uint64_t *bytes = src ? realloc(s->bytes, (size_t)cap * sizeof *bytes) : NULL;
+    if (bytes)
+        s->bytes = bytes;
+    ts_eng_wlayout *lay = bytes ? realloc(s->layout, (size_t)cap * sizeof *lay) : NULL;
+    if (!lay)
+        return ts_err_set(err, "out of memory");
+    s->layout = lay, s->cap = cap;
+    return 0;
+}
+
+/* the peer's copy of m's rows that s->e reads as it is (-1: none) */
+static int peer_copy(const ts_vm_packs *s, const ts_wmat *m, uint64_t own, bool panels) {
+    const ts_vm_packs *p = s->peer;
+    if (!p || (!own && !panels))
+        return -1;
+    const ts_eng_desc *dp = ts_eng_describe(p->e), *ds = ts_eng_describe(s->e);
+    for (int i = 0; i < p->n; i++) {
+        if (p->src[i] != m->data)
+            continue;
+        if (own)
+            return p->layout[i] == TS_WL_ENGINE && ds->layout[0] && !strcmp(ds->layout, dp->layout) &&
+                           p->bytes[i] == own
+                       ? i
+                       : -1;
+        return p->layout[i] == TS_WL_PANELS ? i : -1;
+    }
+    return -1;
+}
+
 int ts_vm_place(ts_vm_packs *s, const ts_wmat *m, ts_eng_buf *file_buf, const void *file_base, ts_vm_placed *out,
                 ts_err *err) {
     *out = (ts_vm_placed){.buf = file_buf,
@@ -19,15 +62,21 @@ int ts_vm_place(ts_vm_packs *s, const ts_wmat *m, ts_eng_buf *file_buf, const vo
     const bool panels = !own && ts_eng_describe(s->e)->cpu_layouts && ts_linear_wants_pack(m);
     if (!own && !panels)
         return 0;
-    if (s->n == s->cap) {
-        const int cap = s->cap ? 2 * s->cap : 64;
-        void **mem = realloc(s->mem, (size_t)cap * sizeof *mem);
-        if (mem)
-            s->mem = mem;
-        ts_eng_buf **bufs = mem ? realloc(s->bufs, (size_t)cap * sizeof *bufs) : NULL;
-        if (!bufs)
-            return ts_err_set(err, "out of memory");
-        s->bufs = bufs, s->cap = cap;
+    if (grow(s, err))
+        return -1;
+    const int pi = peer_copy(s, m, own, panels);
+    if (pi >= 0) { /* one copy: the peer's bytes, mapped */
+        void *pm = s->peer->mem[pi] ? s->peer->mem[pi] : ts_eng_buf_host(s->peer->bufs[pi]);
+        ts_eng_buf *b = pm ? ts_eng_buf_map(s->e, pm, (size_t)s->peer->bytes[pi], err) : NULL;
+        if (!b)
+            return pm ? -1 : ts_err_set(err, "the peer's packed matrix has no host address");
+        s->mem[s->n] = NULL, s->bufs[s->n] = b, s->src[s->n] = m->data;
+        s->bytes[s->n] = s->peer->bytes[pi], s->layout[s->n] = s->peer->layout[pi];
+        s->n++;
+        s->shared_bytes += s->peer->bytes[pi];
+        *out = (ts_vm_placed){.buf = b, .off = 0, .wtype = m->type, .row_bytes = m->row_bytes,
+                              .layout = s->peer->layout[pi]};
+        return 0;
     }
     const size_t bytes = own ? own : ts_rp_matrix_bytes(m->type, m->n_in, m->n_out);
     void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
@@ -44,12 +93,12 @@ int ts_vm_place(ts_vm_packs *s, const ts_wmat *m, ts_eng_buf *file_buf, const vo
         free(p);
         return -1;
     }
-    s->mem[s->n] = p;
-    s->bufs[s->n++] = b;
+    const ts_eng_wlayout lay = own ? TS_WL_ENGINE : TS_WL_PANELS;
+    s->mem[s->n] = p, s->bufs[s->n] = b, s->src[s->n] = m->data, s->bytes[s->n] = bytes, s->layout[s->n] = lay;
+    s->n++;
     /* the rows' file pages are not read again: one resident copy */
     ts_gguf_drop_pages(m->data, (size_t)m->n_out * m->row_bytes);
-    *out = (ts_vm_placed){.buf = b, .off = 0, .wtype = m->type, .row_bytes = m->row_bytes,
-                          .layout = own ? TS_WL_ENGINE : TS_WL_PANELS};
+    *out = (ts_vm_placed){.buf = b, .off = 0, .wtype = m->type, .row_bytes = m->row_bytes, .layout = lay};
     return 0;
 }
 
@@ -60,7 +109,10 @@ void ts_vm_packs_free(ts_vm_packs *s) {
     }
     free(s->mem);
     free(s->bufs);
-    s->mem = NULL, s->bufs = NULL, s->n = s->cap = 0;
+    free(s->src);
+    free(s->bytes);
+    free(s->layout);
+    s->mem = NULL, s->bufs = NULL, s->src = NULL, s->bytes = NULL, s->layout = NULL, s->n = s->cap = 0;
 }
 
 ts_eng_bind ts_vm_bind(const ts_vm_placed *p) {

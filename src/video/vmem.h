@@ -27,12 +27,21 @@ typedef struct ts_vm_placed {
     ts_eng_wlayout layout;
 } ts_vm_placed;
 
-/* The packed copies made for one engine (freed together). */
+/* The packed copies made for one engine (freed together). With peer set
+ * (before the first place), a matrix the peer already holds in a layout
+ * this engine reads too (the same desc.layout name, or both on the CPU's
+ * panels) is not packed again: the peer's bytes are mapped into s->e, so
+ * two engines hold one copy (the peer must outlive s). */
 typedef struct ts_vm_packs {
     ts_engine *e;
-    void **mem;
+    const struct ts_vm_packs *peer;
+    void **mem;          /* NULL where the bytes are the peer's */
     ts_eng_buf **bufs;
+    const void **src;    /* the rows each was made from */
+    uint64_t *bytes;
+    ts_eng_wlayout *layout;
     int n, cap;
+    uint64_t shared_bytes; /* bytes mapped from the peer instead of packed */
 } ts_vm_packs;
 
 /* Places m (rows inside the file mapped as file_buf, whose first byte is

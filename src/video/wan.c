@@ -658,6 +658,13 @@ ts_wan_run *ts_wan_run_new(ts_wan *w, const ts_wan_run_params *p, ts_err *err) {
                                          (size_t)ts_gguf_file_size(lo->g), err)))
         goto fail;
     r->packs.e = r->e;
+    if (p->share) {
+        if (p->share->w != w || p->share->lora != lo) {
+            ts_err_set(err, "a run shares the weights of a run of the same model and adapter only");
+            goto fail;
+        }
+        r->packs.peer = &p->share->packs;
+    }
     r->lw = calloc((size_t)L, sizeof *r->lw);
     r->bs_block = calloc((size_t)(p->n_texts * L), sizeof *r->bs_block);
     r->bs_lora = calloc((size_t)(p->n_texts * L), sizeof *r->bs_lora);
@@ -879,6 +886,15 @@ static void time_embed(ts_wan_run *r, double t) {
 
 int ts_wan_run_forward(ts_wan_run *r, const float *latents, double t, int which, bool detail, float *out,
                        ts_err *err) {
+    return ts_wan_run_part(r, latents, t, which, detail, 0, r->w->c.n_layer, out, err);
+}
+
+float *ts_wan_run_hidden(ts_wan_run *r) { return r->act[S_X]; }
+
+uint64_t ts_wan_run_shared_bytes(const ts_wan_run *r) { return r->packs.shared_bytes; }
+
+int ts_wan_run_part(ts_wan_run *r, const float *latents, double t, int which, bool detail, int l0, int l1, float *out,
+                    ts_err *err) {
     if (which < 0 || which >= r->n_texts || !r->text_set[which])
         return ts_err_set(err, "wan: text %d was not set", which);
     if (detail && !r->lora)
@@ -886,30 +902,35 @@ int ts_wan_run_forward(ts_wan_run *r, const float *latents, double t, int which,
     if (!isfinite(t))
         return ts_err_set(err, "wan: timestep %g is not finite", t);
     const ts_wan_config *c = &r->w->c;
+    if (l0 < 0 || l1 < l0 || l1 > c->n_layer)
+        return ts_err_set(err, "wan: blocks [%d, %d) of %d", l0, l1, c->n_layer);
     const int pt = c->patch[0], ph = c->patch[1], pw = c->patch[2];
     const int64_t P = (int64_t)pt * ph * pw, HW = (int64_t)r->H * r->W;
     uint64_t t0 = ts_now_ns();
-    /* patchify: token (f, h, w), value (c, i, j, k) of the Conv3d's weight order */
-    float *patch = r->act[S_PATCH];
-    for (int f = 0; f < r->Fp; f++)
-        for (int h = 0; h < r->Hp; h++)
-            for (int w = 0; w < r->Wp; w++) {
-                float *dst = patch + (((int64_t)f * r->Hp + h) * r->Wp + w) * c->in_ch * P;
-                for (int ch = 0; ch < c->in_ch; ch++)
-                    for (int i = 0; i < pt; i++)
-                        for (int j = 0; j < ph; j++)
-                            for (int k = 0; k < pw; k++)
-                                *dst++ = latents[(int64_t)ch * r->F * HW + (int64_t)(f * pt + i) * HW +
-                                                 (int64_t)(h * ph + j) * r->W + (w * pw + k)];
-            }
     time_embed(r, t);
-    if (sync(r, S_PATCH, TS_SYNC_TO_DEVICE, err) || sync(r, S_MOD, TS_SYNC_TO_DEVICE, err) ||
-        sync(r, S_HMOD, TS_SYNC_TO_DEVICE, err) || run_graph(r, r->g_embed, &r->patch, NULL, 0, (int)r->M, err) ||
-        ts_eng_queue_finish(r->q, err))
+    if (l0 == 0) {
+        /* patchify: token (f, h, w), value (c, i, j, k) of the Conv3d's weight order */
+        float *patch = r->act[S_PATCH];
+        for (int f = 0; f < r->Fp; f++)
+            for (int h = 0; h < r->Hp; h++)
+                for (int w = 0; w < r->Wp; w++) {
+                    float *dst = patch + (((int64_t)f * r->Hp + h) * r->Wp + w) * c->in_ch * P;
+                    for (int ch = 0; ch < c->in_ch; ch++)
+                        for (int i = 0; i < pt; i++)
+                            for (int j = 0; j < ph; j++)
+                                for (int k = 0; k < pw; k++)
+                                    *dst++ = latents[(int64_t)ch * r->F * HW + (int64_t)(f * pt + i) * HW +
+                                                     (int64_t)(h * ph + j) * r->W + (w * pw + k)];
+                }
+    }
+    if (sync(r, S_MOD, TS_SYNC_TO_DEVICE, err) || sync(r, S_HMOD, TS_SYNC_TO_DEVICE, err) ||
+        (l0 == 0 && (sync(r, S_PATCH, TS_SYNC_TO_DEVICE, err) ||
+                     run_graph(r, r->g_embed, &r->patch, NULL, 0, (int)r->M, err))) ||
+        (l0 > 0 && sync(r, S_X, TS_SYNC_TO_DEVICE, err)) || ts_eng_queue_finish(r->q, err))
         return ts_err_prefix(err, "wan: embedding");
     uint64_t t1 = ts_now_ns();
     r->st.embed_ns += t1 - t0;
-    for (int l = 0; l < c->n_layer; l++) {
+    for (int l = l0; l < l1; l++) {
         ts_eng_bindset *bs = (detail ? r->bs_lora : r->bs_block)[which * c->n_layer + l];
         if (ts_eng_enqueue_bound(r->q, bs, 0, (int)r->M, 0, err) ||
             ts_eng_queue_finish(r->q, err))
@@ -918,6 +939,11 @@ int ts_wan_run_forward(ts_wan_run *r, const float *latents, double t, int which,
     }
     uint64_t t2 = ts_now_ns();
     r->st.block_ns += t2 - t1;
+    if (l1 < c->n_layer) { /* stopped inside the forward: the hidden state for whoever resumes it */
+        if (sync(r, S_X, TS_SYNC_TO_HOST, err) || ts_eng_queue_finish(r->q, err))
+            return ts_err_prefix(err, "wan: hidden state");
+        return 0;
+    }
     if (run_graph(r, r->g_head, &r->head, NULL, 0, (int)r->M, err) || sync(r, S_OUT, TS_SYNC_TO_HOST, err) ||
         ts_eng_queue_finish(r->q, err))
         return ts_err_prefix(err, "wan: head");

@@ -91,10 +91,16 @@ typedef struct ts_wan_run_params {
     int n_text;         /* text tokens per text (>= 1) */
     int n_texts;        /* texts held: 1, or 2 for classifier-free guidance */
     const ts_wan_lora *lora; /* the detail expert's adapter (NULL: none) */
+    /* a run of the same model (and adapter) whose packed matrices this run
+     * maps wherever its engine reads their layout (vmem.h: the same
+     * desc.layout, or both on the CPU's panels): two engines, one weight
+     * copy. It must outlive this run. NULL: the run packs its own. */
+    const struct ts_wan_run *share;
 } ts_wan_run_params;
 
 typedef struct ts_wan_run ts_wan_run;
 
+/* Builds the run; refuses a share of another model or adapter. */
 ts_wan_run *ts_wan_run_new(ts_wan *w, const ts_wan_run_params *p, ts_err *err);
 void ts_wan_run_free(ts_wan_run *r);
 /* Tokens per block run (M). */
@@ -110,6 +116,24 @@ int ts_wan_run_set_text(ts_wan_run *r, int which, const float *text, ts_err *err
  * latents. */
 int ts_wan_run_forward(ts_wan_run *r, const float *latents, double t, int which, bool detail, float *out,
                        ts_err *err);
+
+/* The forward in pieces, for a pipeline that cuts the trajectory at a
+ * block boundary, perhaps inside a step: blocks [l0, l1) of the forward at
+ * t (0 <= l0 <= l1 <= n_layer). l0 == 0 starts from latents (patchify and
+ * patch embedding); l0 > 0 resumes from the hidden state in
+ * ts_wan_run_hidden (handed over by another run, or left by this one).
+ * l1 == n_layer ends with the head into out; l1 < n_layer leaves the
+ * hidden state there. The time embedding is recomputed from t either way
+ * (host work, bit for bit the same on every run). ts_wan_run_forward is
+ * ts_wan_run_part(r, latents, t, which, detail, 0, n_layer, out). */
+int ts_wan_run_part(ts_wan_run *r, const float *latents, double t, int which, bool detail, int l0, int l1, float *out,
+                    ts_err *err);
+/* The hidden state between blocks, [M][d] f32 host memory: read it after
+ * a part that stopped before the head, write it before one that resumes. */
+float *ts_wan_run_hidden(ts_wan_run *r);
+/* Bytes of packed matrices this run maps from its share instead of
+ * holding a copy of its own. */
+uint64_t ts_wan_run_shared_bytes(const ts_wan_run *r);
 
 typedef struct ts_wan_stats {
     uint64_t forwards;

@@ -144,9 +144,9 @@ def main():
     # 4. refusals and the measuring modes
     base = common("wan-pipe.gguf") + ["--pipe", "loop", "--engine", "cpu"]
     for args, text in ((["--cfg", "3"], "guidance"), (["--trajectory-out", os.path.join(out, "t.npy")], "single-video"),
-                       (["--cut", str(B + 1)], "block index"), (["--cut", "middle"], "block index"),
+                       (["--cut", str(B + 1)], "block indices"), (["--cut", "middle"], "block indices"),
                        (["--slo", "0.000001"], "no cut")):
-        err = run(tessera, base + args, want=1 if text in ("guidance", "block index", "no cut") else 2)
+        err = run(tessera, base + args, want=1 if text in ("guidance", "block indices", "no cut") else 2)
         if text not in err:
             fail(f"{args}: the message lacks '{text}':\n{err}")
     r = last_json(run(tessera, base + ["--cut", "rates", "--stats", "json"]))

@@ -59,9 +59,9 @@ static void help(FILE *f) {
             "                           and is written to -o / --latents-out with _i before the extension\n"
             "      --videos N           videos in the stream (default 4)\n"
             "      --cut C              auto (default: Eq. 5 from co-run rates), solo (from solo rates),\n"
-            "                           step (the best step boundary), K (a block index 0 .. B), sweep\n"
-            "                           (every cut, predicted vs measured period), rates (measure only) or\n"
-            "                           setup (the weights and PSS only)\n"
+            "                           step (the best step boundary), K or K1,K2,... (block indices\n"
+            "                           0 .. B), sweep (every cut: predicted vs measured period), rates\n"
+            "                           (measure only) or setup (the weights and PSS only)\n"
             "      --slo S              every video within S seconds: the cut of the best period that\n"
             "                           meets it, videos admitted just in time (videos per hour reported)\n"
             "      --probe N            blocks per rate measurement (default: one step's)\n"
@@ -312,15 +312,20 @@ static int video_stream(ts_video *vid, ts_video_gen_params *gp, const char *engi
         cuts[n_cuts++] = k_solo;
     } else if (!strcmp(cut_s, "step")) {
         cuts[n_cuts++] = k_step;
-    } else {
-        char *end;
-        const long k = strtol(cut_s, &end, 10);
-        if (*end || end == cut_s || k < 0 || k > B) {
-            fprintf(stderr, "error: --cut '%s': auto, solo, step, sweep, rates, setup or a block index 0 .. %d\n",
-                    cut_s, B);
-            goto done;
+    } else { /* K or K1,K2,... */
+        for (const char *c = cut_s; n_cuts < 4096;) {
+            char *end;
+            const long k = strtol(c, &end, 10);
+            if (end == c || (*end && *end != ',') || k < 0 || k > B) {
+                fprintf(stderr, "error: --cut '%s': auto, solo, step, sweep, rates, setup or block indices 0 .. %d "
+                                "(K or K1,K2,...)\n", cut_s, B);
+                goto done;
+            }
+            cuts[n_cuts++] = (int)k;
+            if (!*end)
+                break;
+            c = end + 1;
         }
-        cuts[n_cuts++] = (int)k;
     }
     if (stats_json) {
         fprintf(stderr, "{\"engine_a\": \"%s\", \"engine_b\": \"%s\", \"n_blocks\": %d, \"step_blocks\": %d, "

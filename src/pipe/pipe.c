@@ -366,6 +366,7 @@ typedef struct par {
     int *next; /* the next request to take; under s->mu */
     uint64_t *start, *done;
     uint64_t busy;
+    int n_done; /* requests this stage finished */
 } par;
 
 static void *par_main(void *arg) {
@@ -390,6 +391,7 @@ static void *par_main(void *arg) {
         }
         p->done[i] = ts_now_ns();
         p->busy += p->done[i] - t0;
+        p->n_done++;
     }
     return NULL;
 }
@@ -434,6 +436,15 @@ int ts_pipe_parallel(const ts_pipe_work *w, unsigned stages, int n_req, ts_pipe_
     }
     figures(t0, start, done, n_req, 0.0, iv, res, done_s);
     res->a_busy_s = secs(p[0].busy), res->b_busy_s = secs(p[1].busy);
+    /* the steady-state period: each stage's own rate while both ran, added
+     * (whole requests complete in bursts, so intervals between completions
+     * of a short stream say little) */
+    double rate = 0;
+    for (int st = 0; st < 2; st++)
+        if (p[st].n_done && p[st].busy)
+            rate += p[st].n_done / secs(p[st].busy);
+    if (rate > 0)
+        res->period_s = 1.0 / rate;
 out:
     pthread_cond_destroy(&s.cv);
     pthread_mutex_destroy(&s.mu);

@@ -115,7 +115,9 @@ int ts_pipe_stream(const ts_pipe_work *w, int cut, int n_req, const ts_pipe_rate
  * taking the next request as it frees up; one stage is that engine alone,
  * both are data parallelism. Slots: stage s uses s, s + 2, ... (n_slots
  * >= 2). res as ts_pipe_stream's (cut -1; a_busy_s / b_busy_s each
- * stage's). */
+ * stage's), except period_s: 1 / the sum of each stage's requests per
+ * second of its busy time (completions of whole requests come in bursts,
+ * so a short stream's intervals would not show the steady state). */
 int ts_pipe_parallel(const ts_pipe_work *w, unsigned stages, int n_req, ts_pipe_result *res, double *done_s,
                      ts_err *err);
 

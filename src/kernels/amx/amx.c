@@ -124,23 +124,14 @@ bool ts_amx_vnni_status(char *why, size_t n) {
 static const ts_amx_kernels *unit_kernels(ts_amx_unit unit, ts_err *err) {
     if (unit == TS_AMX_EMU)
         return &ts_amx_kernels_emu;
-    if (unit == TS_AMX_VNNI) {
-        char why[200];
-        if (!ts_amx_vnni_status(why, sizeof why)) {
-            ts_err_set(err, "amx: no vnni unit here: %s", why);
-            return NULL;
-        }
-#if defined(TS_KERNELS_X86)
-        return &ts_amx_kernels_vnni;
-#endif
-    }
+    const bool vnni = unit == TS_AMX_VNNI;
     char why[200];
-    if (!ts_amx_hw_status(why, sizeof why)) {
-        ts_err_set(err, "amx: no tile unit here: %s", why);
+    if (!(vnni ? ts_amx_vnni_status : ts_amx_hw_status)(why, sizeof why)) {
+        ts_err_set(err, "amx: no %s here: %s", vnni ? "vnni unit" : "tile unit", why);
         return NULL;
     }
 #if defined(TS_KERNELS_X86)
-    return &ts_amx_kernels_hw;
+    return vnni ? &ts_amx_kernels_vnni : &ts_amx_kernels_hw;
 #else
     return NULL;
 #endif

@@ -1036,6 +1036,8 @@ typedef struct ts_stream_rates {
 
 /* Eq. 4: the predicted period of cut k (0 <= k <= n_blocks). */
 TS_API double ts_stream_period(const ts_stream_rates *r, int32_t n_blocks, int32_t cut);
+/* Eq. 5's crossing (B b + tail) / (a + b), fractional. */
+TS_API double ts_stream_crossing(const ts_stream_rates *r, int32_t n_blocks);
 /* One request's latency through cut k when nothing waits. */
 TS_API double ts_stream_latency(const ts_stream_rates *r, int32_t n_blocks, int32_t cut);
 /* Eq. 5's cut: the better integer next to the crossing, among multiples of
@@ -1060,6 +1062,7 @@ typedef struct ts_video_pipe_params {
     const char *engine_b;      /* stage B (the suffix and the VAE); required */
     int32_t threads_a, threads_b; /* <= 0: 1 each */
     bool own_copies;           /* true: each engine packs its own weights (the data-parallel baseline's memory) */
+    bool decode;               /* the tail: each video's frames through the VAE on B (needs vae_path) */
     /* each finished video, on B's thread (or the engine's that finished it):
      * latents [16][T][h][w], video [3][frames][height][width] or NULL
      * without a VAE; return false to stop the stream (TS_ERR_CANCELLED) */
@@ -1070,8 +1073,8 @@ TS_API ts_video_pipe_params ts_video_pipe_default_params(void);
 
 /* Both engines set up for gen's grid, schedule, detail expert and text
  * (the prompt encoded once; cfg must be off, as DCM runs); video i of a
- * stream has seed gen->seed + i. gen->video set: the tail decodes frames
- * (the VAE on B). */
+ * stream has seed gen->seed + i. The frames come to on_video (pp->decode);
+ * gen->video, trajectory and init_latents are single-video fields, unused. */
 TS_API ts_status ts_video_pipe_open(ts_video *v, const ts_video_gen_params *gen, const ts_video_pipe_params *pp,
                                     ts_video_pipe **out, ts_error *err);
 TS_API void ts_video_pipe_free(ts_video_pipe *p);

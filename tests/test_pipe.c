@@ -10,7 +10,7 @@
  *      changes the request's final value; blocks sleep a pseudo-random few
  *      hundred microseconds so the two threads interleave differently;
  *      hand-offs only for 0 < k <= B, one tail and one completion per
- *      request, on stage B, in order;
+ *      request, in order, the tail reading B's register (so it ran there);
  *   3. the whole-request baselines (each request once, on the asked stages)
  *      and the rate measurement (positive, co-run at least as long as solo
  *      for a stage that shares a lock with the other: the synthetic
@@ -38,7 +38,7 @@ typedef struct synth {
     uint64_t slot_x[SLOTS]; /* the hand-off */
     bool handed_all[SLOTS]; /* the hand-off came after the last block */
     uint64_t final[64];     /* each request's result (at its tail) */
-    int tails[64], dones[64], handoffs, tail_stage_bad, done_order_bad, last_done;
+    int tails[64], dones[64], handoffs, done_order_bad, last_done;
     int fail_stage, fail_block; /* -1: none */
     uint32_t rng;
     int sleep_us; /* per block (0: none) */
@@ -135,7 +135,7 @@ static void reset(synth *s) {
     memset(s->final, 0, sizeof s->final);
     memset(s->tails, 0, sizeof s->tails);
     memset(s->dones, 0, sizeof s->dones);
-    s->handoffs = s->tail_stage_bad = s->done_order_bad = 0;
+    s->handoffs = s->done_order_bad = 0;
     s->last_done = -1;
 }
 

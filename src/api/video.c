@@ -221,6 +221,44 @@ void ts_video_noise(float *x, int64_t n, uint64_t seed) {
     }
 }
 
+ts_status ts_video_check_gen(const ts_video *v, const ts_video_gen_params *p, int *T, int *h, int *w,
+                             double *custom, ts_error *err) {
+    const ts_logger *lg = &v->log;
+    const ts_wan_config *c = ts_wan_cfg(v->wan);
+    char msg[200];
+    if (ts_video_grid(v, p->frames, p->height, p->width, T, h, w, msg, sizeof msg))
+        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "%s", msg);
+    if (!p->text && !(p->prompt && v->t5))
+        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG,
+                           p->prompt ? "a prompt needs the text encoder (t5_path, --t5), or give its states"
+                                     : "no text: give a prompt (with the text encoder) or the text states");
+    if (p->text && (p->n_text < 1 || p->n_text > 65536))
+        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "text: %d rows of %d values (1 .. 65536 rows)", p->n_text,
+                           c->text_dim);
+    if (!isfinite(p->cfg) || p->cfg > 100.0f)
+        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "cfg %g out of range (<= 1 off, up to 100)", (double)p->cfg);
+    if (p->video && !v->vae)
+        return ts_api_fail(err, lg, TS_ERR_INVALID_STATE,
+                           "decoding frames needs the Wan VAE (vae_path, --vae); the latents are available without it");
+    const int32_t n_text = p->text ? p->n_text : TS_VIDEO_TEXT_LEN;
+    if (p->cfg > 1.0f && p->text && p->neg_text && p->n_neg_text != n_text)
+        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG,
+                           "the negative text has %d rows and the text %d: pad both to one length (Wan pads to 512)",
+                           p->n_neg_text, n_text);
+    if (p->detail_below > 0 && !v->lora)
+        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG,
+                           "detail_below %g needs the detail expert's adapter (ts_video_params.lora_path)",
+                           (double)p->detail_below);
+    if (p->timesteps) {
+        if (p->n_timesteps < 1 || p->n_timesteps > TS_FLOW_MAX_STEPS)
+            return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "%d custom timesteps (1 .. %d)", p->n_timesteps,
+                               TS_FLOW_MAX_STEPS);
+        for (int i = 0; i < p->n_timesteps; i++)
+            custom[i] = p->timesteps[i];
+    }
+    return TS_OK;
+}
+
 ts_status ts_video_generate(ts_video *v, const ts_video_gen_params *params, float *latents, ts_video_stats *stats,
                             ts_error *err) {
     const ts_logger *lg = v ? &v->log : NULL;
@@ -235,42 +273,15 @@ ts_status ts_video_generate(ts_video *v, const ts_video_gen_params *params, floa
         stats->struct_size = sz;
     }
     int T, h, w;
-    char msg[200];
-    if (ts_video_grid(v, p->frames, p->height, p->width, &T, &h, &w, msg, sizeof msg))
-        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "%s", msg);
+    double custom[TS_FLOW_MAX_STEPS];
+    const ts_status chk = ts_video_check_gen(v, p, &T, &h, &w, custom, err);
+    if (chk != TS_OK)
+        return chk;
     const bool cfg = p->cfg > 1.0f;
-    if (!p->text && !(p->prompt && v->t5))
-        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG,
-                           p->prompt ? "a prompt needs the text encoder (t5_path, --t5), or give its states"
-                                     : "no text: give a prompt (with the text encoder) or the text states");
-    if (p->text && (p->n_text < 1 || p->n_text > 65536))
-        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "text: %d rows of %d values (1 .. 65536 rows)", p->n_text,
-                           c->text_dim);
-    if (!isfinite(p->cfg) || p->cfg > 100.0f)
-        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "cfg %g out of range (<= 1 off, up to 100)", (double)p->cfg);
     const int64_t len = (int64_t)LATENT_CH * T * h * w;
-    if (p->video && !v->vae)
-        return ts_api_fail(err, lg, TS_ERR_INVALID_STATE,
-                           "decoding frames needs the Wan VAE (vae_path, --vae); the latents are available without it");
     const int32_t n_text = p->text ? p->n_text : TS_VIDEO_TEXT_LEN;
-    if (cfg && p->text && p->neg_text && p->n_neg_text != n_text)
-        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG,
-                           "the negative text has %d rows and the text %d: pad both to one length (Wan pads to 512)",
-                           p->n_neg_text, n_text);
-    if (p->detail_below > 0 && !v->lora)
-        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG,
-                           "detail_below %g needs the detail expert's adapter (ts_video_params.lora_path)",
-                           (double)p->detail_below);
     ts_flow fl;
     ts_err e = {{0}};
-    double custom[TS_FLOW_MAX_STEPS];
-    if (p->timesteps) {
-        if (p->n_timesteps < 1 || p->n_timesteps > TS_FLOW_MAX_STEPS)
-            return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "%d custom timesteps (1 .. %d)", p->n_timesteps,
-                               TS_FLOW_MAX_STEPS);
-        for (int i = 0; i < p->n_timesteps; i++)
-            custom[i] = p->timesteps[i];
-    }
     if (ts_flow_init(&fl, p->sampler == TS_VIDEO_EULER ? TS_FLOW_EULER : TS_FLOW_UNIPC, p->steps, p->shift,
                      p->timesteps ? custom : NULL, p->n_timesteps, len, &e))
         return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "sampler: %s", e.msg);

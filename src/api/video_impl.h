@@ -35,6 +35,13 @@ struct ts_video {
 /* The latent grid (T, h, w) of a video size, or -1 with a message. */
 int ts_video_grid(const ts_video *v, int32_t frames, int32_t height, int32_t width, int *T, int *h, int *w, char *msg,
                   size_t cap);
+/* The checks every generation shares (ts_video_generate,
+ * ts_video_pipe_open): the grid into T, h, w, the text, cfg's range, the
+ * VAE for frames, the negative text's rows, the adapter for detail_below,
+ * the custom timesteps (copied into custom[TS_FLOW_MAX_STEPS]). TS_OK, or
+ * the failure through err. */
+ts_status ts_video_check_gen(const ts_video *v, const ts_video_gen_params *p, int *T, int *h, int *w,
+                             double *custom, ts_error *err);
 /* Standard normal values from splitmix64 (Box-Muller): a seed's noise. */
 void ts_video_noise(float *x, int64_t n, uint64_t seed);
 

@@ -41,7 +41,6 @@ struct ts_video_pipe {
     vslot slot[N_SLOTS];
     ts_pipe_work work;
     int64_t pss;
-    ts_err werr; /* a callback's failure text for the API error */
 };
 
 ts_video_pipe_params ts_video_pipe_default_params(void) { return (ts_video_pipe_params){0}; }
@@ -162,15 +161,7 @@ ts_status ts_video_pipe_open(ts_video *v, const ts_video_gen_params *gen, const 
                            "cfg %g: the stream runs one forward per step (guidance off, as DCM runs); "
                            "use ts_video_generate for classifier-free guidance",
                            (double)gen->cfg);
-    if (gen->video && !v->vae)
-        return ts_api_fail(err, lg, TS_ERR_INVALID_STATE, "decoding frames needs the Wan VAE (vae_path, --vae)");
-    if (gen->detail_below > 0 && !v->lora)
-        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "detail_below %g needs the detail expert's adapter",
-                           (double)gen->detail_below);
-    if (!gen->text && !(gen->prompt && v->t5))
-        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "no text: give a prompt (with the text encoder) or the text states");
     const ts_wan_config *c = ts_wan_cfg(v->wan);
-    char msg[200];
     ts_video_pipe *p = calloc(1, sizeof *p);
     if (!p)
         return ts_api_fail(err, lg, TS_ERR_NO_MEMORY, "out of memory");
@@ -181,28 +172,21 @@ ts_status ts_video_pipe_open(ts_video *v, const ts_video_gen_params *gen, const 
     ts_status st = TS_OK;
     ts_err e = {{0}};
     float *enc = NULL;
-    if (ts_video_grid(v, gen->frames, gen->height, gen->width, &p->T, &p->h, &p->w, msg, sizeof msg)) {
-        st = ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "%s", msg);
+    if ((st = ts_video_check_gen(v, gen, &p->T, &p->h, &p->w, p->custom, err)) != TS_OK)
         goto fail;
-    }
+    p->n_custom = gen->timesteps ? gen->n_timesteps : 0;
     p->len = (int64_t)LATENT_CH * p->T * p->h * p->w;
     p->L = c->n_layer;
     p->kind = gen->sampler == TS_VIDEO_EULER ? TS_FLOW_EULER : TS_FLOW_UNIPC;
     p->shift = gen->shift;
     p->detail_below = gen->detail_below;
     p->seed = gen->seed;
-    p->decode = gen->video != NULL;
-    p->frame_values = (int64_t)3 * gen->frames * gen->height * gen->width;
-    if (gen->timesteps) {
-        if (gen->n_timesteps < 1 || gen->n_timesteps > TS_FLOW_MAX_STEPS) {
-            st = ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "%d custom timesteps (1 .. %d)", gen->n_timesteps,
-                             TS_FLOW_MAX_STEPS);
-            goto fail;
-        }
-        p->n_custom = gen->n_timesteps;
-        for (int i = 0; i < p->n_custom; i++)
-            p->custom[i] = gen->timesteps[i];
+    p->decode = pp->decode;
+    if (p->decode && !v->vae) {
+        st = ts_api_fail(err, lg, TS_ERR_INVALID_STATE, "decoding frames needs the Wan VAE (vae_path, --vae)");
+        goto fail;
     }
+    p->frame_values = (int64_t)3 * gen->frames * gen->height * gen->width;
     /* the schedule checked once (each video re-creates its sampler state) */
     ts_flow probe;
     if (ts_flow_init(&probe, p->kind, gen->steps, p->shift, p->n_custom ? p->custom : NULL, p->n_custom, 1, &e)) {
@@ -213,10 +197,6 @@ ts_status ts_video_pipe_open(ts_video *v, const ts_video_gen_params *gen, const 
     ts_flow_free(&probe);
     /* the text: given, or the prompt encoded once for the whole stream */
     const int32_t n_text = gen->text ? gen->n_text : TS_VIDEO_TEXT_LEN;
-    if (gen->text && (n_text < 1 || n_text > 65536)) {
-        st = ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "text: %d rows (1 .. 65536)", n_text);
-        goto fail;
-    }
     const float *text = gen->text;
     if (!text) {
         if (!(enc = malloc(sizeof(float) * (size_t)n_text * (size_t)c->text_dim))) {
@@ -294,6 +274,11 @@ static ts_pipe_rates to_pipe(const ts_stream_rates *r) {
 double ts_stream_period(const ts_stream_rates *r, int32_t n_blocks, int32_t cut) {
     const ts_pipe_rates q = to_pipe(r);
     return ts_pipe_period(&q, n_blocks, cut);
+}
+
+double ts_stream_crossing(const ts_stream_rates *r, int32_t n_blocks) {
+    const ts_pipe_rates q = to_pipe(r);
+    return ts_pipe_crossing(&q, n_blocks);
 }
 
 double ts_stream_latency(const ts_stream_rates *r, int32_t n_blocks, int32_t cut) {

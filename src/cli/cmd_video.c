@@ -198,6 +198,7 @@ typedef struct stream_out {
     const char *y4m, *lat_out;
     int32_t frames, height, width, fps;
     int64_t lshape[4];
+    bool decode; /* --vae: the VAE is B's tail (frames written with -o) */
     bool quiet, failed, announce;
 } stream_out;
 
@@ -250,6 +251,7 @@ static int video_stream(ts_video *vid, ts_video_gen_params *gp, const char *engi
     pp.engine_a = engine_a;
     pp.engine_b = engine_b;
     pp.own_copies = own;
+    pp.decode = out->decode;
     pp.on_video = on_stream_video;
     pp.user_data = out;
     ts_error err = {0};
@@ -285,13 +287,13 @@ static int video_stream(ts_video *vid, ts_video_gen_params *gp, const char *engi
     }
     const int k_auto = ts_stream_best_cut(&co, B, 1, 0), k_step = ts_stream_best_cut(&co, B, L, 0),
               k_solo = ts_stream_best_cut(&solo, B, 1, 0), k_slo = slo > 0 ? ts_stream_best_cut(&co, B, 1, slo) : -1;
-    const double cross = (B * co.block_b_s + co.tail_s) / (co.block_a_s + co.block_b_s);
+    const double cross = ts_stream_crossing(&co, B);
     if (!out->quiet)
         fprintf(stderr,
                 "rates (s)        block A   block B   tail B\n  solo          %8.4f  %8.4f  %8.4f\n  co-run        "
-                "%8.4f  %8.4f  %8.4f\ncut: crossing %.2f -> k* = %d (co-run), %d (solo rates), %d (step boundary)%s\n",
+                "%8.4f  %8.4f  %8.4f\ncut: crossing %.2f -> k* = %d (co-run), %d (solo rates), %d (step boundary)\n",
                 solo.block_a_s, solo.block_b_s, solo.tail_s, co.block_a_s, co.block_b_s, co.tail_s, cross, k_auto,
-                k_solo, k_step, slo > 0 ? "" : "");
+                k_solo, k_step);
     if (slo > 0 && k_slo < 0) {
         fprintf(stderr, "error: --slo %.1f: no cut finishes a video within it (the fastest takes %.1f s)\n", slo,
                 ts_stream_latency(&co, B, 0) < ts_stream_latency(&co, B, B) ? ts_stream_latency(&co, B, 0)
@@ -599,13 +601,9 @@ int cli_video(int argc, char **argv) {
     }
     if (pipe_a) {
         const int64_t T = (gp.frames - 1) / 4 + 1;
-        const int64_t n_px = (int64_t)gp.height * gp.width;
-        if (vae && !(gp.video = vid_frames = malloc((size_t)3 * (size_t)gp.frames * (size_t)n_px * sizeof(float)))) {
-            fprintf(stderr, "error: out of memory\n");
-            goto done;
-        }
         stream_out so = {.y4m = y4m, .lat_out = lat_out, .frames = gp.frames, .height = gp.height,
-                         .width = gp.width, .fps = fps, .lshape = {16, T, gp.height / 8, gp.width / 8}, .quiet = quiet};
+                         .width = gp.width, .fps = fps, .lshape = {16, T, gp.height / 8, gp.width / 8},
+                         .decode = vae != NULL, .quiet = quiet};
         rc = video_stream(vid, &gp, pipe_a, engine ? engine : "cpu", cut_s, n_videos, slo, probe, baselines,
                           own_copies, &so, stats_json);
         goto done;

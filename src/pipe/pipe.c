@@ -79,25 +79,39 @@ static void sleep_until(uint64_t t_ns) {
     }
 }
 
+/* fa(a) on this thread while fb(b) runs on another; -1 (nothing run)
+ * when the thread does not start */
+static int run_pair(void *(*fa)(void *), void *a, void *(*fb)(void *), void *b) {
+    pthread_t th;
+    if (pthread_create(&th, NULL, fb, b))
+        return -1;
+    fa(a);
+    pthread_join(th, NULL);
+    return 0;
+}
+
 /* ---- measuring the rates ---- */
 
-typedef struct corun {
+typedef struct co_stage {
     shared *s;
     int stage, slot, req, probe;
     bool tail_only; /* stage B: one tail, timed (A keeps busy meanwhile) */
     int done;       /* blocks (or tails) finished; under s->mu */
-    struct corun *other;
+    const struct co_stage *other;
     uint64_t ns; /* the first probe blocks' (or the tail's) time */
-} corun;
+} co_stage;
+
+/* what a co-running stage times: one tail, or probe blocks */
+static int co_target(const co_stage *c) { return c->tail_only ? 1 : c->probe; }
 
 static void *corun_main(void *arg) {
-    corun *c = arg;
+    co_stage *c = arg;
     shared *s = c->s;
     const ts_pipe_work *w = s->w;
-    const corun *other = c->other;
+    const co_stage *other = c->other;
     for (int n = 0;; n++) {
         pthread_mutex_lock(&s->mu);
-        const bool stop = s->failed || (n >= (c->tail_only ? 1 : c->probe) && other->done >= (other->tail_only ? 1 : other->probe));
+        const bool stop = s->failed || (n >= co_target(c) && other->done >= co_target(other));
         pthread_mutex_unlock(&s->mu);
         if (stop)
             break;
@@ -115,7 +129,7 @@ static void *corun_main(void *arg) {
             break;
         }
         pthread_mutex_lock(&s->mu);
-        if (n < (c->tail_only ? 1 : c->probe))
+        if (n < co_target(c))
             c->ns += ts_now_ns() - t0;
         c->done = n + 1;
         pthread_cond_broadcast(&s->cv);
@@ -126,18 +140,15 @@ static void *corun_main(void *arg) {
 
 /* both stages at once: A on blocks, B on blocks (tail_b false) or one tail */
 static int corun_pair(shared *s, int probe, bool tail_b, uint64_t *ns_a, uint64_t *ns_b) {
-    corun a = {.s = s, .stage = 0, .slot = 0, .req = -1, .probe = probe};
-    corun b = {.s = s, .stage = 1, .slot = 1, .req = -2, .probe = probe, .tail_only = tail_b};
+    co_stage a = {.s = s, .stage = 0, .slot = 0, .req = -1, .probe = probe};
+    co_stage b = {.s = s, .stage = 1, .slot = 1, .req = -2, .probe = probe, .tail_only = tail_b};
     a.other = &b, b.other = &a;
-    pthread_t th;
-    if (pthread_create(&th, NULL, corun_main, &b)) {
+    if (run_pair(corun_main, &a, corun_main, &b)) {
         ts_err e = {{0}};
         ts_err_set(&e, "pipe: cannot start a thread");
         fail(s, &e);
         return -1;
     }
-    corun_main(&a);
-    pthread_join(th, NULL);
     *ns_a = a.ns, *ns_b = b.ns;
     return s->failed ? -1 : 0;
 }
@@ -188,9 +199,9 @@ int ts_pipe_measure(const ts_pipe_work *w, int probe, ts_pipe_rates *solo, ts_pi
 typedef struct stream {
     shared s;
     int cut, n_req;
-    const ts_pipe_rates *pace;
+    const ts_pipe_rates *pace; /* NULL: admit at once */
     uint64_t t0;
-    uint64_t *start, *handed, *done; /* [n_req] times; handed 0 = not yet */
+    uint64_t *start, *done;        /* [n_req] times */
     int n_handed, n_taken, n_done; /* requests handed to B, taken by B, done */
     uint64_t b_start_prev;         /* when B took the last request (pace) */
     uint64_t busy[2], tail_ns, handoff_ns;
@@ -232,6 +243,56 @@ static void *stage_b(void *arg) {
         st->tail_ns += t2 - t1;
         st->done[i] = t2;
         st->n_done = i + 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+    return NULL;
+}
+
+static void *stage_a(void *arg) {
+    stream *st = arg;
+    shared *s = &st->s;
+    const ts_pipe_work *w = s->w;
+    const int B = w->n_blocks, cut = st->cut;
+    for (int i = 0; i < st->n_req; i++) {
+        const int slot = i % w->n_slots;
+        pthread_mutex_lock(&s->mu);
+        while (!s->failed && st->n_done < i - w->n_slots + 1) /* the slot's last request is done */
+            pthread_cond_wait(&s->cv, &s->mu);
+        /* pace: the previous request on B first (then this one's hand-off
+         * is timed to meet B free) */
+        while (!s->failed && st->pace && st->n_taken < i)
+            pthread_cond_wait(&s->cv, &s->mu);
+        const bool stop = s->failed;
+        const uint64_t b_prev = st->b_start_prev;
+        pthread_mutex_unlock(&s->mu);
+        if (stop)
+            break;
+        if (st->pace && i > 0) {
+            /* request i - 1 reached B at b_prev and leaves it after its
+             * suffix and tail; this one's prefix should end then */
+            const double stage_b_s = (B - cut) * st->pace->tb + st->pace->tv, stage_a_s = cut * st->pace->ta;
+            if (stage_b_s > stage_a_s)
+                sleep_until(b_prev + (uint64_t)((stage_b_s - stage_a_s) * 1e9));
+        }
+        ts_err e = {{0}};
+        const uint64_t t0 = ts_now_ns();
+        if (cut > 0) /* else B starts it */
+            st->start[i] = t0;
+        if (cut > 0 && w->blocks(w->ctx, 0, slot, i, 0, cut, &e)) {
+            fail(s, &e);
+            break;
+        }
+        const uint64_t t1 = ts_now_ns();
+        if (cut > 0 && w->handoff && w->handoff(w->ctx, slot, cut, &e)) {
+            fail(s, &e);
+            break;
+        }
+        const uint64_t t2 = ts_now_ns();
+        pthread_mutex_lock(&s->mu);
+        st->busy[0] += t2 - t0;
+        st->handoff_ns += t2 - t1;
+        st->n_handed = i + 1;
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
     }
@@ -280,68 +341,21 @@ int ts_pipe_stream(const ts_pipe_work *w, int cut, int n_req, const ts_pipe_rate
         return ts_err_set(err, "pipe: cut %d of %d blocks, %d requests (cut 0 .. %d, >= 1 request)", cut, B, n_req, B);
     stream st = {.s = {.w = w}, .cut = cut, .n_req = n_req, .pace = pace};
     st.start = calloc((size_t)n_req, sizeof *st.start);
-    st.handed = calloc((size_t)n_req, sizeof *st.handed);
     st.done = calloc((size_t)n_req, sizeof *st.done);
     uint64_t *iv = calloc((size_t)n_req, sizeof *iv);
-    if (!st.start || !st.handed || !st.done || !iv) {
-        free(st.start), free(st.handed), free(st.done), free(iv);
+    if (!st.start || !st.done || !iv) {
+        free(st.start), free(st.done), free(iv);
         return ts_err_set(err, "out of memory");
     }
     shared *s = &st.s;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     st.t0 = ts_now_ns();
-    pthread_t th;
     int rc = 0;
-    if (pthread_create(&th, NULL, stage_b, &st)) {
+    if (run_pair(stage_a, &st, stage_b, &st)) {
         rc = ts_err_set(err, "pipe: cannot start stage B's thread");
         goto out;
     }
-    /* stage A on this thread */
-    for (int i = 0; i < n_req; i++) {
-        const int slot = i % w->n_slots;
-        pthread_mutex_lock(&s->mu);
-        while (!s->failed && st.n_done < i - w->n_slots + 1) /* the slot's last request is done */
-            pthread_cond_wait(&s->cv, &s->mu);
-        /* pace: the previous request on B first (then this one's hand-off
-         * is timed to meet B free) */
-        while (!s->failed && pace && st.n_taken < i)
-            pthread_cond_wait(&s->cv, &s->mu);
-        const bool stop = s->failed;
-        const uint64_t b_prev = st.b_start_prev;
-        pthread_mutex_unlock(&s->mu);
-        if (stop)
-            break;
-        if (pace && i > 0) {
-            /* request i - 1 reached B at b_prev and leaves it after its
-             * suffix and tail; this one's prefix should end then */
-            const double stage_b_s = (B - cut) * pace->tb + pace->tv, stage_a_s = cut * pace->ta;
-            if (stage_b_s > stage_a_s)
-                sleep_until(b_prev + (uint64_t)((stage_b_s - stage_a_s) * 1e9));
-        }
-        ts_err e = {{0}};
-        const uint64_t t0 = ts_now_ns();
-        if (cut > 0) /* else B starts it */
-            st.start[i] = t0;
-        if (cut > 0 && w->blocks(w->ctx, 0, slot, i, 0, cut, &e)) {
-            fail(s, &e);
-            break;
-        }
-        const uint64_t t1 = ts_now_ns();
-        if (cut > 0 && w->handoff && w->handoff(w->ctx, slot, cut, &e)) {
-            fail(s, &e);
-            break;
-        }
-        const uint64_t t2 = ts_now_ns();
-        pthread_mutex_lock(&s->mu);
-        st.busy[0] += t2 - t0;
-        st.handoff_ns += t2 - t1;
-        st.handed[i] = t2;
-        st.n_handed = i + 1;
-        pthread_cond_broadcast(&s->cv);
-        pthread_mutex_unlock(&s->mu);
-    }
-    pthread_join(th, NULL);
     if (s->failed) {
         *err = s->err;
         rc = -1;
@@ -354,7 +368,7 @@ int ts_pipe_stream(const ts_pipe_work *w, int cut, int n_req, const ts_pipe_rate
 out:
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
-    free(st.start), free(st.handed), free(st.done), free(iv);
+    free(st.start), free(st.done), free(iv);
     return rc;
 }
 
@@ -362,7 +376,7 @@ out:
 
 typedef struct par {
     shared *s;
-    int stage, n_req, next_slot;
+    int stage, n_req;
     int *next; /* the next request to take; under s->mu */
     uint64_t *start, *done;
     uint64_t busy;
@@ -415,20 +429,12 @@ int ts_pipe_parallel(const ts_pipe_work *w, unsigned stages, int n_req, ts_pipe_
     par p[2] = {{.s = &s, .stage = 0, .n_req = n_req, .next = &next, .start = start, .done = done},
                 {.s = &s, .stage = 1, .n_req = n_req, .next = &next, .start = start, .done = done}};
     const uint64_t t0 = ts_now_ns();
-    pthread_t th;
-    bool threaded = false;
-    if (stages == 3u) {
-        if (pthread_create(&th, NULL, par_main, &p[1])) {
-            rc = ts_err_set(err, "pipe: cannot start a thread");
-            goto out;
-        }
-        threaded = true;
-        par_main(&p[0]);
-    } else {
+    if (stages != 3u) {
         par_main(&p[stages == 1u ? 0 : 1]);
+    } else if (run_pair(par_main, &p[0], par_main, &p[1])) {
+        rc = ts_err_set(err, "pipe: cannot start a thread");
+        goto out;
     }
-    if (threaded)
-        pthread_join(th, NULL);
     if (s.failed) {
         *err = s.err;
         rc = -1;

@@ -8,47 +8,23 @@
 #include "kernels/linear.h"
 #include "kernels/repack.h"
 
-/* room for one more entry */
-static int grow(ts_vm_packs *s, ts_err *err) {
-    if (s->n < s->cap)
-        return 0;
-    const int cap = s->cap ? 2 * s->cap : 64;
-    void **mem = realloc(s->mem, (size_t)cap * sizeof *mem);
-    if (mem)
-        s->mem = mem;
-    ts_eng_buf **bufs = mem ? realloc(s->bufs, (size_t)cap * sizeof *bufs) : NULL;
-    if (bufs)
-        s->bufs = bufs;
-    const void **src = bufs ? realloc(s->src, (size_t)cap * sizeof *src) : NULL;
-    if (src)
-        s->src = src;
-    uint64_t *bytes = src ? realloc(s->bytes, (size_t)cap * sizeof *bytes) : NULL;
-    if (bytes)
-        s->bytes = bytes;
-    ts_eng_wlayout *lay = bytes ? realloc(s->layout, (size_t)cap * sizeof *lay) : NULL;
-    if (!lay)
-        return ts_err_set(err, "out of memory");
-    s->layout = lay, s->cap = cap;
-    return 0;
-}
-
-/* the peer's copy of m's rows that s->e reads as it is (-1: none) */
-static int peer_copy(const ts_vm_packs *s, const ts_wmat *m, uint64_t own, bool panels) {
+/* the peer's copy of m's rows that s->e reads as it is (NULL: none) */
+static const ts_vm_pack *peer_copy(const ts_vm_packs *s, const ts_wmat *m, uint64_t own, bool panels) {
     const ts_vm_packs *p = s->peer;
     if (!p || (!own && !panels))
-        return -1;
+        return NULL;
     const ts_eng_desc *dp = ts_eng_describe(p->e), *ds = ts_eng_describe(s->e);
     for (int i = 0; i < p->n; i++) {
-        if (p->src[i] != m->data)
+        const ts_vm_pack *q = &p->p[i];
+        if (q->src != m->data)
             continue;
         if (own)
-            return p->layout[i] == TS_WL_ENGINE && ds->layout[0] && !strcmp(ds->layout, dp->layout) &&
-                           p->bytes[i] == own
-                       ? i
-                       : -1;
-        return p->layout[i] == TS_WL_PANELS ? i : -1;
+            return q->layout == TS_WL_ENGINE && ds->layout[0] && !strcmp(ds->layout, dp->layout) && q->bytes == own
+                       ? q
+                       : NULL;
+        return q->layout == TS_WL_PANELS ? q : NULL;
     }
-    return -1;
+    return NULL;
 }
 
 int ts_vm_place(ts_vm_packs *s, const ts_wmat *m, ts_eng_buf *file_buf, const void *file_base, ts_vm_placed *out,
@@ -62,20 +38,24 @@ int ts_vm_place(ts_vm_packs *s, const ts_wmat *m, ts_eng_buf *file_buf, const vo
     const bool panels = !own && ts_eng_describe(s->e)->cpu_layouts && ts_linear_wants_pack(m);
     if (!own && !panels)
         return 0;
-    if (grow(s, err))
-        return -1;
-    const int pi = peer_copy(s, m, own, panels);
-    if (pi >= 0) { /* one copy: the peer's bytes, mapped */
-        void *pm = s->peer->mem[pi] ? s->peer->mem[pi] : ts_eng_buf_host(s->peer->bufs[pi]);
-        ts_eng_buf *b = pm ? ts_eng_buf_map(s->e, pm, (size_t)s->peer->bytes[pi], err) : NULL;
+    if (s->n == s->cap) {
+        const int cap = s->cap ? 2 * s->cap : 64;
+        ts_vm_pack *np = realloc(s->p, (size_t)cap * sizeof *np);
+        if (!np)
+            return ts_err_set(err, "out of memory");
+        s->p = np, s->cap = cap;
+    }
+    ts_vm_pack *e = &s->p[s->n];
+    const ts_vm_pack *q = peer_copy(s, m, own, panels);
+    if (q) { /* one copy: the peer's bytes, mapped */
+        void *pm = q->mem ? q->mem : ts_eng_buf_host(q->buf);
+        ts_eng_buf *b = pm ? ts_eng_buf_map(s->e, pm, (size_t)q->bytes, err) : NULL;
         if (!b)
             return pm ? -1 : ts_err_set(err, "the peer's packed matrix has no host address");
-        s->mem[s->n] = NULL, s->bufs[s->n] = b, s->src[s->n] = m->data;
-        s->bytes[s->n] = s->peer->bytes[pi], s->layout[s->n] = s->peer->layout[pi];
+        *e = (ts_vm_pack){.mem = NULL, .buf = b, .src = m->data, .bytes = q->bytes, .layout = q->layout};
         s->n++;
-        s->shared_bytes += s->peer->bytes[pi];
-        *out = (ts_vm_placed){.buf = b, .off = 0, .wtype = m->type, .row_bytes = m->row_bytes,
-                              .layout = s->peer->layout[pi]};
+        s->shared_bytes += q->bytes;
+        *out = (ts_vm_placed){.buf = b, .off = 0, .wtype = m->type, .row_bytes = m->row_bytes, .layout = q->layout};
         return 0;
     }
     const size_t bytes = own ? own : ts_rp_matrix_bytes(m->type, m->n_in, m->n_out);
@@ -94,7 +74,7 @@ int ts_vm_place(ts_vm_packs *s, const ts_wmat *m, ts_eng_buf *file_buf, const vo
         return -1;
     }
     const ts_eng_wlayout lay = own ? TS_WL_ENGINE : TS_WL_PANELS;
-    s->mem[s->n] = p, s->bufs[s->n] = b, s->src[s->n] = m->data, s->bytes[s->n] = bytes, s->layout[s->n] = lay;
+    *e = (ts_vm_pack){.mem = p, .buf = b, .src = m->data, .bytes = bytes, .layout = lay};
     s->n++;
     /* the rows' file pages are not read again: one resident copy */
     ts_gguf_drop_pages(m->data, (size_t)m->n_out * m->row_bytes);
@@ -104,15 +84,11 @@ int ts_vm_place(ts_vm_packs *s, const ts_wmat *m, ts_eng_buf *file_buf, const vo
 
 void ts_vm_packs_free(ts_vm_packs *s) {
     for (int i = 0; i < s->n; i++) {
-        ts_eng_buf_free(s->bufs[i]);
-        free(s->mem[i]);
+        ts_eng_buf_free(s->p[i].buf);
+        free(s->p[i].mem);
     }
-    free(s->mem);
-    free(s->bufs);
-    free(s->src);
-    free(s->bytes);
-    free(s->layout);
-    s->mem = NULL, s->bufs = NULL, s->src = NULL, s->bytes = NULL, s->layout = NULL, s->n = s->cap = 0;
+    free(s->p);
+    s->p = NULL, s->n = s->cap = 0;
 }
 
 ts_eng_bind ts_vm_bind(const ts_vm_placed *p) {

@@ -32,14 +32,17 @@ typedef struct ts_vm_placed {
  * this engine reads too (the same desc.layout name, or both on the CPU's
  * panels) is not packed again: the peer's bytes are mapped into s->e, so
  * two engines hold one copy (the peer must outlive s). */
+typedef struct ts_vm_pack {
+    void *mem;           /* the packed bytes; NULL where they are the peer's */
+    ts_eng_buf *buf;     /* mem (or the peer's) mapped into the engine */
+    const void *src;     /* the rows it was made from */
+    uint64_t bytes;
+    ts_eng_wlayout layout;
+} ts_vm_pack;
 typedef struct ts_vm_packs {
     ts_engine *e;
     const struct ts_vm_packs *peer;
-    void **mem;          /* NULL where the bytes are the peer's */
-    ts_eng_buf **bufs;
-    const void **src;    /* the rows each was made from */
-    uint64_t *bytes;
-    ts_eng_wlayout *layout;
+    ts_vm_pack *p;
     int n, cap;
     uint64_t shared_bytes; /* bytes mapped from the peer instead of packed */
 } ts_vm_packs;

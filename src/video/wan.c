@@ -413,6 +413,8 @@ struct ts_wan_run {
     ts_eng_bindset **bs_lora;  /* [n_texts][n_layer], with the adapter */
     ts_eng_bind base[S_COUNT];
     float *emb, *temb, *h1, *tproj, *scratch; /* time embedding on the host */
+    double emb_t;  /* the timestep S_MOD / S_HMOD hold (emb_ok) */
+    bool emb_ok;
     bool text_set[2];
     ts_wan_stats st;
 };
@@ -855,6 +857,9 @@ static void silu_vec(float *x, int64_t n) {
 /* e = time MLP(sinusoid(t)); e0 = time projection; every layer's
  * modulation rows and the head's. */
 static void time_embed(ts_wan_run *r, double t) {
+    if (r->emb_ok && r->emb_t == t) /* a step resumed in pieces: the rows are this t's */
+        return;
+    r->emb_t = t, r->emb_ok = true;
     const ts_wan *w = r->w;
     const ts_wan_config *c = &w->c;
     const int64_t D = c->dim, half = c->freq_dim / 2;

@@ -123,9 +123,10 @@ int ts_wan_run_forward(ts_wan_run *r, const float *latents, double t, int which,
  * patch embedding); l0 > 0 resumes from the hidden state in
  * ts_wan_run_hidden (handed over by another run, or left by this one).
  * l1 == n_layer ends with the head into out; l1 < n_layer leaves the
- * hidden state there. The time embedding is recomputed from t either way
- * (host work, bit for bit the same on every run). ts_wan_run_forward is
- * ts_wan_run_part(r, latents, t, which, detail, 0, n_layer, out). */
+ * hidden state there. The time embedding comes from t on each run (host
+ * work, bit for bit the same on every run; kept while t stays).
+ * ts_wan_run_forward is ts_wan_run_part(r, latents, t, which, detail, 0,
+ * n_layer, out). */
 int ts_wan_run_part(ts_wan_run *r, const float *latents, double t, int which, bool detail, int l0, int l1, float *out,
                     ts_err *err);
 /* The hidden state between blocks, [M][d] f32 host memory: read it after

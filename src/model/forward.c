@@ -110,6 +110,10 @@ static void sets_free(ts_state *s) {
 }
 
 static void pf_close(ts_state *s) {
+    ts_rt_layers_free(s->pfb);
+    s->pfb = NULL;
+    ts_mdl_dev_release(s->m, s->pfb_sess);
+    s->pfb_sess = NULL;
     sets_free(s);
     ts_rt_layers_free(s->pf);
     s->pf = NULL;
@@ -464,6 +468,7 @@ void ts_state_kv_truncate(ts_state *s, int32_t n) {
     if (n < s->n_past) s->n_past = n;
     for (int i = 0; i < s->n_sets; i++) (void)ts_rt_layers_wait(s->sets[i].pf, NULL); /* may write those rows */
     if (s->pf) ts_rt_layers_kv_truncate(s->pf, n); /* rows >= n are no longer the device's */
+    if (s->pfb) ts_rt_layers_kv_truncate(s->pfb, n);
 }
 
 bool ts_state_kv_f32(const ts_state *s) { return s->kv_f32; }
@@ -771,6 +776,61 @@ int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all,
         s->n_past += nb;
         done += nb;
     }
+    return 0;
+}
+
+/* ---- layer ranges on several runners (the two-engine stream) ----------- */
+
+int ts_state_attach_device_b(ts_state *s, const char *spec, ts_err *err) {
+    if (!s) return ts_err_set(err, "state is NULL");
+    if (!s->pf) return ts_err_set(err, "a second device needs the state's prefill device first");
+    if (s->pfb) return ts_err_set(err, "the state has a second device already");
+    if (!(s->pfb_sess = ts_mdl_dev_acquire(s->m, spec, s->n_threads, err))) return -1;
+    if (!(s->pfb = layers_new(s, s->pfb_sess->w, s->pf_width, err))) {
+        ts_mdl_dev_release(s->m, s->pfb_sess);
+        s->pfb_sess = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static ts_rt_layers *runner(ts_state *s, ts_runner on) {
+    return on == TS_RUN_CPU ? s->cpu_layers : on == TS_RUN_DEVICE ? s->pf : s->pfb;
+}
+
+int ts_forward_layers(ts_state *s, ts_runner on, const int32_t *tokens, int32_t nb, int32_t pos0, int32_t n_kv,
+                      int32_t l0, int32_t l1, ts_err *err) {
+    if (!s) return ts_err_set(err, "state is NULL");
+    ts_rt_layers *r = runner(s, on);
+    if (!r) return ts_err_set(err, "runner %d: the state has no such device", (int)on);
+    const int32_t nl = s->m->hp.n_layer, cap = on == TS_RUN_CPU ? s->n_batch : s->pf_width;
+    if (nb < 1 || nb > cap || pos0 < 0 || (int64_t)pos0 + nb > s->n_ctx)
+        return ts_err_set(err, "layers of %d tokens at %d: outside [1, %d] tokens or past n_ctx %d", nb, pos0, cap,
+                          s->n_ctx);
+    if (l0 < 0 || l1 > nl || l0 >= l1) return ts_err_set(err, "layers [%d, %d) outside [0, %d)", l0, l1, nl);
+    if (n_kv && (n_kv < pos0 + nb || n_kv > s->n_ctx || s->m->hp.n_swa > 0))
+        return ts_err_set(err, "window of %d tokens at %d seeing %d keys: outside n_ctx %d, or a model with "
+                          "sliding-window layers", nb, pos0, n_kv, s->n_ctx);
+    if (s->win_pending || sets_pending(s))
+        return ts_err_set(err, "a submitted window forward is still in flight (wait for it first)");
+    if (l0 == 0) {
+        if (!tokens) return ts_err_set(err, "tokens is NULL");
+        if (check_tokens(s, tokens, nb, err) < 0) return -1;
+        stage_embed(s, tokens, nb, 0);
+    }
+    if (ts_rt_layers_run_range(r, pos0, nb, n_kv, l0, l1, err) < 0) return -1;
+    /* the rows this runner wrote: every other device's copy of them is stale */
+    for (int o = TS_RUN_DEVICE; o <= TS_RUN_DEVICE_B; o++)
+        if (runner(s, (ts_runner)o) && runner(s, (ts_runner)o) != r)
+            ts_rt_layers_kv_host_wrote(runner(s, (ts_runner)o), pos0, pos0 + nb);
+    if (l1 == nl && !n_kv) s->n_past = pos0 + nb;
+    return 0;
+}
+
+int ts_state_layers_logits(ts_state *s, int32_t nb, float *logits_all, ts_err *err) {
+    if (!s || nb < 1 || nb > (s->n_batch > s->pf_width ? s->n_batch : s->pf_width))
+        return ts_err_set(err, "logits: no state, or %d rows outside the buffers", nb);
+    finish_logits(s, nb, logits_all, true, (logit_sel){NULL, 0});
     return 0;
 }
 

@@ -209,6 +209,30 @@ const float *ts_state_logits(const ts_state *s); /* n_vocab floats: the last eva
  * stops. The caller zeroes sum. */
 void ts_state_set_embd_sink(ts_state *s, float *sum, float *last);
 
+/* ---- layer ranges on several engines (the two-engine stream, pipe.h) -- */
+
+/* The state's layer runners, each over its buffers and KV cache: the CPU's
+ * (the model's own weights), the prefill device's, and a second device's. */
+typedef enum ts_runner { TS_RUN_CPU = 0, TS_RUN_DEVICE = 1, TS_RUN_DEVICE_B = 2 } ts_runner;
+/* Opens the second device (the model's session for spec, shared by the
+ * model's states as the prefill device's is) and its runner at the chunk
+ * width. Needs the prefill device. */
+int ts_state_attach_device_b(ts_state *s, const char *spec, ts_err *err);
+/* Layers [l0, l1) of nb tokens at positions pos0 .. on runner on, causal
+ * (n_kv 0) or every row seeing cache rows [0, n_kv) (a diffusion window,
+ * as ts_forward_window):
+ * the embedding of tokens first when l0 == 0 (else x holds the residual
+ * after layer l0 - 1, whichever runner left it); at l1 == n_layer n_past
+ * becomes pos0 + nb. nb <= the chunk width (n_batch on the CPU). A chunk
+ * split between runners at any layer gives the bits one runner gives when
+ * the two compute alike. */
+int ts_forward_layers(ts_state *s, ts_runner on, const int32_t *tokens, int32_t nb, int32_t pos0, int32_t n_kv,
+                      int32_t l0, int32_t l1, ts_err *err);
+/* After the last layer of nb rows: their logits (the output norm and
+ * projection, on the CPU) into logits_all [nb][n_vocab] (NULL: none), the
+ * last row's into ts_state_logits. */
+int ts_state_layers_logits(ts_state *s, int32_t nb, float *logits_all, ts_err *err);
+
 /* ---- diffusion LLMs --------------------------------------------------- */
 
 /* Bidirectional (non-causal) evaluation of a window, for diffusion LLMs.

@@ -246,6 +246,10 @@ struct ts_state {
      * sat blocked on the device in those runs (ts_rt_chunks.host_wait_ns) */
     uint64_t ooo_chunks, ooo_host_wait_ns;
     char sets_note[200]; /* why fewer opened, for the info line ("" when all did) */
+    /* the two-engine stream's second device (ts_state_attach_device_b):
+     * its runner over the buffers above and the KV cache */
+    ts_mdl_dev *pfb_sess;
+    struct ts_rt_layers *pfb;
     char pf_info[384];
 };
 

@@ -1519,9 +1519,28 @@ int ts_rt_layers_run(ts_rt_layers *pf, int64_t pos0, int n_tok, ts_err *err) {
     return ts_rt_layers_run_window(pf, pos0, n_tok, 0, err);
 }
 
+static int submit_range(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n_kv, int l0, int l1, ts_err *err);
+
 int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n_kv, ts_err *err) {
     if (!pf)
         return ts_err_set(err, "prefill: NULL");
+    return submit_range(pf, pos0, n_tok, n_kv, 0, pf->n_layer, err);
+}
+
+int ts_rt_layers_run_range(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n_kv, int l0, int l1, ts_err *err) {
+    if (!pf)
+        return ts_err_set(err, "prefill: NULL");
+    if (l0 < 0 || l1 > pf->n_layer || l0 >= l1)
+        return ts_err_set(err, "prefill: layers [%d, %d) outside [0, %d) or empty", l0, l1, pf->n_layer);
+    if ((l0 > 0 || l1 < pf->n_layer) && (pf->streaming || pf->arena))
+        return ts_err_set(err, "prefill: a run of layers [%d, %d) needs resident weights (these stream)", l0, l1);
+    if (submit_range(pf, pos0, n_tok, n_kv, l0, l1, err))
+        return -1;
+    return ts_rt_layers_wait(pf, err);
+}
+
+static int submit_range(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n_kv, int l0, int l1, ts_err *err) {
+    const bool whole = l0 == 0 && l1 == pf->n_layer;
     if (pf->in_flight)
         return ts_err_set(err, "prefill: a submitted run is still in flight (wait for it first)");
     if (n_tok < 1 || n_tok > pf->width)
@@ -1560,6 +1579,7 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
     /* the run's segments, in the order the schedule's policy picks among
      * those whose dependencies are issued */
     bool dev_dirty = false; /* the device wrote activations the host has not synced */
+    bool first = true;      /* no segment issued yet (the activations went over above) */
     memset(pf->issued, 0, (size_t)pf->n_tasks);
     for (int k = 0; k < pf->n_tasks; k++) {
         const int ti = pf->policy->pick(pf->tasks, pf->n_tasks, pf->issued);
@@ -1571,10 +1591,16 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
         }
         const rt_task *T = &pf->tasks[ti];
         const int l = T->layer, i = T->seg;
+        if (l < l0 || l >= l1) { /* a layer range: another runner's layers */
+            pf->issued[ti] = 1;
+            continue;
+        }
         variant *V = &pf->vars[pf->layer_var[l]];
         ts_eng_bindset *bs = pf->bsets[(size_t)l * TS_LS_MAX_NODES + i];
+        const bool was_first = first;
+        first = false;
         if (T->on_device) {
-            if (!dev_dirty && k > 0 && sync_acts(pf, n_tok, TS_SYNC_TO_DEVICE, err))
+            if (!dev_dirty && !was_first && sync_acts(pf, n_tok, TS_SYNC_TO_DEVICE, err))
                 goto fail;
             /* K/V rows the CPU stored for a device-side attention */
             if (!dev_dirty && V->kv_read_device && !V->kv_on_device &&
@@ -1620,7 +1646,7 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
     }
     if (dev_dirty && sync_acts(pf, n_tok, TS_SYNC_TO_HOST, err))
         goto fail;
-    for (int l = 0; l < pf->n_layer; l++)
+    for (int l = l0; l < l1; l++)
         if (pf->vars[pf->layer_var[l]].kv_on_device && sync_kv(pf, l, pos0, pos0 + n_tok, TS_SYNC_TO_HOST, err))
             goto fail;
     /* hand the rest to the device and return: ts_rt_layers_wait waits for
@@ -1636,7 +1662,10 @@ int ts_rt_layers_submit_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_
     /* the run's rows: written (or synced) on both sides once it is done, and
      * the host keeps off them until then; a run of another activation set
      * queued behind this one must not sync them from the host */
-    ts_rt_kv_add(pf->kv_held, pos0, pos0 + n_tok);
+    if (whole)
+        ts_rt_kv_add(pf->kv_held, pos0, pos0 + n_tok);
+    else /* the rows' other layers are another runner's: synced to the device when a run reads them */
+        ts_rt_layers_kv_host_wrote(pf, pos0, pos0 + n_tok);
     return 0;
 fail:
     ts_eng_event_free(pf->fl_done);

@@ -166,6 +166,15 @@ int ts_rt_layers_run(ts_rt_layers *pf, int64_t pos0, int n_tok, ts_err *err);
  * the device first. Counted in tokens/runs and in window_tokens/runs. */
 int ts_rt_layers_run_window(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n_kv, ts_err *err);
 
+/* Layers [l0, l1) only (0 <= l0 < l1 <= n_layer), as run_window runs them
+ * (submit + wait): x holds the residual after layer l0 - 1 and gets the one
+ * after layer l1 - 1; the range's KV rows are written. Two runners over one
+ * state's buffers and cache (two engines) split a chunk's layers this way
+ * (the two-engine stream, pipe/pipe.h): the run's rows are left marked as
+ * the host's, so a device syncs the layers another runner wrote before it
+ * reads them. Needs resident weights unless the range is every layer. */
+int ts_rt_layers_run_range(ts_rt_layers *pf, int64_t pos0, int n_tok, int64_t n_kv, int l0, int l1, ts_err *err);
+
 /* The same in two halves, so the host can work while the device computes:
  * submit enqueues the run and hands it to the device (it blocks only for
  * the parts of the layers that run on the CPU between device segments, and

@@ -1079,14 +1079,15 @@ TS_API ts_status ts_video_pipe_open(ts_video *v, const ts_video_gen_params *gen,
                                     ts_video_pipe **out, ts_error *err);
 TS_API void ts_video_pipe_free(ts_video_pipe *p);
 
-typedef struct ts_video_pipe_info {
-    int32_t n_blocks, step_blocks; /* B = steps x blocks; blocks per step */
-    int64_t tokens;                /* per block */
-    int64_t weight_bytes;          /* the DiT file's */
+typedef struct ts_stream_info {
+    int32_t n_blocks, step_blocks; /* B = steps x blocks (prompts: chunks x layers); blocks per step (chunk) */
+    int64_t tokens;                /* per block (prompts: the chunk width) */
+    int64_t weight_bytes;          /* the model file's */
     int64_t shared_bytes;          /* packed bytes B maps from A instead of holding */
     int64_t pss_bytes;             /* the process's proportional set size after setup (-1: unknown) */
     char engine_a[48], engine_b[48];
-} ts_video_pipe_info;
+} ts_stream_info;
+typedef ts_stream_info ts_video_pipe_info;
 TS_API ts_status ts_video_pipe_get_info(const ts_video_pipe *p, ts_video_pipe_info *out);
 
 /* The rates over probe blocks (<= 0: one step's) on each engine alone and
@@ -1102,6 +1103,52 @@ TS_API ts_status ts_video_pipe_run(ts_video_pipe *p, int32_t cut, int32_t n_vide
  * by side (3: data parallelism). */
 TS_API ts_status ts_video_pipe_run_whole(ts_video_pipe *p, uint32_t stages, int32_t n_videos, ts_stream_result *res,
                                          ts_error *err);
+
+/* A stream of prompts (prefill, or a diffusion LLM's decode: below):
+ * request i is prompt i % n_prompts, its
+ * work chunks x layers block executions (block b: layer b % L of chunk
+ * b / L); each request runs in its own inference state (KV cache and
+ * activations in host memory), whose residual stream is the hand-off both
+ * engines address; the tail is the output work, the last row's logits (the
+ * next token's distribution), on B. Engines: "cpu" (the model's CPU
+ * layers at `activations`) or a prefill device ("amx,act=int8", "vnni",
+ * "loop", ...; each of the model's states shares one copy of its
+ * weights), one thread each. The same calls as the video stream's. */
+typedef struct ts_prompt_pipe ts_prompt_pipe;
+typedef struct ts_prompt_pipe_params {
+    const char *engine_a, *engine_b; /* required */
+    int32_t chunk;                   /* tokens per chunk (0: 256); every prompt must fill as many chunks */
+    ts_activations activations;      /* the cpu engine's arithmetic */
+    /* each finished prompt's next-token logits [n_vocab], on the thread of the
+     * engine that finished it; return false to stop the stream */
+    bool (*on_logits)(int32_t index, const float *logits, int32_t n_vocab, void *user_data);
+    void *user_data;
+    /* A diffusion LLM (llada, dream): each request is the vanilla decoder's
+     * run on the prompt (params copied; decoder must be TS_DIFFUSION_VANILLA,
+     * a fixed number of forwards: steps x layers block executions, each
+     * forward over prompt + n_gen tokens, one chunk; early_stop is off). The
+     * decoder runs on a thread of the request's own; each forward's layers
+     * run on the engine whose side of the cut they fall on, and a step's
+     * commit on the engine that ran its last layer. NULL: prefill. */
+    const ts_diffusion_params *diffusion;
+    /* each finished request's n_gen decoded tokens (diffusion), as on_logits */
+    bool (*on_tokens)(int32_t index, const int32_t *tokens, int32_t n, void *user_data);
+} ts_prompt_pipe_params;
+TS_API ts_prompt_pipe_params ts_prompt_pipe_default_params(void);
+/* tokens: the n_prompts prompts concatenated, n_tokens[i] each (copied).
+ * ts_prompt_pipe_measure's probe_blocks <= 0 times a whole request (a
+ * prompt's later chunks attend to more keys: its blocks differ). */
+TS_API ts_status ts_prompt_pipe_open(const ts_model *model, const int32_t *tokens, const int32_t *n_tokens,
+                                     int32_t n_prompts, const ts_prompt_pipe_params *pp, ts_prompt_pipe **out,
+                                     ts_error *err);
+TS_API void ts_prompt_pipe_free(ts_prompt_pipe *p);
+TS_API ts_status ts_prompt_pipe_get_info(const ts_prompt_pipe *p, ts_stream_info *out);
+TS_API ts_status ts_prompt_pipe_measure(ts_prompt_pipe *p, int32_t probe_blocks, ts_stream_rates *solo,
+                                        ts_stream_rates *corun, ts_error *err);
+TS_API ts_status ts_prompt_pipe_run(ts_prompt_pipe *p, int32_t cut, int32_t n_requests, const ts_stream_rates *pace,
+                                    double slo_s, ts_stream_result *res, ts_error *err);
+TS_API ts_status ts_prompt_pipe_run_whole(ts_prompt_pipe *p, uint32_t stages, int32_t n_requests,
+                                          ts_stream_result *res, ts_error *err);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "api/api_internal.h"
+#include "api/stream_impl.h"
 #include "diffusion/denoiser_state.h"
 #include "diffusion/diffusion.h"
 
@@ -41,7 +42,7 @@ _Static_assert((int)TS_DIFFUSION_BLOCK == (int)TS_DIFF_BLOCK && (int)TS_DIFFUSIO
                    (int)TS_DIFFUSION_ENTROPY == (int)TS_DIFF_ENTROPY && TS_DIFFUSION_HIST_LEN == TS_DIFF_HIST_LEN,
                "public and internal diffusion enums differ");
 
-static ts_diff_cfg to_cfg(const ts_diffusion_params *p) {
+ts_diff_cfg ts_api_diff_cfg(const ts_diffusion_params *p) {
     ts_diff_cfg c = ts_diff_default_cfg();
     c.decoder = (enum ts_diff_decoder)p->decoder;
     c.cache = (enum ts_diff_cache)p->cache;
@@ -90,7 +91,7 @@ int32_t ts_diffusion_n_batch(const ts_model *model, const ts_diffusion_params *p
     const char *why = NULL;
     int shift = model_shift(model, &why);
     if (shift < 0) return -1;
-    ts_diff_cfg c = to_cfg(&p);
+    ts_diff_cfg c = ts_api_diff_cfg(&p);
     return ts_diff_max_window(&c, n_prompt, shift != 0, NULL);
 }
 
@@ -153,7 +154,7 @@ ts_status ts_context_diffuse(ts_context *c, const int32_t *prompt, int32_t n_pro
         return ts_ctx_fail(c, TS_ERR_UNSUPPORTED, "diffuse: the model (%s) is not a diffusion LLM: %s", c->model->arch,
                            why);
 
-    ts_diff_cfg cfg = to_cfg(&p);
+    ts_diff_cfg cfg = ts_api_diff_cfg(&p);
     ts_err e = {{0}};
     ts_denoiser d;
     if (ts_state_denoiser(c->st, c->model->mdl, -1, &d, &e) < 0)

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "api/video_impl.h"
+#include "api/stream_impl.h"
 #include "pipe/pipe.h"
 #include "video/flow.h"
 
@@ -44,19 +45,6 @@ struct ts_video_pipe {
 };
 
 ts_video_pipe_params ts_video_pipe_default_params(void) { return (ts_video_pipe_params){0}; }
-
-static int64_t pss_bytes(void) {
-    FILE *f = fopen("/proc/self/smaps_rollup", "r");
-    if (!f)
-        return -1;
-    char line[256];
-    long long kb = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "Pss: %lld kB", &kb) == 1)
-            break;
-    fclose(f);
-    return kb < 0 ? -1 : (int64_t)kb * 1024;
-}
 
 /* ---- the work ---- */
 
@@ -237,7 +225,7 @@ ts_status ts_video_pipe_open(ts_video *v, const ts_video_gen_params *gen, const 
     p->work = (ts_pipe_work){.n_blocks = p->steps * p->L, .step_blocks = p->L, .n_slots = N_SLOTS, .ctx = p,
                              .blocks = w_blocks, .handoff = w_handoff, .tail = p->decode ? w_tail : NULL,
                              .done = w_done};
-    p->pss = pss_bytes();
+    p->pss = ts_pss_bytes();
     free(enc);
     ts_api_log(lg, TS_LOG_INFO, "video stream: %s -> %s, %d block executions per video, %.1f MiB of packed weights "
                "shared", pp->engine_a, pp->engine_b, p->work.n_blocks,
@@ -265,91 +253,19 @@ ts_status ts_video_pipe_get_info(const ts_video_pipe *p, ts_video_pipe_info *out
     return TS_OK;
 }
 
-/* ---- the arithmetic, public ---- */
-
-static ts_pipe_rates to_pipe(const ts_stream_rates *r) {
-    return (ts_pipe_rates){.ta = r->block_a_s, .tb = r->block_b_s, .tv = r->tail_s};
-}
-
-double ts_stream_period(const ts_stream_rates *r, int32_t n_blocks, int32_t cut) {
-    const ts_pipe_rates q = to_pipe(r);
-    return ts_pipe_period(&q, n_blocks, cut);
-}
-
-double ts_stream_crossing(const ts_stream_rates *r, int32_t n_blocks) {
-    const ts_pipe_rates q = to_pipe(r);
-    return ts_pipe_crossing(&q, n_blocks);
-}
-
-double ts_stream_latency(const ts_stream_rates *r, int32_t n_blocks, int32_t cut) {
-    const ts_pipe_rates q = to_pipe(r);
-    return ts_pipe_latency(&q, n_blocks, cut);
-}
-
-int32_t ts_stream_best_cut(const ts_stream_rates *r, int32_t n_blocks, int32_t step, double slo_s) {
-    const ts_pipe_rates q = to_pipe(r);
-    return slo_s > 0 ? ts_pipe_slo_cut(&q, n_blocks, slo_s) : ts_pipe_best_cut(&q, n_blocks, step);
-}
-
 /* ---- measuring and running ---- */
 
 ts_status ts_video_pipe_measure(ts_video_pipe *p, int32_t probe_blocks, ts_stream_rates *solo, ts_stream_rates *corun,
                                 ts_error *err) {
-    const ts_logger *lg = p ? &p->v->log : NULL;
-    if (!p || !solo || !corun)
-        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "ts_video_pipe_measure: NULL argument");
-    ts_pipe_rates a, b;
-    ts_err e = {{0}};
-    if (ts_pipe_measure(&p->work, probe_blocks > 0 ? probe_blocks : p->L, &a, &b, &e))
-        return ts_api_fail(err, lg, TS_ERR_INTERNAL, "%s", e.msg);
-    *solo = (ts_stream_rates){.block_a_s = a.ta, .block_b_s = a.tb, .tail_s = a.tv};
-    *corun = (ts_stream_rates){.block_a_s = b.ta, .block_b_s = b.tb, .tail_s = b.tv};
-    return ts_api_ok(err);
-}
-
-static void to_result(const ts_pipe_result *r, ts_stream_result *o) {
-    *o = (ts_stream_result){.n_requests = r->n_req, .cut = r->cut, .total_s = r->total_s, .period_s = r->period_s,
-                            .latency_s = r->latency_s, .max_latency_s = r->max_latency_s, .a_busy_s = r->a_busy_s,
-                            .b_busy_s = r->b_busy_s, .tail_s = r->tail_s, .handoff_s = r->handoff_s,
-                            .slo_met = r->slo_met};
-}
-
-static ts_status run_fail(ts_video_pipe *p, ts_error *err, const ts_err *e) {
-    return ts_api_fail(err, &p->v->log, strncmp(e->msg, "cancelled", 9) ? TS_ERR_INTERNAL : TS_ERR_CANCELLED, "%s",
-                       e->msg);
+    return ts_api_stream_measure(p ? &p->work : NULL, p ? &p->v->log : NULL, probe_blocks, solo, corun, err);
 }
 
 ts_status ts_video_pipe_run(ts_video_pipe *p, int32_t cut, int32_t n_videos, const ts_stream_rates *pace,
                             double slo_s, ts_stream_result *res, ts_error *err) {
-    const ts_logger *lg = p ? &p->v->log : NULL;
-    if (!p || !res)
-        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "ts_video_pipe_run: NULL argument");
-    if (cut < 0 || cut > p->work.n_blocks || n_videos < 1)
-        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "cut %d of %d block executions, %d videos", cut,
-                           p->work.n_blocks, n_videos);
-    ts_pipe_rates q;
-    if (pace)
-        q = to_pipe(pace);
-    ts_pipe_result r;
-    ts_err e = {{0}};
-    if (ts_pipe_stream(&p->work, cut, n_videos, pace ? &q : NULL, slo_s, &r, NULL, &e))
-        return run_fail(p, err, &e);
-    to_result(&r, res);
-    return ts_api_ok(err);
+    return ts_api_stream_run(p ? &p->work : NULL, p ? &p->v->log : NULL, cut, n_videos, pace, slo_s, res, err);
 }
 
 ts_status ts_video_pipe_run_whole(ts_video_pipe *p, uint32_t stages, int32_t n_videos, ts_stream_result *res,
                                   ts_error *err) {
-    const ts_logger *lg = p ? &p->v->log : NULL;
-    if (!p || !res)
-        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "ts_video_pipe_run_whole: NULL argument");
-    if (stages < 1 || stages > 3 || n_videos < 1)
-        return ts_api_fail(err, lg, TS_ERR_INVALID_ARG, "stages %u (1: A, 2: B, 3: both), %d videos", stages,
-                           n_videos);
-    ts_pipe_result r;
-    ts_err e = {{0}};
-    if (ts_pipe_parallel(&p->work, stages, n_videos, &r, NULL, &e))
-        return run_fail(p, err, &e);
-    to_result(&r, res);
-    return ts_api_ok(err);
+    return ts_api_stream_run_whole(p ? &p->work : NULL, p ? &p->v->log : NULL, stages, n_videos, res, err);
 }

@@ -18,6 +18,7 @@ int cli_bench(int argc, char **argv);
 int cli_devices(int argc, char **argv);
 int cli_diffuse(int argc, char **argv); /* cmd_diffuse.c: diffusion LLMs (llada, dream) */
 int cli_video(int argc, char **argv); /* cmd_video.c: Wan2.1 text-to-video (ts_video_generate) */
+int cli_pipe(int argc, char **argv);  /* cmd_pipe.c: a stream of prompts on two engines (ts_prompt_pipe) */
 int cli_serve(int argc, char **argv); /* cmd_serve.c: the HTTP server (src/server) */
 
 #endif

@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "cli_util.h"
+#include "stream_cli.h"
 #include "video_out.h"
 
 static void help(FILE *f) {
@@ -229,19 +230,15 @@ static bool on_stream_video(int32_t i, const float *lat, const float *video, voi
     return true;
 }
 
-static void json_rates(const char *name, const ts_stream_rates *r) {
-    fprintf(stderr, "\"%s\": {\"block_a_s\": %.6f, \"block_b_s\": %.6f, \"tail_s\": %.6f}", name, r->block_a_s,
-            r->block_b_s, r->tail_s);
+static ts_status v_measure(void *p, int32_t probe, ts_stream_rates *solo, ts_stream_rates *co, ts_error *err) {
+    return ts_video_pipe_measure(p, probe, solo, co, err);
 }
-
-static void json_result(const ts_stream_result *r, double predicted) {
-    fprintf(stderr,
-            "{\"cut\": %d, \"videos\": %d, \"predicted_period_s\": %.4f, \"period_s\": %.4f, \"total_s\": %.4f, "
-            "\"latency_s\": %.4f, \"max_latency_s\": %.4f, \"a_busy_s\": %.4f, \"b_busy_s\": %.4f, \"tail_s\": %.4f, "
-            "\"handoff_s\": %.6f, \"slo_met\": %d, \"videos_per_hour\": %.3f}",
-            (int)r->cut, (int)r->n_requests, predicted, r->period_s, r->total_s, r->latency_s, r->max_latency_s,
-            r->a_busy_s, r->b_busy_s, r->tail_s, r->handoff_s, (int)r->slo_met,
-            r->period_s > 0 ? 3600.0 / r->period_s : 0.0);
+static ts_status v_run(void *p, int32_t cut, int32_t n, const ts_stream_rates *pace, double slo, ts_stream_result *r,
+                       ts_error *err) {
+    return ts_video_pipe_run(p, cut, n, pace, slo, r, err);
+}
+static ts_status v_whole(void *p, uint32_t stages, int32_t n, ts_stream_result *r, ts_error *err) {
+    return ts_video_pipe_run_whole(p, stages, n, r, err);
 }
 
 static int video_stream(ts_video *vid, ts_video_gen_params *gp, const char *engine_a, const char *engine_b,
@@ -260,130 +257,31 @@ static int video_stream(ts_video *vid, ts_video_gen_params *gp, const char *engi
         fprintf(stderr, "error: %s\n", err.message);
         return 1;
     }
-    int rc = 1;
-    ts_video_pipe_info in;
-    ts_video_pipe_get_info(p, &in);
-    const int B = in.n_blocks, L = in.step_blocks;
+    cli_stream cs = {.p = p, .measure = v_measure, .run = v_run, .run_whole = v_whole, .unit = "video",
+                     .units = "videos", .quiet = out->quiet, .stats_json = stats_json, .announce = &out->announce};
+    ts_video_pipe_get_info(p, &cs.info);
+    const ts_stream_info *in = &cs.info;
+    const int B = in->n_blocks, L = in->step_blocks;
     if (!out->quiet)
         fprintf(stderr,
                 "stream: A = %s, B = %s (one thread each), %d block executions per video (%d steps x %d blocks) of "
                 "%lld tokens\nweights: %.1f MiB in the file, %.1f MiB packed by A and mapped by B (%s); PSS %.1f MiB\n",
-                in.engine_a, in.engine_b, B, B / L, L, (long long)in.tokens, (double)in.weight_bytes / 1048576.0,
-                (double)in.shared_bytes / 1048576.0, in.shared_bytes ? "one copy" : "none shared",
-                (double)in.pss_bytes / 1048576.0);
+                in->engine_a, in->engine_b, B, B / L, L, (long long)in->tokens, (double)in->weight_bytes / 1048576.0,
+                (double)in->shared_bytes / 1048576.0, in->shared_bytes ? "one copy" : "none shared",
+                (double)in->pss_bytes / 1048576.0);
+    int rc;
     if (!strcmp(cut_s, "setup")) {
         if (stats_json)
             fprintf(stderr, "{\"engine_a\": \"%s\", \"engine_b\": \"%s\", \"n_blocks\": %d, \"weight_bytes\": %lld, "
                             "\"shared_bytes\": %lld, \"pss_bytes\": %lld}\n",
-                    in.engine_a, in.engine_b, B, (long long)in.weight_bytes, (long long)in.shared_bytes,
-                    (long long)in.pss_bytes);
+                    in->engine_a, in->engine_b, B, (long long)in->weight_bytes, (long long)in->shared_bytes,
+                    (long long)in->pss_bytes);
         rc = 0;
-        goto done;
+    } else {
+        rc = cli_stream_cuts(&cs, cut_s, n_videos, slo, probe, baselines);
+        if (!rc && out->failed)
+            rc = 1;
     }
-    ts_stream_rates solo, co;
-    if (ts_video_pipe_measure(p, probe, &solo, &co, &err) != TS_OK) {
-        fprintf(stderr, "error: %s\n", err.message);
-        goto done;
-    }
-    const int k_auto = ts_stream_best_cut(&co, B, 1, 0), k_step = ts_stream_best_cut(&co, B, L, 0),
-              k_solo = ts_stream_best_cut(&solo, B, 1, 0), k_slo = slo > 0 ? ts_stream_best_cut(&co, B, 1, slo) : -1;
-    const double cross = ts_stream_crossing(&co, B);
-    if (!out->quiet)
-        fprintf(stderr,
-                "rates (s)        block A   block B   tail B\n  solo          %8.4f  %8.4f  %8.4f\n  co-run        "
-                "%8.4f  %8.4f  %8.4f\ncut: crossing %.2f -> k* = %d (co-run), %d (solo rates), %d (step boundary)\n",
-                solo.block_a_s, solo.block_b_s, solo.tail_s, co.block_a_s, co.block_b_s, co.tail_s, cross, k_auto,
-                k_solo, k_step);
-    if (slo > 0 && k_slo < 0) {
-        fprintf(stderr, "error: --slo %.1f: no cut finishes a video within it (the fastest takes %.1f s)\n", slo,
-                ts_stream_latency(&co, B, 0) < ts_stream_latency(&co, B, B) ? ts_stream_latency(&co, B, 0)
-                                                                              : ts_stream_latency(&co, B, B));
-        goto done;
-    }
-    /* the cuts to run */
-    int cuts[4096], n_cuts = 0;
-    if (!strcmp(cut_s, "rates")) {
-        /* measured only */
-    } else if (!strcmp(cut_s, "sweep")) {
-        for (int k = 0; k <= B && n_cuts < 4096; k++) cuts[n_cuts++] = k;
-    } else if (slo > 0) {
-        cuts[n_cuts++] = k_slo;
-    } else if (!strcmp(cut_s, "auto")) {
-        cuts[n_cuts++] = k_auto;
-    } else if (!strcmp(cut_s, "solo")) {
-        cuts[n_cuts++] = k_solo;
-    } else if (!strcmp(cut_s, "step")) {
-        cuts[n_cuts++] = k_step;
-    } else { /* K or K1,K2,... */
-        for (const char *c = cut_s; n_cuts < 4096;) {
-            char *end;
-            const long k = strtol(c, &end, 10);
-            if (end == c || (*end && *end != ',') || k < 0 || k > B) {
-                fprintf(stderr, "error: --cut '%s': auto, solo, step, sweep, rates, setup or block indices 0 .. %d "
-                                "(K or K1,K2,...)\n", cut_s, B);
-                goto done;
-            }
-            cuts[n_cuts++] = (int)k;
-            if (!*end)
-                break;
-            c = end + 1;
-        }
-    }
-    if (stats_json) {
-        fprintf(stderr, "{\"engine_a\": \"%s\", \"engine_b\": \"%s\", \"n_blocks\": %d, \"step_blocks\": %d, "
-                        "\"tokens\": %lld, \"weight_bytes\": %lld, \"shared_bytes\": %lld, \"pss_bytes\": %lld, ",
-                in.engine_a, in.engine_b, B, L, (long long)in.tokens, (long long)in.weight_bytes,
-                (long long)in.shared_bytes, (long long)in.pss_bytes);
-        json_rates("solo", &solo);
-        fprintf(stderr, ", ");
-        json_rates("corun", &co);
-        fprintf(stderr, ", \"crossing\": %.4f, \"cut_auto\": %d, \"cut_solo\": %d, \"cut_step\": %d, \"slo_s\": %.3f, "
-                        "\"runs\": [", cross, k_auto, k_solo, k_step, slo);
-    } else if (!out->quiet && n_cuts) {
-        fprintf(stderr, "  cut  predicted s  period s  latency s  max lat s  hand-off ms\n");
-    }
-    out->announce = n_cuts == 1 && !stats_json;
-    for (int i = 0; i < n_cuts; i++) {
-        ts_stream_result r;
-        if (ts_video_pipe_run(p, cuts[i], n_videos, slo > 0 ? &co : NULL, slo, &r, &err) != TS_OK) {
-            fprintf(stderr, "%serror: %s\n", stats_json ? "\n" : "", err.message);
-            goto done;
-        }
-        const double pred = ts_stream_period(&co, B, cuts[i]);
-        if (stats_json) {
-            fprintf(stderr, "%s", i ? ", " : "");
-            json_result(&r, pred);
-        } else {
-            fprintf(stderr, "  %3d  %11.3f  %8.3f  %9.3f  %9.3f  %11.3f%s\n", (int)r.cut, pred, r.period_s,
-                    r.latency_s, r.max_latency_s, r.handoff_s * 1e3,
-                    slo > 0 ? (r.slo_met == r.n_requests ? "  (all within the SLO)" : "  (SLO missed)") : "");
-            if (slo > 0)
-                fprintf(stderr, "  %.2f videos per hour, %d of %d within %.1f s\n", 3600.0 / r.period_s,
-                        (int)r.slo_met, (int)r.n_requests, slo);
-        }
-    }
-    if (stats_json)
-        fprintf(stderr, "], \"whole\": [");
-    for (unsigned st = 1; baselines && st <= 3; st++) {
-        ts_stream_result r;
-        if (ts_video_pipe_run_whole(p, st, n_videos, &r, &err) != TS_OK) {
-            fprintf(stderr, "%serror: %s\n", stats_json ? "\n" : "", err.message);
-            goto done;
-        }
-        static const char *const names[] = {"", "A alone", "B alone", "data-parallel"};
-        if (stats_json) {
-            fprintf(stderr, "%s{\"stages\": %u, ", st > 1 ? ", " : "", st);
-            fprintf(stderr, "\"name\": \"%s\", \"result\": ", names[st]);
-            json_result(&r, 0.0);
-            fprintf(stderr, "}");
-        } else {
-            fprintf(stderr, "  %-14s period %.3f s, latency %.3f s\n", names[st], r.period_s, r.latency_s);
-        }
-    }
-    if (stats_json)
-        fprintf(stderr, "]}\n");
-    rc = out->failed ? 1 : 0;
-done:
     ts_video_pipe_free(p);
     return rc;
 }

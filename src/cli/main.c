@@ -15,6 +15,7 @@ static const command commands[] = {
     {"run", cli_run, "generate text from a prompt"},
     {"diffuse", cli_diffuse, "generate with a diffusion LLM (llada, dream) by iterative unmasking"},
     {"video", cli_video, "text-to-video latents with a Wan2.1 diffusion transformer"},
+    {"pipe", cli_pipe, "a stream of prompts on two engines (seed 002's pipeline)"},
     {"chat", cli_chat, "interactive multi-turn chat"},
     {"perplexity", cli_perplexity, "perplexity of a model over a text file"},
     {"calibrate", cli_calibrate, "measure activation clips and outliers for calibrated INT8 (amx,act=int8,calib=)"},

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """pipe_bench.py - seed 002's two-engine stream pipeline (docs/PIPE.md) on a
-video model: one `tessera video --pipe A --engine B --stats json` run per
-table, printing
+video model (`tessera video --pipe A --engine B --stats json`), a stream of
+prompts (--prompts FILE: `tessera pipe`, prefill) or of diffusion-LLM
+decodes (--prompts FILE --diffuse), one run per table, printing
 
   1. the machine (CPU model, AMX or not) and the setup: block executions per
      video, tokens per block, weights in the file, packed bytes B maps from
@@ -23,6 +24,8 @@ usage: bench/pipe_bench.py -m DIT.gguf --text-embeddings T.npy --a ENGINE --b EN
          [--vae VAE.gguf] [--frames 9] [--size 256x256] [--timesteps 1000,992,982,949,905,810]
          [--videos 3] [--cuts sweep|auto|K1,K2,...] [--baselines] [--probe N]
          [--json OUT.json] [--png OUT.png] [--tessera build/tessera]
+       bench/pipe_bench.py -m MODEL.gguf --prompts TEXT --a ENGINE --b ENGINE [--prompt-tokens 512]
+         [--chunk 256] [--diffuse [--gen 64] [--steps 16] [--block 32]] [--videos N] ...
        bench/pipe_bench.py --replot OUT.json --png OUT.png
 
 Never run it while something else builds: both engines are busy at once
@@ -49,16 +52,23 @@ def cpu_model():
 
 
 def run(a):
-    cmd = [a.tessera, "video", "-m", a.model, "--text-embeddings", a.text_embeddings, "--frames", str(a.frames),
+    if a.prompts:
+        cmd = [a.tessera, "pipe", "-m", a.model, "-f", a.prompts, "--prompt-tokens", str(a.prompt_tokens), "--chunk",
+               str(a.chunk), "--pipe", a.a, "--engine", a.b, "--requests", str(a.videos), "--cut", a.cuts, "--stats",
+               "json", "-q"]
+        if a.diffuse:
+            cmd += ["--diffuse", "--gen", str(a.gen), "--steps", str(a.steps), "--block", str(a.block)]
+    else:
+        cmd = [a.tessera, "video", "-m", a.model, "--text-embeddings", a.text_embeddings, "--frames", str(a.frames),
            "--size", a.size, "--timesteps", a.timesteps, "--pipe", a.a, "--engine", a.b, "--videos", str(a.videos),
            "--cut", a.cuts, "--stats", "json", "-q"]
-    if a.vae:
+    if a.vae and not a.prompts:
         cmd += ["--vae", a.vae]
     if a.baselines:
         cmd.append("--baselines")
     if a.probe:
         cmd += ["--probe", str(a.probe)]
-    if a.own_copies:
+    if a.own_copies and not a.prompts:
         cmd.append("--own-copies")
     print("$ " + " ".join(cmd), flush=True)
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -74,7 +84,8 @@ def report(rep):
     model, amx = rep.get("cpu", cpu_model())
     B, L = rep["n_blocks"], rep["step_blocks"]
     print(f"\nmachine: {model}, AMX {'yes' if amx else 'no'}")
-    print(f"A = {rep['engine_a']}, B = {rep['engine_b']}: {B} block executions per video ({B // L} steps x {L} "
+    unit = rep.get("unit", "video")
+    print(f"A = {rep['engine_a']}, B = {rep['engine_b']}: {B} block executions per {unit} ({B // L} steps x {L} "
           f"blocks), {rep['tokens']} tokens per block")
     mib = 1 << 20
     print(f"weights: {rep['weight_bytes'] / mib:.1f} MiB in the file, {rep['shared_bytes'] / mib:.1f} MiB packed by A "
@@ -100,7 +111,7 @@ def report(rep):
               f"{r['period_s'] / r['predicted_period_s']:.3f} | {r['latency_s']:.2f} | "
               f"{', '.join(marks.get(r['cut'], []))} |")
     if rep.get("whole"):
-        print("\n| whole videos | period s | latency s |\n|---|---|---|")
+        print(f"\n| whole {rep.get('unit', 'video')}s | period s | latency s |\n|---|---|---|")
         for w in rep["whole"]:
             print(f"| {w['name']} | {w['result']['period_s']:.3f} | {w['result']['latency_s']:.2f} |")
         best_single = min(w["result"]["period_s"] for w in rep["whole"] if w["stages"] < 3)
@@ -138,9 +149,9 @@ def plot(rep, path):
     for w in rep.get("whole", []):
         ax.axhline(w["result"]["period_s"], linestyle="-.", linewidth=0.8,
                    color={1: "tab:green", 2: "tab:orange", 3: "tab:purple"}[w["stages"]],
-                   label=f"{w['name']} (whole videos)")
+                   label=f"{w['name']} (whole {rep.get('unit', 'video')}s)")
     ax.set_xlabel(f"cut k (block executions on A, of {B})")
-    ax.set_ylabel("period between videos (s)")
+    ax.set_ylabel(f"period between {rep.get('unit', 'video')}s (s)")
     ax.set_title(f"A = {rep['engine_a']}, B = {rep['engine_b']}, {rep['tokens']} tokens per block", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -167,12 +178,19 @@ def main():
     ap.add_argument("--png")
     ap.add_argument("--replot")
     ap.add_argument("--tessera", default=os.path.join(ROOT, "build", "tessera"))
+    ap.add_argument("--prompts", help="a text: a stream of prompts cut from it (tessera pipe)")
+    ap.add_argument("--prompt-tokens", type=int, default=512)
+    ap.add_argument("--chunk", type=int, default=256)
+    ap.add_argument("--diffuse", action="store_true")
+    ap.add_argument("--gen", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--block", type=int, default=32)
     a = ap.parse_args()
     if a.replot:
         rep = json.load(open(a.replot))
     else:
-        if not (a.model and a.text_embeddings and a.a and a.b):
-            ap.error("-m, --text-embeddings, --a and --b are required (or --replot)")
+        if not (a.model and (a.text_embeddings or a.prompts) and a.a and a.b):
+            ap.error("-m, --text-embeddings (or --prompts), --a and --b are required (or --replot)")
         rep = run(a)
         rep["cpu"] = cpu_model()
         if a.json:

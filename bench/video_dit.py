@@ -15,7 +15,7 @@ generated, never committed). Per-block time does not depend on the block
 count, so a file with fewer blocks (--layers 4) keeps the large sizes short.
 
 usage: video_dit.py --tessera build/tessera --model Q8.gguf [--model Q4.gguf]
-           [--sizes 768,1560] [--engines cpu] [-t 2] [-r 3] [--text T.npy] [--peak build/bench/bench_int8_peak]
+           [--sizes 768,1560] [--engines 'cpu;amx,act=int8'] [-t 2] [-r 3] [--text T.npy] [--peak build/bench/bench_int8_peak]
 """
 import argparse
 import json
@@ -44,7 +44,8 @@ def main():
     ap.add_argument("--tessera", default="build/tessera")
     ap.add_argument("--model", action="append", required=True)
     ap.add_argument("--sizes", default="768,1560")
-    ap.add_argument("--engines", default="cpu")
+    ap.add_argument("--engines", default="cpu",
+                    help="engines separated by ';' (or by ',' when none takes options), e.g. 'cpu;amx;amx,act=int8'")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("-r", "--repeats", type=int, default=3)
     ap.add_argument("--text", help="text states .npy [512][4096] (default: random, generated)")
@@ -63,7 +64,7 @@ def main():
                 peak = float(l.split("median")[1].split()[0])
         print(f"int8 peak ({a.peak}): {peak} GOP/s")
     sizes = [int(s) for s in a.sizes.split(",")]
-    engines = a.engines.split(",")
+    engines = a.engines.split(";") if (";" in a.engines or "=" in a.engines) else a.engines.split(",")
     configs = [(m, e, s) for s in sizes for m in a.model for e in engines]
     res = {c: [] for c in configs}
     for rep in range(a.repeats):

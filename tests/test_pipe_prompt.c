@@ -74,6 +74,31 @@ static bool same_bits(const float *a, const float *b, int n, int *at) {
     return true;
 }
 
+/* A context on REF ("none": the CPU) taking every chunk of `width` tokens
+ * there, for the one-engine reference; NULL (said why) when it does not open. */
+static ts_context *ref_context(ts_model *m, const char *ref_dev, int n_ctx, int width) {
+    ts_error err = {0};
+    ts_context_params cp = ts_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_batch = width;
+    cp.n_threads = 1;
+    cp.chunk = width;
+    cp.prefill_min_tokens = 1;
+    cp.prefill_device = ref_dev;
+    ts_context *c = NULL;
+    if (ts_context_create(m, &cp, &c, &err) != TS_OK) fprintf(stderr, "context: %s\n", err.message);
+    return c;
+}
+
+/* The reference device did not take the run (skip: 77). */
+static bool ref_fell_back(const ts_context *c, const char *ref_dev) {
+    ts_stats cs = TS_STRUCT_INIT(ts_stats);
+    ts_context_get_stats(c, &cs);
+    if (!strcmp(ref_dev, "none") || !cs.device_fallback) return false;
+    fprintf(stderr, "skip: reference device %s: %s\n", ref_dev, cs.device_fallback);
+    return true;
+}
+
 /* The stream of the prompts on pp's engines and its info, or NULL (said why). */
 static ts_prompt_pipe *open_stream(ts_model *m, const int32_t *prompts, const int32_t *lens,
                                    const ts_prompt_pipe_params *pp, ts_stream_info *in) {
@@ -122,28 +147,13 @@ static int diffuse_case(ts_model *m, const char *ea, const char *eb, const char 
     /* the reference: each prompt decoded in a context on REF */
     int32_t ref[N_PROMPTS][D_GEN], n_ref[N_PROMPTS];
     for (int i = 0; i < N_PROMPTS; i++) {
-        ts_context_params cp = ts_context_default_params();
-        cp.n_ctx = D_PROMPT + D_GEN;
-        cp.n_batch = D_PROMPT + D_GEN;
-        cp.n_threads = 1;
-        cp.chunk = D_PROMPT + D_GEN;
-        cp.prefill_min_tokens = 1;
-        cp.prefill_device = ref_dev;
-        ts_context *c = NULL;
-        if (ts_context_create(m, &cp, &c, &err) != TS_OK) {
-            fprintf(stderr, "context: %s\n", err.message);
-            return 1;
-        }
+        ts_context *c = ref_context(m, ref_dev, D_PROMPT + D_GEN, D_PROMPT + D_GEN);
+        if (!c) return 1;
         if (ts_context_diffuse(c, prompts + i * D_PROMPT, D_PROMPT, &dp, ref[i], D_GEN, &n_ref[i], NULL) != TS_OK) {
             fprintf(stderr, "diffuse: %s\n", ts_last_error(c));
             return 1;
         }
-        ts_stats cs = TS_STRUCT_INIT(ts_stats);
-        ts_context_get_stats(c, &cs);
-        if (strcmp(ref_dev, "none") && cs.device_fallback) {
-            fprintf(stderr, "skip: reference device %s: %s\n", ref_dev, cs.device_fallback);
-            return 77;
-        }
+        if (ref_fell_back(c, ref_dev)) return 77;
         ts_context_free(c);
     }
     ts_prompt_pipe_params pp = ts_prompt_pipe_default_params();
@@ -252,28 +262,13 @@ int main(int argc, char **argv) {
     /* the reference: one context per prompt, prefilled on REF */
     float *ref = malloc(sizeof(float) * (size_t)V * N_PROMPTS);
     for (int i = 0; i < N_PROMPTS; i++) {
-        ts_context_params cp = ts_context_default_params();
-        cp.n_ctx = 64;
-        cp.n_batch = CHUNK;
-        cp.n_threads = 1;
-        cp.chunk = CHUNK;
-        cp.prefill_min_tokens = 1;
-        cp.prefill_device = ref_dev;
-        ts_context *c = NULL;
-        if (ts_context_create(m, &cp, &c, &err) != TS_OK) {
-            fprintf(stderr, "context: %s\n", err.message);
-            return 1;
-        }
-        ts_stats cs = TS_STRUCT_INIT(ts_stats);
+        ts_context *c = ref_context(m, ref_dev, 64, CHUNK);
+        if (!c) return 1;
         if (ts_context_eval(c, prompts + i * PROMPT_LEN, PROMPT_LEN, NULL) != TS_OK) {
             fprintf(stderr, "eval: %s\n", ts_last_error(c));
             return 1;
         }
-        ts_context_get_stats(c, &cs);
-        if (strcmp(ref_dev, "none") && cs.device_fallback) {
-            fprintf(stderr, "skip: reference device %s: %s\n", ref_dev, cs.device_fallback);
-            return 77;
-        }
+        if (ref_fell_back(c, ref_dev)) return 77;
         memcpy(ref + (size_t)i * V, ts_context_logits(c), sizeof(float) * (size_t)V);
         ts_context_free(c);
     }

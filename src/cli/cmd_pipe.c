@@ -32,7 +32,7 @@ static void usage(void) {
             "      --requests N         prompts per stream (default 4)\n"
             "      --cut C              auto (default: Eq. 5 on the co-run rates), solo (on the solo rates),\n"
             "                           step (the best chunk boundary), K or K1,K2,... (block indices),\n"
-            "                           sweep (every cut), rates (measure only)\n"
+            "                           sweep (every cut), rates (measure only), setup (the PSS only)\n"
             "      --slo S              the best cut whose latency is within S seconds, requests paced\n"
             "      --probe N            block executions per rate measurement (default: a whole prompt; with\n"
             "                           --diffuse one step.s layers)\n"

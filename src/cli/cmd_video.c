@@ -269,19 +269,9 @@ static int video_stream(ts_video *vid, ts_video_gen_params *gp, const char *engi
                 in->engine_a, in->engine_b, B, B / L, L, (long long)in->tokens, (double)in->weight_bytes / 1048576.0,
                 (double)in->shared_bytes / 1048576.0, in->shared_bytes ? "one copy" : "none shared",
                 (double)in->pss_bytes / 1048576.0);
-    int rc;
-    if (!strcmp(cut_s, "setup")) {
-        if (stats_json)
-            fprintf(stderr, "{\"engine_a\": \"%s\", \"engine_b\": \"%s\", \"n_blocks\": %d, \"weight_bytes\": %lld, "
-                            "\"shared_bytes\": %lld, \"pss_bytes\": %lld}\n",
-                    in->engine_a, in->engine_b, B, (long long)in->weight_bytes, (long long)in->shared_bytes,
-                    (long long)in->pss_bytes);
-        rc = 0;
-    } else {
-        rc = cli_stream_cuts(&cs, cut_s, n_videos, slo, probe, baselines);
-        if (!rc && out->failed)
-            rc = 1;
-    }
+    int rc = cli_stream_cuts(&cs, cut_s, n_videos, slo, probe, baselines);
+    if (!rc && out->failed)
+        rc = 1;
     ts_video_pipe_free(p);
     return rc;
 }

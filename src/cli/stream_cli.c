@@ -23,6 +23,14 @@ static void json_result(const cli_stream *s, const ts_stream_result *r, double p
 int cli_stream_cuts(const cli_stream *s, const char *cut_s, int32_t n, double slo, int32_t probe, bool baselines) {
     const ts_stream_info *in = &s->info;
     const int B = in->n_blocks, L = in->step_blocks;
+    if (!strcmp(cut_s, "setup")) { /* the engines set up: the weights and the PSS only */
+        if (s->stats_json)
+            fprintf(stderr, "{\"unit\": \"%s\", \"engine_a\": \"%s\", \"engine_b\": \"%s\", \"n_blocks\": %d, "
+                            "\"weight_bytes\": %lld, \"shared_bytes\": %lld, \"pss_bytes\": %lld}\n",
+                    s->unit, in->engine_a, in->engine_b, B, (long long)in->weight_bytes, (long long)in->shared_bytes,
+                    (long long)in->pss_bytes);
+        return 0;
+    }
     ts_error err = {0};
     ts_stream_rates solo, co;
     if (s->measure(s->p, probe, &solo, &co, &err) != TS_OK) {

@@ -111,6 +111,28 @@ def main():
         failures += not ok
         print(f"engine {eng}: max rel {rel:.2e} vs diffusers{', bit-identical to cpu' if exact and ok else ''}"
               f"{' (INT8 activations: reported, not bounded)' if exact is None else ''}  {'ok' if ok else 'FAIL'}")
+    # row chunks (a grid of more tokens than the engine's widest graph: amx
+    # takes 2048, a 480x832 video 7800): graphs of <= 16 tokens over M = 36
+    # (chunks 16, 16, 4; the block in two parts around its self-attention)
+    # give outputs bit-identical to the unsplit run (with the adapter below)
+    def split_vs_whole(eng, lora=None):
+        extra = [os.path.join(out, lora)] if lora else []
+        res = []
+        for rows in (None, "16"):
+            env = dict(os.environ, TS_WAN_ROWS=rows) if rows else None
+            r = subprocess.run([tool, "forward", os.path.join(out, "wan-tiny.gguf"), eng, "2", str(F), str(H), str(W),
+                                str(N), "999.0", lat_path, txt_path, res_path] + extra, capture_output=True, text=True,
+                               env=env)
+            if r.returncode:
+                sys.exit(f"wan_tool (rows {rows}) failed: {r.stderr}")
+            res.append(np.fromfile(res_path, dtype=np.float32))
+        return np.array_equal(res[0], res[1]), float(np.abs(res[0] - res[1]).max())
+
+    for eng, lora in (("cpu", None), ("amx,emulate=1,act=int8", None)):
+        same, diff = split_vs_whole(eng, lora)
+        failures += not same
+        print(f"row chunks of 16 on {eng}{' with the adapter' if lora else ''}: "
+              f"{'bit-identical to one graph of 36' if same else f'FAIL (max diff {diff:.3e})'}")
     # DCM's detail expert: a rank-4 adapter on all 8 attention projections
     # against diffusers holding the merged weights W + alpha/r B A
     deltas = gen.lora(os.path.join(out, "lora.gguf"), gen.TINY["num_layers"], 64, 4, 8.0, seed=5)
@@ -129,6 +151,10 @@ def main():
         failures += not ok
         print(f"detail expert t {t:5.1f}: max rel {rel:.2e} vs merged diffusers (the adapter moves it {base:.2e})  "
               f"{'ok' if ok else 'FAIL'}")
+    same, diff = split_vs_whole("cpu", "lora.gguf")
+    failures += not same
+    print(f"row chunks of 16 on cpu with the adapter: "
+          f"{'bit-identical to one graph of 36' if same else f'FAIL (max diff {diff:.3e})'}")
     # the same adapter as a diffusers/peft safetensors file (attn1.to_q, ...,
     # kohya's per-module alpha), through tools/wan_lora_to_gguf.py: the same bits
     from gguf import GGUFReader

@@ -3,6 +3,7 @@
  *   wan_tool forward MODEL.gguf ENGINE THREADS F H W N_TEXT T LATENTS.f32 TEXT.f32 OUT.f32 [LORA.gguf]
  *
  * With LORA, the forward is the detail expert's (the adapter applied).
+ * TS_WAN_ROWS=N in the environment caps the tokens per graph (row chunks).
  * LATENTS [in_ch][F][H][W], TEXT [N_TEXT][text_dim] and OUT [out_ch][F][H][W]
  * are raw little-endian f32. Prints the configuration and the timings.
  * Exit 0, or 1 with the error on stderr. */
@@ -36,6 +37,8 @@ int main(int argc, char **argv) {
     const ts_wan_config *c = ts_wan_cfg(w);
     ts_wan_run_params p = {.engine = argv[3], .n_threads = atoi(argv[4]), .frames = atoi(argv[5]),
                            .height = atoi(argv[6]), .width = atoi(argv[7]), .n_text = atoi(argv[8]), .n_texts = 1};
+    /* TS_WAN_ROWS=N: graphs of at most N tokens (the row-chunk split) */
+    if (getenv("TS_WAN_ROWS")) p.max_rows = atoi(getenv("TS_WAN_ROWS"));
     printf("wan: d %d ffn %d heads %d x %d layers %d in %d out %d text %d freq %d patch %dx%dx%d\n", c->dim, c->ffn,
            c->n_head, c->head_dim, c->n_layer, c->in_ch, c->out_ch, c->text_dim, c->freq_dim, c->patch[0],
            c->patch[1], c->patch[2]);

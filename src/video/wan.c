@@ -397,6 +397,9 @@ struct ts_wan_run {
     ts_eng_queue *q;
     int F, H, W, Fp, Hp, Wp; /* latent grid; in patches */
     int64_t M;               /* tokens */
+    int64_t R;               /* tokens per graph: M, or a row chunk when M passes the engine's widest graph */
+    int n_chunks;            /* ceil(M / R) */
+    uint64_t rowb[S_VEC];    /* bytes per token of a per-token buffer (0: not per token) */
     int n_text, n_texts;
     const ts_wan_lora *lora; /* NULL: none */
     int n_kvsets;            /* text K/V sets per text: 2 when the adapter changes cross-attention's k or v */
@@ -409,6 +412,9 @@ struct ts_wan_run {
     placed patch, te0, te2, head;
     layer_w *lw;
     ts_eng_graph *g_embed, *g_block, *g_head, *g_text, *g_ctx, *g_block_lora, *g_ctx_lora;
+    /* in row chunks (n_chunks > 1): the block up to its self-attention and
+     * from it on (the attention's keys and values are every chunk's) */
+    ts_eng_graph *g_pre, *g_post, *g_pre_lora, *g_post_lora;
     ts_eng_bindset **bs_block; /* [n_texts][n_layer] */
     ts_eng_bindset **bs_lora;  /* [n_texts][n_layer], with the adapter */
     ts_eng_bind base[S_COUNT];
@@ -455,7 +461,7 @@ static int lora_nodes(const ts_wan_lora *lo, int pi, int xs, int ys, int64_t D, 
 /* The block graph's vector offsets are those of layer 0: every layer's
  * arena entries are laid out alike, so a layer binds S_VEC at its own
  * displacement from layer 0 (wan_layer offsets differ by a constant). */
-static int block_nodes(const ts_wan_run *r, const ts_wan_lora *lo, ts_eng_node *nd) {
+static int block_nodes(const ts_wan_run *r, const ts_wan_lora *lo, ts_eng_node *nd, int *k_attn) {
     const ts_wan_config *c = &r->w->c;
     const wan_layer *L = &r->w->layers[0];
     const int64_t D = c->dim, F = c->ffn;
@@ -501,6 +507,7 @@ static int block_nodes(const ts_wan_run *r, const ts_wan_lora *lo, ts_eng_node *
                             .rope_tab = {.x = R(S_Q), .tab = R(S_ROPE), .n_head = c->n_head, .head_dim = c->head_dim}};
     nd[k++] = (ts_eng_node){.op = TS_OP_ROPE_TAB,
                             .rope_tab = {.x = R(S_K), .tab = R(S_ROPE), .n_head = c->n_head, .head_dim = c->head_dim}};
+    *k_attn = k; /* a split block's second part starts at the self-attention */
     ATTN(S_K, S_V, (int32_t)r->M);
     MM(S_W3, S_ATT, S_O, D, D);
     BIAS(S_O, L->sbo, D);
@@ -645,6 +652,26 @@ ts_wan_run *ts_wan_run_new(ts_wan *w, const ts_wan_run_params *p, ts_err *err) {
     for (int s = 0; s < S_VEC; s++)
         if (alloc_act(r, s, sizes[s], err))
             goto fail;
+    /* the per-token buffers, which a row chunk's graph binds at its first row */
+    static const int per_token[] = {S_X, S_XN, S_Q, S_K, S_V, S_ATT, S_O, S_H, S_PATCH, S_OUT, S_ROPE, S_LR, S_LO};
+    for (size_t i = 0; i < sizeof per_token / sizeof per_token[0]; i++)
+        r->rowb[per_token[i]] = (uint64_t)(per_token[i] == S_LR || per_token[i] == S_LO ? sizes[per_token[i]] / (M > N ? M : N)
+                                                                                       : sizes[per_token[i]] / M);
+    /* row chunks: as many as the engine's widest graph (or max_rows) asks
+     * for, of equal size rounded up to 16 (the tiles' rows) */
+    {
+        int64_t cap = ts_eng_describe(r->e)->max_width;
+        if (p->max_rows > 0 && (cap <= 0 || p->max_rows < cap))
+            cap = p->max_rows;
+        r->R = M, r->n_chunks = 1;
+        if (cap > 0 && M > cap) {
+            const int64_t nc = (M + cap - 1) / cap;
+            int64_t R = ((M + nc - 1) / nc + 15) / 16 * 16;
+            if (R > cap)
+                R = cap;
+            r->R = R, r->n_chunks = (int)((M + R - 1) / R);
+        }
+    }
     rope_table(r, (double *)(void *)r->act[S_ROPE]);
     for (int64_t i = 0; i < RK; i++)
         r->act[S_LSCALE][i] = lo ? lo->scale : 1.0f;
@@ -702,13 +729,20 @@ ts_wan_run *ts_wan_run_new(ts_wan *w, const ts_wan_run_params *p, ts_err *err) {
     int k = 0;
     MM(S_W0, S_PATCH, S_X, (int64_t)c->in_ch * P, D);
     BIAS(S_X, w->patch_b, D);
-    if (!(r->g_embed = ts_eng_graph_new(r->e, nd, k, S_COUNT, (int)M, err)))
+    if (!(r->g_embed = ts_eng_graph_new(r->e, nd, k, S_COUNT, (int)r->R, err)))
         goto fail;
-    k = block_nodes(r, NULL, nd);
-    if (!(r->g_block = ts_eng_graph_new(r->e, nd, k, S_COUNT, (int)M, err)))
-        goto fail;
-    if (lo && (k = block_nodes(r, lo, nd), !(r->g_block_lora = ts_eng_graph_new(r->e, nd, k, S_COUNT, (int)M, err))))
-        goto fail;
+    for (int with = 0; with < (lo ? 2 : 1); with++) {
+        int ka = 0;
+        k = block_nodes(r, with ? lo : NULL, nd, &ka);
+        if (r->n_chunks == 1) {
+            if (!(*(with ? &r->g_block_lora : &r->g_block) = ts_eng_graph_new(r->e, nd, k, S_COUNT, (int)M, err)))
+                goto fail;
+        } else if (!(*(with ? &r->g_pre_lora : &r->g_pre) = ts_eng_graph_new(r->e, nd, ka, S_COUNT, (int)r->R, err)) ||
+                   !(*(with ? &r->g_post_lora : &r->g_post) =
+                         ts_eng_graph_new(r->e, nd + ka, k - ka, S_COUNT, (int)r->R, err))) {
+            goto fail;
+        }
+    }
     k = 0;
     nd[k++] = (ts_eng_node){.op = TS_OP_LAYERNORM,
                             .layernorm = {.x = R(S_X), .y = R(S_XN), .w = TS_ENG_NOREF, .b = TS_ENG_NOREF, .n = D,
@@ -719,7 +753,7 @@ ts_wan_run *ts_wan_run_new(ts_wan *w, const ts_wan_run_params *p, ts_err *err) {
                                          .tok_per_sample = (int32_t)M}};
     MM(S_W0, S_XN, S_OUT, D, (int64_t)c->out_ch * P);
     BIAS(S_OUT, w->head_b, (int64_t)c->out_ch * P);
-    if (!(r->g_head = ts_eng_graph_new(r->e, nd, k, S_COUNT, (int)M, err)))
+    if (!(r->g_head = ts_eng_graph_new(r->e, nd, k, S_COUNT, (int)r->R, err)))
         goto fail;
     k = 0;
     MM(S_W0, S_TXT_IN, S_TXT_H, c->text_dim, D);
@@ -748,8 +782,8 @@ ts_wan_run *ts_wan_run_new(ts_wan *w, const ts_wan_run_params *p, ts_err *err) {
     }
     /* a binding set per (text, layer), and with the adapter: the layer's
      * matrices, its vectors (S_VEC displaced to its entries), modulation
-     * rows and text K/V */
-    for (int with = 0; with < (lo ? 2 : 1); with++)
+     * rows and text K/V (row chunks bind theirs at each run) */
+    for (int with = 0; with < (lo && r->n_chunks == 1 ? 2 : r->n_chunks == 1 ? 1 : 0); with++)
         for (int t = 0; t < p->n_texts; t++)
             for (int l = 0; l < L; l++) {
                 ts_eng_bind b[S_COUNT];
@@ -782,6 +816,10 @@ void ts_wan_run_free(ts_wan_run *r) {
     free(r->bs_block);
     free(r->bs_lora);
     ts_eng_graph_free(r->g_block_lora);
+    ts_eng_graph_free(r->g_pre);
+    ts_eng_graph_free(r->g_post);
+    ts_eng_graph_free(r->g_pre_lora);
+    ts_eng_graph_free(r->g_post_lora);
     ts_eng_graph_free(r->g_ctx_lora);
     ts_eng_graph_free(r->g_embed);
     ts_eng_graph_free(r->g_block);
@@ -806,8 +844,26 @@ void ts_wan_run_free(ts_wan_run *r) {
 
 int64_t ts_wan_run_tokens(const ts_wan_run *r) { return r->M; }
 
-/* A graph over the run's base bindings with matrices w0, w1 in S_W0, S_W1. */
-static int run_graph(ts_wan_run *r, ts_eng_graph *g, const placed *w0, const placed *w1, int64_t ck_off, int n_tok,
+/* Enqueues g over every row chunk of the M tokens: b with each per-token
+ * buffer moved to the chunk's first row (the self-attention's keys and
+ * values left whole where keep_kv). */
+static int enqueue_rows(ts_wan_run *r, ts_eng_graph *g, const ts_eng_bind *b, bool keep_kv, ts_err *err) {
+    for (int64_t r0 = 0; r0 < r->M; r0 += r->R) {
+        ts_eng_bind bc[S_COUNT];
+        memcpy(bc, b, sizeof bc);
+        for (int s = 0; s < S_VEC; s++)
+            if (!(keep_kv && (s == S_K || s == S_V)))
+                bc[s].off += (uint64_t)r0 * r->rowb[s];
+        const int64_t n = r->M - r0 < r->R ? r->M - r0 : r->R;
+        if (ts_eng_enqueue_graph(r->q, g, bc, S_COUNT, 0, (int)n, err))
+            return -1;
+    }
+    return 0;
+}
+
+/* A graph over the run's base bindings with matrices w0, w1 in S_W0, S_W1:
+ * over the N text tokens (rows false), or the M tokens in row chunks. */
+static int run_graph(ts_wan_run *r, ts_eng_graph *g, const placed *w0, const placed *w1, int64_t ck_off, bool rows,
                      ts_err *err) {
     ts_eng_bind b[S_COUNT];
     memcpy(b, r->base, sizeof b);
@@ -816,7 +872,7 @@ static int run_graph(ts_wan_run *r, ts_eng_graph *g, const placed *w0, const pla
     b[S_CK].off = b[S_CV].off = (uint64_t)ck_off;
     for (int s = S_W2; s < S_COUNT; s++)
         b[s] = b[S_W0];
-    return ts_eng_enqueue_graph(r->q, g, b, S_COUNT, 0, n_tok, err);
+    return rows ? enqueue_rows(r, g, b, false, err) : ts_eng_enqueue_graph(r->q, g, b, S_COUNT, 0, r->n_text, err);
 }
 
 static int sync(ts_wan_run *r, int s, ts_eng_sync_dir dir, ts_err *err) {
@@ -830,7 +886,7 @@ int ts_wan_run_set_text(ts_wan_run *r, int which, const float *text, ts_err *err
     const uint64_t t0 = ts_now_ns();
     const int64_t N = r->n_text;
     memcpy(r->act[S_TXT_IN], text, (size_t)N * (size_t)c->text_dim * sizeof(float));
-    if (sync(r, S_TXT_IN, TS_SYNC_TO_DEVICE, err) || run_graph(r, r->g_text, &r->te0, &r->te2, 0, (int)N, err))
+    if (sync(r, S_TXT_IN, TS_SYNC_TO_DEVICE, err) || run_graph(r, r->g_text, &r->te0, &r->te2, 0, false, err))
         return ts_err_prefix(err, "wan: text embedding");
     for (int set = 0; set < r->n_kvsets; set++)
         for (int l = 0; l < c->n_layer; l++) {
@@ -930,15 +986,25 @@ int ts_wan_run_part(ts_wan_run *r, const float *latents, double t, int which, bo
     }
     if (sync(r, S_MOD, TS_SYNC_TO_DEVICE, err) || sync(r, S_HMOD, TS_SYNC_TO_DEVICE, err) ||
         (l0 == 0 && (sync(r, S_PATCH, TS_SYNC_TO_DEVICE, err) ||
-                     run_graph(r, r->g_embed, &r->patch, NULL, 0, (int)r->M, err))) ||
+                     run_graph(r, r->g_embed, &r->patch, NULL, 0, true, err))) ||
         (l0 > 0 && sync(r, S_X, TS_SYNC_TO_DEVICE, err)) || ts_eng_queue_finish(r->q, err))
         return ts_err_prefix(err, "wan: embedding");
     uint64_t t1 = ts_now_ns();
     r->st.embed_ns += t1 - t0;
     for (int l = l0; l < l1; l++) {
-        ts_eng_bindset *bs = (detail ? r->bs_lora : r->bs_block)[which * c->n_layer + l];
-        if (ts_eng_enqueue_bound(r->q, bs, 0, (int)r->M, 0, err) ||
-            ts_eng_queue_finish(r->q, err))
+        int rc;
+        if (r->n_chunks == 1) {
+            rc = ts_eng_enqueue_bound(r->q, (detail ? r->bs_lora : r->bs_block)[which * c->n_layer + l], 0,
+                                      (int)r->M, 0, err);
+        } else { /* every chunk's K and V before any chunk's attention */
+            ts_eng_bind b[S_COUNT];
+            layer_binds(r, l, b);
+            b[S_MOD].off = (uint64_t)l * 6 * (uint64_t)c->dim * 4;
+            b[S_CK].off = b[S_CV].off = kv_off(r, which, detail && r->n_kvsets > 1, l);
+            rc = enqueue_rows(r, detail ? r->g_pre_lora : r->g_pre, b, false, err) ||
+                 enqueue_rows(r, detail ? r->g_post_lora : r->g_post, b, true, err);
+        }
+        if (rc || ts_eng_queue_finish(r->q, err))
             return ts_err_prefix(err, "wan: block %d", l);
         r->st.block_runs++;
     }
@@ -949,7 +1015,7 @@ int ts_wan_run_part(ts_wan_run *r, const float *latents, double t, int which, bo
             return ts_err_prefix(err, "wan: hidden state");
         return 0;
     }
-    if (run_graph(r, r->g_head, &r->head, NULL, 0, (int)r->M, err) || sync(r, S_OUT, TS_SYNC_TO_HOST, err) ||
+    if (run_graph(r, r->g_head, &r->head, NULL, 0, true, err) || sync(r, S_OUT, TS_SYNC_TO_HOST, err) ||
         ts_eng_queue_finish(r->q, err))
         return ts_err_prefix(err, "wan: head");
     /* unpatchify: token (f, h, w), value (i, j, k, c) */

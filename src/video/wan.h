@@ -96,6 +96,12 @@ typedef struct ts_wan_run_params {
      * desc.layout, or both on the CPU's panels): two engines, one weight
      * copy. It must outlive this run. NULL: the run packs its own. */
     const struct ts_wan_run *share;
+    /* tokens per graph: the engine's widest graph (desc.max_width: 2048 on
+     * amx) or fewer (0: the engine's). A grid of more tokens runs each
+     * graph over row chunks of equal size (the block in two parts around
+     * its self-attention, whose keys are every chunk's): every token's
+     * arithmetic is the unsplit run's. Tests set it to check the split. */
+    int max_rows;
 } ts_wan_run_params;
 
 typedef struct ts_wan_run ts_wan_run;

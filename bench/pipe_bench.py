@@ -68,7 +68,7 @@ def run(a):
         cmd.append("--baselines")
     if a.probe:
         cmd += ["--probe", str(a.probe)]
-    if a.own_copies and not a.prompts:
+    if a.own_copies:
         cmd.append("--own-copies")
     print("$ " + " ".join(cmd), flush=True)
     p = subprocess.run(cmd, capture_output=True, text=True)

@@ -1133,6 +1133,10 @@ typedef struct ts_prompt_pipe_params {
     const ts_diffusion_params *diffusion;
     /* each finished request's n_gen decoded tokens (diffusion), as on_logits */
     bool (*on_tokens)(int32_t index, const int32_t *tokens, int32_t n, void *user_data);
+    /* false (default): where the two engines read one layout (amx,act=int8
+     * and vnni: "amx-int8"), B maps A's packed weights, one stored copy;
+     * true: B packs its own (the data-parallel baseline's memory) */
+    bool own_copies;
 } ts_prompt_pipe_params;
 TS_API ts_prompt_pipe_params ts_prompt_pipe_default_params(void);
 /* tokens: the n_prompts prompts concatenated, n_tokens[i] each (copied).

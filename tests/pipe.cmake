@@ -30,11 +30,11 @@ add_test(NAME pipe_prompt_vnni_cpu COMMAND test_pipe_prompt ${pp_model} vnni cpu
 set(pp_tests pipe_prompt_loop_cpu pipe_prompt_cpu_loop pipe_prompt_vnni_cpu)
 if(NOT TS_SANITIZE)
   add_test(NAME pipe_prompt_vnni_amx COMMAND test_pipe_prompt ${pp_model} vnni amx,act=int8,emulate=1
-                                             amx,act=int8,emulate=1 same quick)
+                                             amx,act=int8,emulate=1 same quick one-copy)
   list(APPEND pp_tests pipe_prompt_vnni_amx)
 endif()
 # the AMX tiles themselves + vnni, on a machine with AMX (skips elsewhere)
-add_test(NAME pipe_prompt_amx_vnni_hw COMMAND test_pipe_prompt ${pp_model} amx,act=int8 vnni amx,act=int8 same quick)
+add_test(NAME pipe_prompt_amx_vnni_hw COMMAND test_pipe_prompt ${pp_model} amx,act=int8 vnni amx,act=int8 same quick one-copy)
 list(APPEND pp_tests pipe_prompt_amx_vnni_hw)
 set_tests_properties(${pp_tests} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
 

@@ -1,11 +1,14 @@
 /* test_pipe_prompt.c - the prompt stream on two engines (ts_prompt_pipe,
  * seed 002's pipeline over an AR prompt's chunks x layers) against one
  * engine's prefill of the same prompts:
- *   test_pipe_prompt MODEL A B REF same [quick]
+ *   test_pipe_prompt MODEL A B REF same [quick] [one-copy]
  *     every cut k (quick: every 7th and both ends) through A + B: each
  *     prompt's next-token logits bit-identical to a context prefilled on
  *     REF ("none": the CPU; else a prefill device taking every chunk), and
- *     the whole-prompt baselines (A alone, B alone, both) too;
+ *     the whole-prompt baselines (A alone, B alone, both) too; one-copy:
+ *     engines reading one layout, B maps A's packed weights (shared bytes
+ *     > 0) and, with own_copies, packs its own (0 shared, a middle cut's
+ *     logits the same);
  *   test_pipe_prompt MODEL A B REF nmse BOUND [quick]
  *     the same within a normalised MSE of BOUND (engines whose arithmetic
  *     differs); prints the worst.
@@ -231,7 +234,8 @@ int main(int argc, char **argv) {
     int ai = 6;
     double bound = 0;
     if (!exact) bound = atof(argv[ai++]);
-    const bool quick = ai < argc && !strcmp(argv[ai], "quick");
+    bool quick = false, one_copy = false;
+    for (; ai < argc; ai++) *(!strcmp(argv[ai], "one-copy") ? &one_copy : &quick) = true;
 
     ts_error err = {0};
     ts_model *m = NULL;
@@ -297,6 +301,26 @@ int main(int argc, char **argv) {
     if (!p) return 1;
     const int B = in.n_blocks;
     CHECK(B == 3 * in.step_blocks, "B %d for 3 chunks of %d layers", B, in.step_blocks);
+    if (one_copy) {
+        CHECK(in.shared_bytes > 0, "%s + %s: B maps none of A's packed weights", ea, eb);
+        /* B's own copy: none shared, the same logits at a middle cut */
+        ts_prompt_pipe_params po = pp;
+        po.own_copies = true;
+        ts_stream_info io;
+        ts_prompt_pipe *q = open_stream(m, prompts, lens, &po, &io);
+        ts_stream_result r;
+        CHECK(q && io.shared_bytes == 0, "own copies: %lld bytes shared", q ? (long long)io.shared_bytes : -1LL);
+        memset(g.seen, 0, sizeof g.seen);
+        CHECK(q && ts_prompt_pipe_run(q, B / 2, N_PROMPTS, NULL, 0, &r, &err) == TS_OK, "own copies: %s", err.message);
+        for (int i = 0; q && i < N_PROMPTS; i++) {
+            int at = -1;
+            CHECK(g.seen[i] && same_bits(g.logits + (size_t)i * V, ref + (size_t)i * V, V, &at),
+                  "own copies, cut %d, request %d: logit %d differs", B / 2, i, at);
+        }
+        ts_prompt_pipe_free(q);
+        printf("%s + %s: %.1f MiB of B's packed weights mapped from A; none with own copies\n", ea, eb,
+               (double)in.shared_bytes / 1048576.0);
+    }
     double worst = 0;
     int runs = 0;
     /* every cut (quick: a sample with both ends and a chunk boundary), then the three baselines (-1, -2, -3) */

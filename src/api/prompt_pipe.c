@@ -352,7 +352,7 @@ ts_status ts_prompt_pipe_open(const ts_model *model, const int32_t *tokens, cons
             st = ts_api_fail(err, lg, TS_ERR_UNSUPPORTED, "%s", ts_state_dev_fallback(p->st[i]));
             goto fail;
         }
-        if (!cpu_a && !cpu_b && ts_state_attach_device_b(p->st[i], p->engine_b, &e)) {
+        if (!cpu_a && !cpu_b && ts_state_attach_device_b(p->st[i], p->engine_b, pp->own_copies, &e)) {
             st = ts_api_fail(err, lg, TS_ERR_UNSUPPORTED, "engine %s: %s", p->engine_b, e.msg);
             goto fail;
         }
@@ -383,6 +383,7 @@ ts_status ts_prompt_pipe_get_info(const ts_prompt_pipe *p, ts_stream_info *out) 
     out->step_blocks = p->L;
     out->tokens = p->width;
     out->weight_bytes = p->weight_bytes;
+    out->shared_bytes = (int64_t)ts_state_device_b_shared_bytes(p->st[0]);
     out->pss_bytes = p->pss;
     snprintf(out->engine_a, sizeof out->engine_a, "%s", p->engine_a);
     snprintf(out->engine_b, sizeof out->engine_b, "%s", p->engine_b);

@@ -37,6 +37,8 @@ static void usage(void) {
             "      --probe N            block executions per rate measurement (default: a whole prompt; with\n"
             "                           --diffuse one step.s layers)\n"
             "      --baselines          also whole prompts on A alone, B alone and both (data parallel)\n"
+            "      --own-copies         B packs its own weights (the data-parallel memory baseline; by default\n"
+            "                           B maps A's packed weights where it reads their layout: amx,act=int8 + vnni)\n"
             "      --logits-out FILE    each run's next-token logits, f32 [runs][requests][n_vocab]\n"
             "\n"
             "A diffusion LLM (llada, dream): each request decodes --gen tokens after its prompt with the\n"
@@ -99,7 +101,7 @@ int cli_pipe(int argc, char **argv) {
     const char *cut_s = "auto", *logits_path = NULL;
     int32_t prompt_tokens = 512, chunk = 256, n_req = 4, probe = 0;
     double slo = 0;
-    bool baselines = false, quiet = false, stats_json = false, diffuse = false;
+    bool baselines = false, own_copies = false, quiet = false, stats_json = false, diffuse = false;
     ts_diffusion_params dp = ts_diffusion_default_params();
     dp.decoder = TS_DIFFUSION_VANILLA;
     ts_activations act = TS_ACTIVATIONS_EXACT;
@@ -109,8 +111,8 @@ int cli_pipe(int argc, char **argv) {
             usage();
             return 0;
         }
-        if (!strcmp(a, "--baselines")) {
-            baselines = true;
+        if (!strcmp(a, "--baselines") || !strcmp(a, "--own-copies")) {
+            *(a[2] == 'b' ? &baselines : &own_copies) = true;
             continue;
         }
         if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
@@ -217,6 +219,7 @@ int cli_pipe(int argc, char **argv) {
     pp.engine_a = engine_a, pp.engine_b = engine_b, pp.chunk = chunk, pp.activations = act;
     pp.on_logits = lo.buf ? on_logits : NULL, pp.user_data = &lo;
     pp.diffusion = diffuse ? &dp : NULL;
+    pp.own_copies = own_copies;
     if (diffuse && logits_path) {
         fprintf(stderr, "error: --logits-out is the prefill's; a diffusion stream decodes tokens\n");
         goto done;
@@ -233,9 +236,10 @@ int cli_pipe(int argc, char **argv) {
     if (!quiet)
         fprintf(stderr,
                 "stream: A = %s, B = %s (one thread each), %d block executions per %s (%d %s of %lld tokens x %d "
-                "layers); PSS %.1f MiB\n",
+                "layers); %.1f MiB of B's packed weights mapped from A (%s); PSS %.1f MiB\n",
                 cs.info.engine_a, cs.info.engine_b, cs.info.n_blocks, cs.unit, cs.info.n_blocks / cs.info.step_blocks,
                 diffuse ? "steps" : "chunks", (long long)cs.info.tokens, cs.info.step_blocks,
+                (double)cs.info.shared_bytes / 1048576.0, cs.info.shared_bytes ? "one copy" : "none shared",
                 (double)cs.info.pss_bytes / 1048576.0);
     rc = cli_stream_cuts(&cs, cut_s, n_req, slo, probe, baselines);
     if (!rc && lo.failed) {

@@ -325,6 +325,12 @@ size_t ts_eng_buf_size(const ts_eng_buf *b) { return b->size; }
 ts_eng_mem ts_eng_buf_mem(const ts_eng_buf *b) { return b->mem; }
 void *ts_eng_buf_host(const ts_eng_buf *b) { return b->host; }
 
+const void *ts_eng_buf_peer_bytes(const ts_eng_buf *b) {
+    if (!b) return NULL;
+    if (b->host) return b->host;
+    return b->mem == TS_MEM_DEVICE && b->eng->vt->buf_peer_bytes ? b->eng->vt->buf_peer_bytes(b) : NULL;
+}
+
 /* ---- queues and events -------------------------------------------------- */
 
 ts_eng_queue *ts_eng_queue_new(ts_engine *e, ts_err *err) {

@@ -349,6 +349,14 @@ ts_eng_mem ts_eng_buf_mem(const ts_eng_buf *b);
  * touch it only when no queued command using it is in flight, and (for
  * memory the device also wrote or will read) after a ts_eng_enqueue_host_sync. */
 void *ts_eng_buf_host(const ts_eng_buf *b);
+/* Where another engine of this process may read b's bytes in place: for
+ * packed weights that an engine naming the same desc.layout maps
+ * (ts_eng_buf_map) instead of packing its own, one stored copy for two
+ * engines. The host pointer where there is one, else the address of
+ * DEVICE memory that is host memory kept hidden from the host (the
+ * host-emulated devices: loop, amx, vnni); NULL where device memory is
+ * elsewhere (opencl). Read-only, and only after b's uploads finished. */
+const void *ts_eng_buf_peer_bytes(const ts_eng_buf *b);
 
 /* ---- queues and events ------------------------------------------------- */
 

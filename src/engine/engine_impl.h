@@ -85,6 +85,9 @@ typedef struct ts_eng_vt {
      * Sets b->impl and, where the host may touch it, b->host. */
     int (*buf_init)(ts_engine *e, ts_eng_buf *b, ts_err *err);
     void (*buf_fini)(ts_eng_buf *b);
+    /* The host address of DEVICE buffer b's bytes where device memory is
+     * host memory the host keeps hidden (NULL op: none; ts_eng_buf_peer_bytes). */
+    const void *(*buf_peer_bytes)(const ts_eng_buf *b);
 
     int (*queue_init)(ts_engine *e, ts_eng_queue *q, ts_err *err);
     void (*queue_fini)(ts_eng_queue *q); /* after a finish */

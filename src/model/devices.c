@@ -14,8 +14,10 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "gguf/gguf.h"
 #include "kernels/repack.h"
 #include "model/model_impl.h"
+#include "quant/quant.h"
 #include "runtime/layers.h"
 
 struct ts_mdl_devs {
@@ -131,7 +133,17 @@ int ts_mdl_describe_weights(ts_mdl *m, ts_err *err) {
     return m->host_w ? ts_mdl_stream_attach(m, err) : -1;
 }
 
-ts_mdl_dev *ts_mdl_dev_acquire(const ts_mdl *m, const char *spec, int n_threads, ts_err *err) {
+void ts_mdl_drop_row_pages(const ts_mdl *m) {
+    if (!m->host_slots) return;
+    for (size_t i = 0; i < (size_t)m->hp.n_layer * TS_LS_COUNT; i++) {
+        const ts_rt_host_slot *S = &m->host_slots[i];
+        if (S->layout != TS_WL_PANELS || !S->rows || S->rows == S->data) continue;
+        const uint64_t one = (uint64_t)S->n_out * ts_row_size(S->wtype, S->n_in);
+        ts_gguf_drop_pages(S->rows, (size_t)(one * (uint64_t)(S->n_expert > 0 ? S->n_expert : 1)));
+    }
+}
+
+ts_mdl_dev *ts_mdl_dev_acquire(const ts_mdl *m, const char *spec, int n_threads, ts_mdl_dev *peer, ts_err *err) {
     struct ts_mdl_devs *ds = m->devs;
     char key[sizeof ((ts_mdl_dev *)0)->key];
 
@@ -139,7 +151,7 @@ ts_mdl_dev *ts_mdl_dev_acquire(const ts_mdl *m, const char *spec, int n_threads,
         ts_err_set(err, "device name missing or longer than 256 bytes");
         return NULL;
     }
-    snprintf(key, sizeof key, "%s#%d", spec, n_threads);
+    snprintf(key, sizeof key, "%s#%d%s", spec, n_threads, peer ? "+peer" : "");
     pthread_mutex_lock(&ds->mu);
     ts_mdl_dev *d = ds->list;
     while (d && strcmp(d->key, key)) d = d->next;
@@ -154,6 +166,10 @@ ts_mdl_dev *ts_mdl_dev_acquire(const ts_mdl *m, const char *spec, int n_threads,
     ts_engine *dev = d ? ts_eng_open_ex(spec, &op, err) : NULL;
     if (!d) ts_err_set(err, "out of memory");
     if (dev && !(d->w = ts_rt_weights_new(dev, m->hp.n_layer, m->host_slots, err))) ts_eng_close(dev);
+    if (d && d->w && peer && ts_rt_weights_set_peer(d->w, peer->w, err)) {
+        dev_free(d);
+        d = NULL;
+    }
     /* a model streamed from the file: the device's runners stream it too */
     if (d && d->w && ts_mdl_stream_attach_to(m, d->w, err)) {
         dev_free(d);
@@ -166,6 +182,10 @@ ts_mdl_dev *ts_mdl_dev_acquire(const ts_mdl *m, const char *spec, int n_threads,
     }
     snprintf(d->key, sizeof d->key, "%s", key);
     d->refs = 1;
+    if (peer) { /* its memory is mapped: held until this session closes */
+        d->peer = peer;
+        peer->refs++;
+    }
     d->next = ds->list;
     ds->list = d;
     pthread_mutex_unlock(&ds->mu);
@@ -176,11 +196,14 @@ void ts_mdl_dev_release(const ts_mdl *m, ts_mdl_dev *d) {
     if (!d) return;
     struct ts_mdl_devs *ds = m->devs;
     pthread_mutex_lock(&ds->mu);
-    if (--d->refs == 0) {
-        ts_mdl_dev **pp = &ds->list;
+    /* a session closing lets go of its peer (after it: the peer's memory is
+     * mapped into it until then) */
+    while (d && --d->refs == 0) {
+        ts_mdl_dev **pp = &ds->list, *peer = d->peer;
         while (*pp && *pp != d) pp = &(*pp)->next;
         if (*pp) *pp = d->next;
         dev_free(d);
+        d = peer;
     }
     pthread_mutex_unlock(&ds->mu);
 }

@@ -60,7 +60,7 @@ static void pf_open(ts_state *s, const ts_state_params *p) {
     ts_err e = {{0}};
     /* the model's session for this device (opened by the first state that
      * asks); what it does not take runs on the state's own `cpu` engine */
-    if (!(s->pf_sess = ts_mdl_dev_acquire(s->m, spec, s->n_threads, &e))) {
+    if (!(s->pf_sess = ts_mdl_dev_acquire(s->m, spec, s->n_threads, NULL, &e))) {
         ts_eng_fallback_line(spec, &e, s->pf_fallback, sizeof s->pf_fallback);
         ts_mdl_dev_release(s->m, s->pf_sess);
         s->pf_sess = NULL;
@@ -213,6 +213,7 @@ static void pf_attach(ts_state *s) {
         s->pf_width = 0;
         return;
     }
+    ts_mdl_drop_row_pages(s->m);
     /* the extra activation sets: their own buffers and runners on the first's queue */
     if (s->want_sets > 1) {
         ts_rt_block_shape *shapes = layer_shapes(s, &e);
@@ -781,17 +782,25 @@ int ts_forward(ts_state *s, const int32_t *tokens, int32_t n, float *logits_all,
 
 /* ---- layer ranges on several runners (the two-engine stream) ----------- */
 
-int ts_state_attach_device_b(ts_state *s, const char *spec, ts_err *err) {
+int ts_state_attach_device_b(ts_state *s, const char *spec, bool own_copy, ts_err *err) {
     if (!s) return ts_err_set(err, "state is NULL");
     if (!s->pf) return ts_err_set(err, "a second device needs the state's prefill device first");
     if (s->pfb) return ts_err_set(err, "the state has a second device already");
-    if (!(s->pfb_sess = ts_mdl_dev_acquire(s->m, spec, s->n_threads, err))) return -1;
+    if (!(s->pfb_sess = ts_mdl_dev_acquire(s->m, spec, s->n_threads, own_copy ? NULL : s->pf_sess, err))) return -1;
     if (!(s->pfb = layers_new(s, s->pfb_sess->w, s->pf_width, err))) {
         ts_mdl_dev_release(s->m, s->pfb_sess);
         s->pfb_sess = NULL;
         return -1;
     }
+    ts_mdl_drop_row_pages(s->m);
     return 0;
+}
+
+uint64_t ts_state_device_b_shared_bytes(const ts_state *s) {
+    if (!s || !s->pfb) return 0;
+    ts_rt_layers_stats ps;
+    ts_rt_layers_get_stats(s->pfb, &ps);
+    return ps.shared_bytes;
 }
 
 static ts_rt_layers *runner(ts_state *s, ts_runner on) {

@@ -216,8 +216,13 @@ void ts_state_set_embd_sink(ts_state *s, float *sum, float *last);
 typedef enum ts_runner { TS_RUN_CPU = 0, TS_RUN_DEVICE = 1, TS_RUN_DEVICE_B = 2 } ts_runner;
 /* Opens the second device (the model's session for spec, shared by the
  * model's states as the prefill device's is) and its runner at the chunk
- * width. Needs the prefill device. */
-int ts_state_attach_device_b(ts_state *s, const char *spec, ts_err *err);
+ * width. Needs the prefill device. Unless own_copy, the second device maps
+ * the prefill device's packed matrices where it reads their layout (one
+ * stored copy: runtime/layers.h ts_rt_weights_set_peer). */
+int ts_state_attach_device_b(ts_state *s, const char *spec, bool own_copy, ts_err *err);
+/* Bytes of packed matrices the second device maps from the prefill
+ * device's copy (0 without one). */
+uint64_t ts_state_device_b_shared_bytes(const ts_state *s);
 /* Layers [l0, l1) of nb tokens at positions pos0 .. on runner on, causal
  * (n_kv 0) or every row seeing cache rows [0, n_kv) (a diffusion window,
  * as ts_forward_window):

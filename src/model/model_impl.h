@@ -129,8 +129,9 @@ void ts_mdl_release_fast(ts_mdl *m);
 typedef struct ts_mdl_dev {
     struct ts_mdl_dev *next;
     char key[288]; /* device name + "#threads" */
-    int refs;      /* states holding it */
+    int refs;      /* states holding it, and sessions mapping its weights */
     struct ts_rt_weights *w;
+    struct ts_mdl_dev *peer; /* the session whose packed weights this one maps (held) */
 } ts_mdl_dev;
 
 /* stream.c: decides which layers stream under p->mem_budget (before the
@@ -158,8 +159,17 @@ void ts_mdl_devs_free(struct ts_mdl_devs *d);
 /* The session for device `spec` with n_threads for engines that take
  * threads=: the existing one, or the device opened now with the model's
  * weights described to it (nothing uploaded yet: the first state's
- * ts_rt_layers_new does that). NULL with err when it does not open. */
-ts_mdl_dev *ts_mdl_dev_acquire(const ts_mdl *m, const char *spec, int n_threads, ts_err *err);
+ * ts_rt_layers_new does that). With peer (another session of the model,
+ * its weights placed), the session maps the peer's packed matrices where
+ * it reads their layout (ts_rt_weights_set_peer: one stored copy for two
+ * devices) and holds the peer until it closes; sessions with and without a
+ * peer are distinct. NULL with err when it does not open. */
+ts_mdl_dev *ts_mdl_dev_acquire(const ts_mdl *m, const char *spec, int n_threads, ts_mdl_dev *peer, ts_err *err);
+/* The GGUF rows' file pages of the matrices the CPU holds in panels,
+ * dropped again after a device made its copy from them (the load dropped
+ * them once, fast.c; a device's packing read them back in): the file's
+ * copy is not resident beside the panels and the device's. */
+void ts_mdl_drop_row_pages(const ts_mdl *m);
 /* Drops a state's hold; the last one closes the device and frees its weights. */
 void ts_mdl_dev_release(const ts_mdl *m, ts_mdl_dev *d);
 

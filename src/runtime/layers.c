@@ -168,6 +168,10 @@ struct ts_rt_weights {
     uint64_t plan_total; /* bytes of every layer's device block, as planned */
     int converted;
     int packed; /* matrices in the engine's own layout (ts_eng_pack) */
+    struct ts_rt_weights *peer; /* ts_rt_weights_set_peer */
+    ts_eng_buf **peer_maps;           /* [n_layer * TS_LS_COUNT]: the peer's matrices mapped into dev */
+    int shared;
+    uint64_t shared_bytes;
     int users; /* ts_rt_layers attached now */
     uint8_t *calib; /* the layers' clip records (calib=, or a calibration's collect records) */
     bool calib_owned;
@@ -371,6 +375,42 @@ int ts_rt_weights_set_source(ts_rt_weights *w, const ts_rt_source *src, ts_err *
     return busy ? ts_err_set(err, "weights: a source is set before any state attaches") : 0;
 }
 
+int ts_rt_weights_set_peer(ts_rt_weights *w, ts_rt_weights *peer, ts_err *err) {
+    if (!peer || peer == w || peer->n_layer != w->n_layer)
+        return ts_err_set(err, "weights: a peer is the same model's weights on another device");
+    pthread_mutex_lock(&w->mu);
+    const bool busy = w->users || w->planned || w->peer;
+    if (!busy && !w->peer_maps)
+        w->peer_maps = calloc((size_t)w->n_layer * TS_LS_COUNT, sizeof *w->peer_maps);
+    if (!busy && w->peer_maps)
+        w->peer = peer;
+    pthread_mutex_unlock(&w->mu);
+    if (busy)
+        return ts_err_set(err, "weights: a peer is named once, before any state attaches");
+    return w->peer ? 0 : ts_err_set(err, "out of memory");
+}
+
+/* Slot i's matrix (layer i / TS_LS_COUNT) in form f, mapped from the peer's
+ * copy where the peer holds the same bytes resident in host memory and
+ * this device reads its layout; NULL otherwise. */
+static ts_eng_buf *peer_matrix(ts_rt_weights *wt, size_t i, const mat_form *f) {
+    ts_rt_weights *p = wt->peer;
+    const char *lay = ts_eng_describe(wt->dev)->layout;
+    if (!p || f->how != MF_PACK || !lay[0] || strcmp(lay, ts_eng_describe(p->dev)->layout))
+        return NULL;
+    const int l = (int)(i / TS_LS_COUNT), s = (int)(i % TS_LS_COUNT);
+    void *host = NULL;
+    pthread_mutex_lock(&p->mu);
+    const ts_eng_bind *b = &p->binds[i];
+    if (p->placed && p->resident[l] && b->buf && b->layout == TS_WL_ENGINE && b->wtype == f->type &&
+        p->plans[l].bytes[s] == f->bytes && p->slots[i].data == wt->slots[i].data && ts_eng_buf_peer_bytes(b->buf))
+        host = (uint8_t *)(uintptr_t)ts_eng_buf_peer_bytes(b->buf) + b->off;
+    pthread_mutex_unlock(&p->mu);
+    /* not mapped: this device packs its own (err stays clear) */
+    ts_err quiet = {{0}};
+    return host ? ts_eng_buf_map(wt->dev, host, (size_t)f->bytes, &quiet) : NULL;
+}
+
 int ts_rt_weights_set_calib(ts_rt_weights *w, void *records, uint64_t stride, ts_err *err) {
     pthread_mutex_lock(&w->mu);
     const bool busy = w->users || w->planned, taken = records && w->calib;
@@ -401,6 +441,9 @@ void ts_rt_weights_free(ts_rt_weights *w) {
     }
     for (int i = 0; i < w->n_pack; i++)
         ts_eng_buf_free(w->pack[i]);
+    for (size_t i = 0; w->peer_maps && i < (size_t)w->n_layer * TS_LS_COUNT; i++)
+        ts_eng_buf_free(w->peer_maps[i]);
+    free(w->peer_maps);
     free(w->resident);
     free(w->plans);
     free(w->dev_layer);
@@ -591,8 +634,9 @@ static int make_form(const ts_engine *dev, const ts_rt_host_slot *s, const mat_f
 /* The device form of one resident matrix: type, layout, bytes; *conv is a
  * converted copy owned by the caller (NULL when the host bytes go as they
  * are). */
-static int plan_matrix(ts_rt_weights *wt, const ts_rt_host_slot *s, probe_cache *pc, int *n_pc, char *note,
-                       size_t note_size, mat_form *f, const void **src, uint8_t **conv, ts_err *err) {
+static int plan_matrix(ts_rt_weights *wt, size_t i, probe_cache *pc, int *n_pc, char *note, size_t note_size,
+                       mat_form *f, const void **src, uint8_t **conv, ts_err *err) {
+    const ts_rt_host_slot *s = &wt->slots[i];
     *conv = NULL;
     const int chosen = choose_type(wt, s, pc, n_pc, note, note_size, err);
     if (chosen < 0)
@@ -600,6 +644,15 @@ static int plan_matrix(ts_rt_weights *wt, const ts_rt_host_slot *s, probe_cache 
     *f = decide_form(wt->dev, s, (uint32_t)chosen);
     if (f->how == MF_AS_IS || f->how == MF_ROWS) {
         *src = f->how == MF_AS_IS ? s->data : s->rows;
+        return 0;
+    }
+    /* the peer's copy, mapped: nothing packed, nothing in this layer's block */
+    if (wt->peer && (wt->peer_maps[i] = peer_matrix(wt, i, f))) {
+        wt->binds[i].buf = wt->peer_maps[i];
+        wt->binds[i].off = 0;
+        wt->shared++;
+        wt->shared_bytes += f->bytes;
+        *src = NULL;
         return 0;
     }
     const uint64_t sb = form_scratch(s, f);
@@ -643,10 +696,12 @@ static int plan_layer(ts_rt_weights *wt, int l, probe_cache *pc, int *n_pc, char
                 f = decide_form(wt->dev, &slots[s], (uint32_t)chosen);
                 lp->streamed[s] = true;
                 lp->form[s] = f;
-            } else if (plan_matrix(wt, &slots[s], pc, n_pc, note, note_size, &f, &lp->src[s], &lp->conv[s], err)) {
+            } else if (plan_matrix(wt, (size_t)l * TS_LS_COUNT + (size_t)s, pc, n_pc, note, note_size, &f,
+                                   &lp->src[s], &lp->conv[s], err)) {
                 return -1;
             }
-            lp->bytes[s] = f.bytes;
+            /* a matrix mapped from the peer takes no room in the block */
+            lp->bytes[s] = wt->peer_maps && wt->peer_maps[(size_t)l * TS_LS_COUNT + (size_t)s] ? 0 : f.bytes;
             b[s].wtype = f.type;
             b[s].layout = f.layout;
             b[s].row_bytes = ts_row_size(f.type, slots[s].n_in);
@@ -1249,7 +1304,12 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
                     free_plan_copies(&wt->plans[k]);
                 memset(wt->plans, 0, (size_t)wt->n_layer * sizeof *wt->plans);
                 memset(wt->binds, 0, (size_t)wt->n_layer * TS_LS_COUNT * sizeof *wt->binds);
-                wt->converted = wt->packed = 0;
+                wt->converted = wt->packed = wt->shared = 0;
+                wt->shared_bytes = 0;
+                for (size_t i = 0; wt->peer_maps && i < (size_t)wt->n_layer * TS_LS_COUNT; i++) {
+                    ts_eng_buf_free(wt->peer_maps[i]);
+                    wt->peer_maps[i] = NULL;
+                }
                 goto fail_locked;
             }
         wt->planned = true;
@@ -1367,6 +1427,8 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
     pf->attached = true;
     pf->st.converted = wt->converted;
     pf->st.packed = wt->packed;
+    pf->st.shared = wt->shared;
+    pf->st.shared_bytes = wt->shared_bytes;
     pf->st.weight_bytes = wt->weight_bytes;
     pf->st.streaming = wt->streaming;
     pf->st.n_slots = wt->streaming ? pf->n_slots : 0;

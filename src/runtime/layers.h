@@ -117,6 +117,15 @@ int ts_rt_weights_set_calib(ts_rt_weights *w, void *records, uint64_t stride, ts
  * src->n_loaders loader threads (above). src is copied. */
 int ts_rt_weights_set_source(ts_rt_weights *w, const ts_rt_source *src, ts_err *err);
 
+/* One stored copy for two devices (seed 002): while no state is attached
+ * to w, names peer, the same model's weights on another device. Where the
+ * peer, placed and resident by then in memory the host addresses, holds a
+ * matrix in the engine layout w's device reads too (the same desc.layout
+ * name, weight type and size: "amx-int8" on amx,act=int8 and vnni), w's
+ * device maps the peer's bytes instead of packing its own. peer must
+ * outlive w. */
+int ts_rt_weights_set_peer(ts_rt_weights *w, ts_rt_weights *peer, ts_err *err);
+
 typedef struct ts_rt_layers ts_rt_layers;
 
 typedef struct ts_rt_layers_params {
@@ -245,6 +254,8 @@ typedef struct ts_rt_layers_stats {
     int weight_users;       /* states sharing that copy now (this one included) */
     int converted;          /* matrices converted at setup */
     int packed;             /* matrices packed into the device's own layout (ts_eng_pack) at setup */
+    int shared;             /* matrices mapped from the peer's copy (ts_rt_weights_set_peer) */
+    uint64_t shared_bytes;  /* their bytes (not in weight_bytes) */
     uint64_t graph_builds;  /* chunk graphs built (at setup; runs never rebuild) */
     bool streaming;         /* weights stream through staging slots (all, or somr's share of them) */
     int n_slots;            /* how many (slots=N; 0 when resident) */

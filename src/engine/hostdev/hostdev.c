@@ -400,6 +400,10 @@ int ts_hostdev_buf_init(ts_engine *e, ts_eng_buf *b, ts_err *err) {
     return 0;
 }
 
+/* device memory here is host memory: another engine of the process may
+ * read a weight buffer's bytes in place once they are uploaded */
+const void *ts_hostdev_buf_peer_bytes(const ts_eng_buf *b) { return b->impl; }
+
 void ts_hostdev_buf_fini(ts_eng_buf *b) {
     if (b->mem != TS_MEM_MAPPED)
         free(b->impl);

@@ -57,6 +57,7 @@ void ts_hostdev_fini(ts_hostdev *h);
 
 int ts_hostdev_buf_init(ts_engine *e, ts_eng_buf *b, ts_err *err);
 void ts_hostdev_buf_fini(ts_eng_buf *b);
+const void *ts_hostdev_buf_peer_bytes(const ts_eng_buf *b);
 int ts_hostdev_queue_init(ts_engine *e, ts_eng_queue *q, ts_err *err);
 void ts_hostdev_queue_fini(ts_eng_queue *q);
 int ts_hostdev_write(ts_eng_queue *q, ts_eng_buf *b, size_t off, const void *src, size_t n, ts_err *err);
@@ -76,6 +77,7 @@ bool ts_hostdev_event_done(ts_eng_event *ev);
 
 #define TS_HOSTDEV_METHODS                                                                                   \
     .buf_init = ts_hostdev_buf_init, .buf_fini = ts_hostdev_buf_fini, .queue_init = ts_hostdev_queue_init,   \
+    .buf_peer_bytes = ts_hostdev_buf_peer_bytes,                                                             \
     .queue_fini = ts_hostdev_queue_fini, .enq_write = ts_hostdev_write, .enq_read = ts_hostdev_read,         \
     .enq_host_sync = ts_hostdev_host_sync, .enq_wait = ts_hostdev_wait, .enq_marker = ts_hostdev_marker,     \
     .enq_graph = ts_hostdev_graph, .flush = ts_hostdev_flush, .finish = ts_hostdev_finish,                   \

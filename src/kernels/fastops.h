@@ -39,7 +39,7 @@
 
 #define TS_ATTN_KT 64 /* cache positions per tile */
 #define TS_ATTN_QB 16 /* query tokens per work item */
-#define TS_ATTN_QB_FULL 64 /* ... non-causal with one query head per KV head (a DiT): every item
+#define TS_ATTN_QB_FULL 256 /* ... non-causal with one query head per KV head (a DiT): every item
                               reads all keys, so wider items convert each K/V tile for more rows */
 #define TS_ATTN_G 4   /* query heads of one token scored together (one K / V load serves them) */
 

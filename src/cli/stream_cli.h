@@ -21,7 +21,8 @@ typedef struct cli_stream {
     bool *announce; /* set while a single cut runs (the caller's per-request lines), or NULL */
 } cli_stream;
 
-/* "setup": prints the setup (JSON with stats_json) and returns. Else measures, picks the cuts cut_s names, runs n requests through each and,
+/* "setup": prints the setup (JSON with stats_json) and returns. Else
+ * measures, picks the cuts cut_s names, runs n requests through each and,
  * with baselines, whole requests on A, B and both; prints as it goes
  * (stats_json: one JSON object on stderr). 0, or 1 after printing the error. */
 int cli_stream_cuts(const cli_stream *s, const char *cut_s, int32_t n, double slo, int32_t probe, bool baselines);

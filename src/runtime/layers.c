@@ -390,25 +390,34 @@ int ts_rt_weights_set_peer(ts_rt_weights *w, ts_rt_weights *peer, ts_err *err) {
     return w->peer ? 0 : ts_err_set(err, "out of memory");
 }
 
+/* Frees the peer's matrices mapped into w's device (the slots then unshared). */
+static void peer_maps_clear(ts_rt_weights *w) {
+    for (size_t i = 0; w->peer_maps && i < (size_t)w->n_layer * TS_LS_COUNT; i++) {
+        ts_eng_buf_free(w->peer_maps[i]);
+        w->peer_maps[i] = NULL;
+    }
+}
+
 /* Slot i's matrix (layer i / TS_LS_COUNT) in form f, mapped from the peer's
  * copy where the peer holds the same bytes resident in host memory and
  * this device reads its layout; NULL otherwise. */
 static ts_eng_buf *peer_matrix(ts_rt_weights *wt, size_t i, const mat_form *f) {
     ts_rt_weights *p = wt->peer;
     const char *lay = ts_eng_describe(wt->dev)->layout;
-    if (!p || f->how != MF_PACK || !lay[0] || strcmp(lay, ts_eng_describe(p->dev)->layout))
+    if (f->how != MF_PACK || !lay[0] || strcmp(lay, ts_eng_describe(p->dev)->layout))
         return NULL;
     const int l = (int)(i / TS_LS_COUNT), s = (int)(i % TS_LS_COUNT);
-    void *host = NULL;
+    const uint8_t *host = NULL;
     pthread_mutex_lock(&p->mu);
     const ts_eng_bind *b = &p->binds[i];
     if (p->placed && p->resident[l] && b->buf && b->layout == TS_WL_ENGINE && b->wtype == f->type &&
-        p->plans[l].bytes[s] == f->bytes && p->slots[i].data == wt->slots[i].data && ts_eng_buf_peer_bytes(b->buf))
-        host = (uint8_t *)(uintptr_t)ts_eng_buf_peer_bytes(b->buf) + b->off;
+        p->plans[l].bytes[s] == f->bytes && p->slots[i].data == wt->slots[i].data &&
+        (host = ts_eng_buf_peer_bytes(b->buf)))
+        host += b->off;
     pthread_mutex_unlock(&p->mu);
     /* not mapped: this device packs its own (err stays clear) */
     ts_err quiet = {{0}};
-    return host ? ts_eng_buf_map(wt->dev, host, (size_t)f->bytes, &quiet) : NULL;
+    return host ? ts_eng_buf_map(wt->dev, (void *)(uintptr_t)host, (size_t)f->bytes, &quiet) : NULL;
 }
 
 int ts_rt_weights_set_calib(ts_rt_weights *w, void *records, uint64_t stride, ts_err *err) {
@@ -441,8 +450,7 @@ void ts_rt_weights_free(ts_rt_weights *w) {
     }
     for (int i = 0; i < w->n_pack; i++)
         ts_eng_buf_free(w->pack[i]);
-    for (size_t i = 0; w->peer_maps && i < (size_t)w->n_layer * TS_LS_COUNT; i++)
-        ts_eng_buf_free(w->peer_maps[i]);
+    peer_maps_clear(w);
     free(w->peer_maps);
     free(w->resident);
     free(w->plans);
@@ -1306,10 +1314,7 @@ ts_rt_layers *ts_rt_layers_new(const ts_rt_layers_params *p, char *note, size_t 
                 memset(wt->binds, 0, (size_t)wt->n_layer * TS_LS_COUNT * sizeof *wt->binds);
                 wt->converted = wt->packed = wt->shared = 0;
                 wt->shared_bytes = 0;
-                for (size_t i = 0; wt->peer_maps && i < (size_t)wt->n_layer * TS_LS_COUNT; i++) {
-                    ts_eng_buf_free(wt->peer_maps[i]);
-                    wt->peer_maps[i] = NULL;
-                }
+                peer_maps_clear(wt);
                 goto fail_locked;
             }
         wt->planned = true;

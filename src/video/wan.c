@@ -654,9 +654,11 @@ ts_wan_run *ts_wan_run_new(ts_wan *w, const ts_wan_run_params *p, ts_err *err) {
             goto fail;
     /* the per-token buffers, which a row chunk's graph binds at its first row */
     static const int per_token[] = {S_X, S_XN, S_Q, S_K, S_V, S_ATT, S_O, S_H, S_PATCH, S_OUT, S_ROPE, S_LR, S_LO};
-    for (size_t i = 0; i < sizeof per_token / sizeof per_token[0]; i++)
-        r->rowb[per_token[i]] = (uint64_t)(per_token[i] == S_LR || per_token[i] == S_LO ? sizes[per_token[i]] / (M > N ? M : N)
-                                                                                       : sizes[per_token[i]] / M);
+    for (size_t i = 0; i < sizeof per_token / sizeof per_token[0]; i++) {
+        const int s = per_token[i];
+        const int64_t rows = s == S_LR || s == S_LO ? (M > N ? M : N) : M; /* the adapter's scratch serves the text too */
+        r->rowb[s] = (uint64_t)sizes[s] / (uint64_t)rows;
+    }
     /* row chunks: as many as the engine's widest graph (or max_rows) asks
      * for, of equal size rounded up to 16 (the tiles' rows) */
     {
@@ -783,7 +785,7 @@ ts_wan_run *ts_wan_run_new(ts_wan *w, const ts_wan_run_params *p, ts_err *err) {
     /* a binding set per (text, layer), and with the adapter: the layer's
      * matrices, its vectors (S_VEC displaced to its entries), modulation
      * rows and text K/V (row chunks bind theirs at each run) */
-    for (int with = 0; with < (lo && r->n_chunks == 1 ? 2 : r->n_chunks == 1 ? 1 : 0); with++)
+    for (int with = 0; with < (r->n_chunks > 1 ? 0 : lo ? 2 : 1); with++)
         for (int t = 0; t < p->n_texts; t++)
             for (int l = 0; l < L; l++) {
                 ts_eng_bind b[S_COUNT];

@@ -13,7 +13,7 @@
 
 #define MAX_MAT 4
 #define ITEM_ROWS TS_RP_ROWS /* rows per work item */
-#define TOK_BLOCK 64         /* tokens per pass over a chunk's panels */
+#define TOK_BLOCK 32         /* tokens per pass over a chunk's panels */
 
 struct ts_linear_ws {
     int64_t max_n_in;
@@ -161,9 +161,14 @@ struct lin_variant {
 };
 
 /* "panels": the repacked matrix (w->packed): panel x tiles of up to 8
- * tokens, in token blocks of 64 so that a chunk's panels and the block's
- * tiles stay in L2 (one weight read per 64 tokens). The level's fast panel
- * kernel, or the scalar definition where the level has none. */
+ * tokens, in token blocks of 32, so that the block's tiles stay in L2 (in
+ * L1 for short rows) while each panel is read once per block: a thread's
+ * panels of one matrix (<= ~4 MiB on the 1-1.5B models) come back from
+ * L3. Blocks of 64 left the tiles of the wide down projection (8960 inputs,
+ * 1.1 MiB at 8-bit) competing with the panels in L2: pp512 of Qwen2.5 1.5B
+ * q8 went 183 -> 189 t/s with 32, 190 with 16 (docs/PERFORMANCE.md). The
+ * level's fast panel kernel, or the scalar definition where the level has
+ * none. */
 static bool panels_supports(const ts_wmat *w, int hi) {
     (void)hi;
     return w->packed != NULL;

@@ -19,6 +19,7 @@
  */
 #include <immintrin.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "kernels/repack.h"
@@ -138,6 +139,16 @@ AI void block_part(const int kind, const int hi, const uint8_t *q, const uint8_t
     }
 }
 
+/* Bytes ahead of the panel block being computed that one-token calls
+ * prefetch. A thread's panels are one contiguous stream; the hardware
+ * prefetchers alone left decode at 72-77% of the read bandwidth on Qwen2.5
+ * 1.5B. tg64 medians of 3 alternating rounds: Qwen2.5-Coder 1.5B exact
+ * 18.4 -> 19.4 t/s (4 KiB) / 19.7 (8 KiB) / 19.4 (16 KiB) / 18.6 (32 KiB);
+ * Llama 3.2 1B Q4_0 q8 27.2 -> 29.1 / 28.4 / 28.0 / 26.1. The address is
+ * formed as an integer: past the matrix's end it names no object, and a
+ * prefetch never faults. */
+#define PF_AHEAD 4096
+
 AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
                    float *y, int64_t ys, int n_rows) {
     const int kq = rp_kq(kind);
@@ -146,6 +157,9 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
     __m512 f[TS_RP_TT];
     for (int t = 0; t < nt; t++) f[t] = _mm512_setzero_ps();
     for (int64_t pb = 0; pb < n / rp_be(kind); pb++, w += wb) {
+        if (nt == 1) /* decode: the weights stream from memory once; ask for them 4 KiB ahead */
+            for (size_t l = 0; l < wb; l += 64)
+                _mm_prefetch((const char *)((uintptr_t)w + PF_AHEAD + l), _MM_HINT_T0);
         for (int sub = 0; sub < (kq ? 8 : 1); sub++, x += xb) {
             const uint8_t *side = x + (hi ? 64 : 32) * nt;
             if (kind == K_Q2_K) { /* two 16-element groups, each a scale and a min (nibbles of a byte) */

@@ -12,8 +12,8 @@
  *      the first matmul variant of linear.c's registry that is available
  *      (the features it needs usable at the active level) and supports it:
  *        - "panels": repacked matrix (w->packed): panel x tiles of up to 8
- *          tokens, in token blocks of 64 so that a chunk's panels and the
- *          block's tiles stay in L2 (one weight read per 64 tokens);
+ *          tokens, in token blocks of 32 so that the block's tiles stay
+ *          in cache beside the panel (one panel read per 32 tokens);
  *        - "rows": F32 / F16 weights: ts_qgemm on f32 activations (4-token
  *          register tiles; for one token, a GEMV); other types with a dot
  *          kernel (Q5_0, K-quants, ...): ts_qgemm on 8-bit activations at

@@ -161,8 +161,8 @@ struct lin_variant {
 };
 
 /* "panels": the repacked matrix (w->packed): panel x tiles of up to 8
- * tokens, in token blocks of 32, so that the block's tiles stay in L2 (in
- * L1 for short rows) while each panel is read once per block: a thread's
+ * tokens, in token blocks of 32, so that the block's tiles stay in L2
+ * beside the panel while each panel is read once per block: a thread's
  * panels of one matrix (<= ~4 MiB on the 1-1.5B models) come back from
  * L3. Blocks of 64 left the tiles of the wide down projection (8960 inputs,
  * 1.1 MiB at 8-bit) competing with the panels in L2: pp512 of Qwen2.5 1.5B

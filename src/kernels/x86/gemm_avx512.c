@@ -35,8 +35,11 @@ AI __m512i bcast32(const uint8_t *p) {
 }
 /* a += u . (the 4 bytes at p, broadcast): one vpdpbusd with an embedded
  * {1to16} broadcast operand. gcc 12 does not fold the broadcast load into the
- * instruction (clang does): a separate vpbroadcastd per dpbusd made the panel
- * kernels ~7% slower (docs/PERFORMANCE.md), so gcc gets the instruction written out. */
+ * instruction (clang does); with a separate vpbroadcastd per vpdpbusd the
+ * 16-bit kernels ran up to 31% longer (bench_panel, 8 tokens, ns per
+ * block: Q8_0 47.3 vs 36.0, Q4_0 41.5 vs 35.0, Q6_K 50.9 vs 49.7; the 8-bit
+ * ones the same within the noise), so gcc gets
+ * the instruction written out (docs/PERFORMANCE.md, session 28). */
 AI __m512i dpbusd_b(__m512i a, __m512i u, const uint8_t *p) {
 #if defined(__GNUC__) && !defined(__clang__)
     __asm__("vpdpbusd %1%{1to16%}, %2, %0" : "+v"(a) : "m"(*(const int32_t(*)[1])p), "v"(u));

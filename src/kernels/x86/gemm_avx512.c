@@ -34,12 +34,12 @@ AI __m512i bcast32(const uint8_t *p) {
     return _mm512_set1_epi32(v);
 }
 /* a += u . (the 4 bytes at p, broadcast): one vpdpbusd with an embedded
- * {1to16} broadcast operand. gcc 12 does not fold the broadcast load into the
- * instruction (clang does); with a separate vpbroadcastd per vpdpbusd the
- * 16-bit kernels ran up to 31% longer (bench_panel, 8 tokens, ns per
+ * {1to16} broadcast operand. gcc 12 does not fold the broadcast load into
+ * the instruction (clang does); with a separate vpbroadcastd per vpdpbusd
+ * the 16-bit kernels ran up to 31% longer (bench_panel, 8 tokens, ns per
  * block: Q8_0 47.3 vs 36.0, Q4_0 41.5 vs 35.0, Q6_K 50.9 vs 49.7; the 8-bit
- * ones the same within the noise), so gcc gets
- * the instruction written out (docs/PERFORMANCE.md, session 28). */
+ * ones the same within the noise), so gcc gets the instruction written out
+ * (bench/probes/vnni_bcast.c; docs/PERFORMANCE.md, session 28). */
 AI __m512i dpbusd_b(__m512i a, __m512i u, const uint8_t *p) {
 #if defined(__GNUC__) && !defined(__clang__)
     __asm__("vpdpbusd %1%{1to16%}, %2, %0" : "+v"(a) : "m"(*(const int32_t(*)[1])p), "v"(u));
@@ -162,7 +162,7 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
     __m512 f[TS_RP_TT];
     for (int t = 0; t < nt; t++) f[t] = _mm512_setzero_ps();
     for (int64_t pb = 0; pb < n / rp_be(kind); pb++, w += wb) {
-        if (nt == 1) /* decode: the weights stream from memory once; ask for them 4 KiB ahead */
+        if (nt == 1) /* decode */
             for (size_t l = 0; l < wb; l += 64)
                 _mm_prefetch((const char *)((uintptr_t)w + PF_AHEAD + l), _MM_HINT_T0);
         for (int sub = 0; sub < (kq ? 8 : 1); sub++, x += xb) {

@@ -4,7 +4,8 @@
  *
  *   bench_panel [iters] [panels]
  *
- * For each panel type, 1 and 8 tokens per tile, both activation precisions:
+ * For each panel type, 1 and 8 tokens per tile, each activation precision
+ * (16-bit, 8-bit, and for the K-quants 8-bit with one scale per 256):
  * `panels` (default 64) panels of 16 rows x 2048 inputs (64: 1.1 - 2.1 MiB,
  * in L2; 20000: 360 - 670 MiB, streamed from memory as decode does), swept
  * `iters` times (default 2000 / tokens); prints weight bytes per second and
@@ -50,7 +51,10 @@ int main(int argc, char **argv) {
             w[i] = (uint8_t)(s >> 56);
         }
         for (int nt = 1; nt <= TS_RP_TT; nt += TS_RP_TT - 1)
-            for (int hi = 1; hi >= 0; hi--) {
+            for (int m = 0; m < (ts_rp_is_k(ty) ? 3 : 2); m++) {
+                static const int modes[3] = {TS_RP_HI, TS_RP_LO, TS_RP_LO256};
+                static const char *const names[3] = {"16-bit", "8-bit", "8-bit/256"};
+                const int hi = modes[m];
                 for (int t = 0; t < nt; t++) ts_rp_quant_ref(x + (size_t)t * N_IN, N_IN, hi, tile, nt, t);
                 const long iters = iters_arg > 0 ? iters_arg : 2000 / nt;
                 for (int p = 0; p < N_PANELS; p++) fn(N_IN, w + pb * p, tile, nt, hi, y, TS_RP_ROWS, TS_RP_ROWS);
@@ -59,7 +63,7 @@ int main(int argc, char **argv) {
                     for (int p = 0; p < N_PANELS; p++) fn(N_IN, w + pb * p, tile, nt, hi, y, TS_RP_ROWS, TS_RP_ROWS);
                 const double dt = (double)(ts_now_ns() - t0) * 1e-9;
                 const double blocks = (double)iters * N_PANELS * (N_IN / 32);
-                printf("| %s | %d | %s | %.1f | %.2f |\n", ts_type_info(ty)->name, nt, hi ? "16-bit" : "8-bit",
+                printf("| %s | %d | %s | %.1f | %.2f |\n", ts_type_info(ty)->name, nt, names[m],
                        (double)pb * (double)N_PANELS * (double)iters / dt * 1e-9, dt * 1e9 / blocks);
             }
         free(w);

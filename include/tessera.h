@@ -347,8 +347,9 @@ TS_API ts_sampling_params ts_sampling_default_params(void);
 typedef enum ts_activations {
     TS_ACTIVATIONS_EXACT = 0, /* default: 16-bit activations (two int8 planes), within the logit bounds of the
                                  oracle tests */
-    TS_ACTIVATIONS_Q8 = 1     /* 8-bit activations per 32 (K-quants: 256) values, as llama.cpp computes:
-                                 faster, judged by KL divergence against the exact mode */
+    TS_ACTIVATIONS_Q8 = 1     /* 8-bit activations per 32 values, as llama.cpp computes (or finer: it
+                                 takes 256 for K-quants): faster, judged by KL divergence against the
+                                 exact mode */
 } ts_activations;
 
 typedef struct ts_context_params {

@@ -232,6 +232,7 @@ static float *make_x(int64_t n_in, int n_tok) {
 }
 
 static ts_amx_ws *ws_big;
+static int k256; /* ws_big made under TS_ACT_K256=1: act=q8 K-quants at one scale per 256 */
 
 static void run(ts_amx_unit unit, ts_threadpool *pool, int n_mat, void *const *w, float *const *y, const float *x,
                 int n_tok) {
@@ -287,7 +288,9 @@ static void test_int_modes(void) {
                     float *x = make_x(n_in, nt);
                     float *y = malloc(sizeof(float) * (size_t)(nt * n_out)), *yr = malloc(sizeof(float) * (size_t)(nt * n_out));
                     run(TS_AMX_EMU, ki % 2 ? pool2 : pool1, 1, &w, &y, x, nt);
-                    cpu_ref(&m, act == TS_AMX_EXACT, x, nt, yr);
+                    /* act=q8 on a job of K-quants under TS_ACT_K256=1: one scale per 256, as
+                     * ts_linear (repack.h) */
+                    cpu_ref(&m, act == TS_AMX_EXACT ? TS_RP_HI : k256 && kq(ty) ? TS_RP_LO256 : TS_RP_LO, x, nt, yr);
                     int bad = 0;
                     for (int64_t i = 0; i < nt * n_out; i++) bad += memcmp(&y[i], &yr[i], 4) != 0;
                     CHECK(!bad, "%s act=%s n_in %lld n_out %lld tokens %d: %d of %lld differ from the CPU definition",
@@ -762,6 +765,18 @@ int main(int argc, char **argv) {
         test_bf16_path();
         test_independence();
         test_shadow();
+        /* again with one scale per 256 for the K-quants at act=q8 */
+        ts_amx_ws_free(ws_big);
+        setenv("TS_ACT_K256", "1", 1);
+        ws_big = ts_amx_ws_new(1024, 128, &err);
+        unsetenv("TS_ACT_K256");
+        k256 = 1;
+        if (ws_big) {
+            test_int_modes();
+            test_independence();
+        } else {
+            CHECK(0, "setup: %s", err.msg);
+        }
     }
     ts_amx_ws_free(ws_big);
     ts_threadpool_free(pool1);

@@ -169,18 +169,20 @@ static double tile_val(const uint8_t *tiles, int64_t n_in, int n_tok, int hi, in
     const int t0 = t / 8 * 8, nt = n_tok - t0 < 8 ? n_tok - t0 : 8, slot = t - t0;
     const uint8_t *blk = tiles + ts_rp_tile_offset(n_in, t0, hi) + (size_t)(i / 32) * ts_rp_xb(hi) * (size_t)nt;
     int X = (int8_t)blk[32 * slot + i % 32];
-    if (hi) X = 256 * X + (int8_t)blk[32 * nt + 32 * slot + i % 32];
+    if (hi == TS_RP_HI) X = 256 * X + (int8_t)blk[32 * nt + 32 * slot + i % 32];
     float sc;
-    memcpy(&sc, blk + (hi ? 64 : 32) * nt + TS_RP_SIDE * slot, 4);
+    memcpy(&sc, blk + (hi == TS_RP_HI ? 64 : 32) * nt + TS_RP_SIDE * slot, 4);
     return (double)sc * X;
 }
 
 /* The SIMD quantizers give the reference's bytes, special blocks included;
- * the quantization error is within half a step. */
+ * the quantization error is within half a step (of the block's amax, at
+ * lo256 of its super-block's: blocks 0..7 hold the inf and NaN, so at
+ * lo256 they all have a NaN scale; blocks 16..23 are zero). */
 static void test_quant(void) {
-    enum { NI = 32 * 12 };
+    enum { NI = 32 * 24 };
     static float x[NI];
-    for (int hi = 0; hi < 2; hi++) {
+    for (int hi = 0; hi < 3; hi++) {
         for (int i = 0; i < NI; i++) x[i] = frand() * (float)(1 + i % 7);
         for (int i = 32; i < 64; i++) x[i] = 0.0f;                 /* zero block */
         for (int i = 64; i < 96; i++) x[i] = frand() * 1e-32f;     /* tiny: all zero */
@@ -189,6 +191,7 @@ static void test_quant(void) {
         x[170] = 1e30f;                                             /* huge but finite */
         x[200] = -3.0e38f;
         for (int i = 224; i < 256; i++) x[i] = (float)(i - 240) * 0.5f; /* exact halves: ties */
+        for (int i = 512; i < 768; i++) x[i] = 0.0f;                     /* a zero super-block */
         static uint8_t ref[NI / 32 * 96 * 3], got[NI / 32 * 96 * 3];
         memset(ref, 0, sizeof ref);
         for (int slot = 0; slot < 3; slot++) ts_rp_quant_ref(x, NI, hi, ref, 3, slot);
@@ -202,20 +205,21 @@ static void test_quant(void) {
         }
         double worst = 0;
         int specials_ok = 1;
+        const int g = hi == TS_RP_LO256 ? 8 : 1; /* blocks sharing a scale */
         for (int i = 0; i < NI; i++) {
             const double v = tile_val(ref, NI, 3, hi, 1, i);
             const int blk = i / 32;
-            if (blk == 3 || blk == 4) { /* inf / NaN blocks: NaN scale */
+            if (blk / g == 3 / g || blk / g == 4 / g) { /* inf / NaN blocks: NaN scale */
                 specials_ok &= v != v;
                 continue;
             }
-            if (blk == 1 || blk == 2) {
+            if (blk == 1 || blk == 2 || blk >= 16) {
                 specials_ok &= v == 0.0;
                 continue;
             }
             float amax = 0;
-            for (int j = blk * 32; j < blk * 32 + 32; j++) amax = fmaxf(amax, fabsf(x[j]));
-            const double step = amax / (hi ? 32512.0 : 127.0);
+            for (int j = blk / g * g * 32; j < (blk / g + 1) * g * 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+            const double step = amax / (hi == TS_RP_HI ? 32512.0 : 127.0);
             worst = fmax(worst, fabs(v - x[i]) / step);
         }
         CHECK(specials_ok, "quantizer (hi %d): zero/tiny/inf/NaN blocks", hi);
@@ -227,7 +231,7 @@ static void test_panel_kernels(void) {
     enum { NI = 256, NO = 29, NT = 19 };
     static uint8_t q[NO * 300], packed[32 * 300], tiles[NT * 8 * 96], t1[8 * 96];
     static float x[NT * NI], y_ref[NT * 32], y[NT * 32];
-    for (int hi = 0; hi < 2; hi++)
+    for (int hi = 0; hi < 3; hi++) /* TS_RP_LO, TS_RP_HI, TS_RP_LO256 */
         for (size_t ti = 0; ti < N_RP_TYPES; ti++) {
             const uint32_t ty = rp_types[ti];
             const char *name = ts_type_info(ty)->name;
@@ -288,11 +292,15 @@ static void test_panel_kernels(void) {
 
 /* ---- ts_linear ---- */
 
-static void test_linear(int hi) {
+static void test_linear(int hi, int k256) {
     if (hi)
         unsetenv("TS_ACT");
     else
         setenv("TS_ACT", "q8", 1);
+    if (k256) /* K-quant calls at one scale per 256 (repack.h lo256) */
+        setenv("TS_ACT_K256", "1", 1);
+    else
+        unsetenv("TS_ACT_K256");
     enum { NI = 512, NO = 80, MAXT = 70 };
     const uint32_t types[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q8_0, TS_TYPE_Q5_0, TS_TYPE_Q5_1, TS_TYPE_Q2_K, TS_TYPE_Q3_K,
                               TS_TYPE_Q4_K, TS_TYPE_Q5_K, TS_TYPE_Q6_K, TS_TYPE_F32, TS_TYPE_F16, TS_TYPE_BF16};
@@ -340,12 +348,13 @@ static void test_linear(int hi) {
                     ts_linear(pool, ws, 3, wp, yp, x, n);
                     for (int m = 0; m < 3; m++) {
                         const char *name = ts_type_info(w[m].type)->name;
-                        /* one token at a time: the same bits */
+                        /* one token at a time (the same job: at lo its
+                         * matrices' types set the tiles' precision): the
+                         * same bits */
                         int same = 1;
                         for (int t = 0; t < n; t++) {
-                            float *o[1] = {y1[m] + t * w[m].n_out};
-                            const ts_wmat *one[1] = {&w[m]};
-                            ts_linear(pool, ws, 1, one, o, x + t * NI, 1);
+                            float *o[3] = {y1[0] + t * w[0].n_out, y1[1] + t * w[1].n_out, y1[2] + t * w[2].n_out};
+                            ts_linear(pool, ws, 3, wp, o, x + t * NI, 1);
                             same &= !memcmp(y1[m] + t * w[m].n_out, y[m] + t * w[m].n_out,
                                             sizeof(float) * (size_t)w[m].n_out);
                         }
@@ -535,8 +544,9 @@ int main(void) {
     test_quant();
     test_panel_kernels();
     test_attention();
-    test_linear(1);
-    test_linear(0);
+    test_linear(1, 0);
+    test_linear(0, 0);
+    test_linear(0, 1);
     unsetenv("TS_ACT");
     if (failures) {
         printf("test_perf_kernels: %d failures\n", failures);

@@ -83,6 +83,7 @@ static void make_crafted_token(token *tk, int64_t n_in, int hi) {
     tk->crafted = 1;
     for (int64_t b = 0; b < n_in / 32; b++) {
         const int pat = (int)(rng() % 4);
+        hi = hi == TS_RP_HI;
         const int32_t same = hi ? ext_hi[rng() % 9] : ext_lo[rng() % 5];
         for (int j = 0; j < 32; j++) {
             int32_t X;
@@ -103,13 +104,13 @@ static void put_crafted(const token *tk, int64_t n_in, int hi, uint8_t *tile, in
     const size_t xb = ts_rp_xb(hi) * (size_t)nt;
     for (int64_t b = 0; b < n_in / 32; b++) {
         uint8_t *q1 = tile + (size_t)b * xb + 32 * slot, *q2 = q1 + 32 * nt;
-        uint8_t *side = tile + (size_t)b * xb + (hi ? 64 : 32) * nt + TS_RP_SIDE * slot;
+        uint8_t *side = tile + (size_t)b * xb + (hi == TS_RP_HI ? 64 : 32) * nt + TS_RP_SIDE * slot;
         int32_t sum_lo = 0, sum_hi = 0;
         for (int j = 0; j < 32; j++) {
             const int32_t X = tk->X[32 * b + j];
-            const int32_t a = hi ? ((X + 128 + 65536) >> 8) - 256 : X;
+            const int32_t a = hi == TS_RP_HI ? ((X + 128 + 65536) >> 8) - 256 : X;
             q1[j] = (uint8_t)(int8_t)a;
-            if (hi) q2[j] = (uint8_t)(int8_t)(X - 256 * a);
+            if (hi == TS_RP_HI) q2[j] = (uint8_t)(int8_t)(X - 256 * a);
             if (j < 16)
                 sum_lo += X;
             else
@@ -167,7 +168,7 @@ static void test_gemm(const ts_kern *k) {
         if (!k->rp_gemm[ty]) continue;
         const int kq = ty == TS_TYPE_Q2_K || ty == TS_TYPE_Q3_K || ty == TS_TYPE_Q4_K || ty == TS_TYPE_Q5_K || ty == TS_TYPE_Q6_K;
         const int64_t sizes[2] = {kq ? 256 : 32, kq ? NMAX : 288};
-        for (int hi = 0; hi < 2; hi++)
+        for (int hi = 0; hi < 3; hi++) /* TS_RP_LO, TS_RP_HI, TS_RP_LO256 */
             for (int mode = 0; mode < W_MODES; mode++)
                 for (int si = 0; si < 2; si++) {
                     const int64_t n_in = sizes[si];
@@ -202,7 +203,7 @@ static void test_quant(const ts_kern *k) {
     if (!k->rp_quant) return;
     enum { NI = 32 * 24 };
     static uint8_t ref[TS_RP_TT * 96 * (NI / 32)], got[TS_RP_TT * 96 * (NI / 32)];
-    for (int hi = 0; hi < 2; hi++)
+    for (int hi = 0; hi < 3; hi++)
         for (int nt = 1; nt <= TS_RP_TT; nt++) {
             memset(ref, 0xa5, sizeof ref);
             memset(got, 0xa5, sizeof got);

@@ -21,6 +21,7 @@ struct ts_linear_ws {
     int n_threads;
     int hi;           /* activation precision of the panel kernels */
     int env_act;      /* TS_ACT named the precision: ts_linear_ws_set_hi leaves it */
+    bool k256;        /* TS_ACT_K256=1: at lo, TS_RP_LO256 for calls of K-quants (ts_linear) */
     uint8_t *q8;      /* [max_tok][q8_stride] */
     size_t q8_stride;
     uint8_t *q8k;     /* [max_tok][q8k_stride] */
@@ -49,6 +50,8 @@ ts_linear_ws *ts_linear_ws_new(int64_t max_n_in, int max_tok, int n_threads, ts_
     const char *act = getenv("TS_ACT");
     ws->env_act = act && (!strcmp(act, "q8") || !strcmp(act, "exact"));
     ws->hi = !(act && strcmp(act, "q8") == 0);
+    const char *k256 = getenv("TS_ACT_K256");
+    ws->k256 = k256 && !strcmp(k256, "1");
     const int64_t n32 = (max_n_in + 31) / 32 * 32, n256 = (max_n_in + 255) / 256 * 256;
     ws->q8_stride = ts_act_row_bytes(TS_ACT_Q8, n32);
     ws->q8k_stride = ts_act_row_bytes(TS_ACT_Q8K, n256);
@@ -138,6 +141,7 @@ typedef struct {
     int n_tok;
     const float *x;
     int need_q8, need_q8k, need_tiles;
+    int mode; /* the tiles' precision (repack.h): TS_RP_HI, TS_RP_LO or TS_RP_LO256 */
     ts_rp_quant_fn quant;
 } lin_job;
 
@@ -192,8 +196,8 @@ static void panels_run(const lin_job *j, const mat_job *mj, int64_t r0, int64_t 
             const int nr = r1 - r < TS_RP_ROWS ? (int)(r1 - r) : TS_RP_ROWS;
             for (int t = tb; t < te; t += TS_RP_TT) {
                 const int nt = te - t < TS_RP_TT ? te - t : TS_RP_TT;
-                const uint8_t *tile = j->ws->tiles + ts_rp_tile_offset(w->n_in, t, j->ws->hi);
-                mj->rp(w->n_in, panel, tile, nt, j->ws->hi, mj->y + (int64_t)t * ys + r, ys, nr);
+                const uint8_t *tile = j->ws->tiles + ts_rp_tile_offset(w->n_in, t, j->mode);
+                mj->rp(w->n_in, panel, tile, nt, j->mode, mj->y + (int64_t)t * ys + r, ys, nr);
             }
         }
     }
@@ -314,7 +318,7 @@ static void prep_tokens(void *ctx, int64_t t0, int64_t t1, int tid) {
         if (j->need_tiles) {
             const int t0 = (int)t / TS_RP_TT * TS_RP_TT;
             const int nt = j->n_tok - t0 < TS_RP_TT ? j->n_tok - t0 : TS_RP_TT;
-            j->quant(xt, j->n_in, ws->hi, ws->tiles + ts_rp_tile_offset(j->n_in, t0, ws->hi), nt, (int)t - t0);
+            j->quant(xt, j->n_in, j->mode, ws->tiles + ts_rp_tile_offset(j->n_in, t0, j->mode), nt, (int)t - t0);
         }
         if (j->need_q8) ts_act_quantize(j->k, TS_ACT_Q8, xt, ws->q8 + (size_t)t * ws->q8_stride, j->n_in);
         if (j->need_q8k) ts_act_quantize(j->k, TS_ACT_Q8K, xt, ws->q8k + (size_t)t * ws->q8k_stride, j->n_in);
@@ -350,6 +354,15 @@ void ts_linear(ts_threadpool *pool, ts_linear_ws *ws, int n_mat, const ts_wmat *
         j.n_mat++;
     }
     if (!j.n_mat) return;
+    /* TS_ACT_K256=1: 8-bit activations with one scale per 256 (llama.cpp's
+     * Q8_K precision) when every matrix reading the tiles is a K-quant;
+     * their kernels then multiply by the scale once per super-block instead
+     * of once per 32-block (repack.h). Off by default: on Qwen2.5 1.5B q8
+     * pp512 it gave +5.5-6.3%, but the mean KLD from the exact mode went
+     * 0.0011 -> 0.0044, where llama.cpp's is 0.0040 (docs/FIDELITY.md). */
+    bool k256 = ws->k256 && !ws->hi;
+    for (int i = 0; i < j.n_mat; i++) k256 = k256 && (!j.m[i].rp || ts_rp_is_k(j.m[i].w->type));
+    j.mode = ws->hi ? TS_RP_HI : k256 ? TS_RP_LO256 : TS_RP_LO;
 
     if (j.need_q8 || j.need_q8k || j.need_tiles) {
         if (n_tok >= 4)

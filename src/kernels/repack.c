@@ -22,6 +22,8 @@
 
 bool ts_rp_supported(uint32_t type) { return rp_kind(type) >= 0; }
 
+bool ts_rp_is_k(uint32_t type) { return rp_kind(type) >= 0 && rp_kq(rp_kind(type)); }
+
 /* elements per panel block (32, or a K-quant super-block of 256) */
 static int64_t block_elems(uint32_t type) { return rp_be(rp_kind(type)); }
 
@@ -342,13 +344,16 @@ size_t ts_rp_tile_offset(int64_t n_in, int t, int hi) {
     return ts_rp_tiles_bytes(n_in, t / TS_RP_TT * TS_RP_TT, hi);
 }
 
-void ts_rp_quant_block(const float *x, int hi, int8_t *q1, int8_t *q2, float *s_out, int32_t *sum_lo_out,
-                       int32_t *sum_hi_out) {
-    const float C = hi ? 32512.0f : 127.0f;
+void ts_rp_quant_block(const float *x, const float *g, int hi, int8_t *q1, int8_t *q2, float *s_out,
+                       int32_t *sum_lo_out, int32_t *sum_hi_out) {
+    const float C = hi == TS_RP_HI ? 32512.0f : 127.0f;
+    const float *a_src = hi == TS_RP_LO256 ? g : x;
+    const int n_a = hi == TS_RP_LO256 ? 256 : 32;
+    hi = hi == TS_RP_HI;
     float amax = 0.0f;
     int finite = 1;
-    for (int j = 0; j < 32; j++) {
-        const float a = fabsf(x[j]);
+    for (int j = 0; j < n_a; j++) {
+        const float a = fabsf(a_src[j]);
         finite &= a <= 3.4028235e38f; /* false for inf and NaN */
         amax = a > amax ? a : amax;
     }
@@ -371,14 +376,16 @@ void ts_rp_quant_block(const float *x, int hi, int8_t *q1, int8_t *q2, float *s_
 }
 
 void ts_rp_quant_ref(const float *x, int64_t n_in, int hi, uint8_t *tile, int nt, int slot) {
+    if (hi == TS_RP_LO256 && n_in % 256) hi = TS_RP_LO; /* no super-blocks to share a scale */
     const size_t xb = ts_rp_xb(hi) * (size_t)nt;
+    const float *row = x;
     for (int64_t b = 0; b < n_in / 32; b++, x += 32) {
         int8_t *q1 = (int8_t *)(tile + (size_t)b * xb + 32 * slot);
         int8_t *q2 = q1 + 32 * nt;
-        uint8_t *side = tile + (size_t)b * xb + (hi ? 64 : 32) * nt + TS_RP_SIDE * slot;
+        uint8_t *side = tile + (size_t)b * xb + (hi == TS_RP_HI ? 64 : 32) * nt + TS_RP_SIDE * slot;
         float s;
         int32_t sum_lo, sum_hi;
-        ts_rp_quant_block(x, hi, q1, hi ? q2 : NULL, &s, &sum_lo, &sum_hi);
+        ts_rp_quant_block(x, row + b / 8 * 256, hi, q1, hi == TS_RP_HI ? q2 : NULL, &s, &sum_lo, &sum_hi);
         ts_rp_put_side(side, s, sum_lo, sum_hi);
     }
 }
@@ -459,14 +466,15 @@ static int32_t block_dot(int kd, const uint8_t *o, int r, int sub, const int8_t 
     return hi ? i1 * 256 + i2 : i1 + off;
 }
 
-static void rp_gemm_ref(uint32_t type, int64_t n_in, const uint8_t *panel, const uint8_t *tile, int nt, int hi,
+static void rp_gemm_ref(uint32_t type, int64_t n_in, const uint8_t *panel, const uint8_t *tile, int nt, int mode,
                         float *y, int64_t y_stride, int n_rows) {
     const int kd = rp_kind(type);
-    const size_t bb = block_bytes(type), xb = ts_rp_xb(hi) * (size_t)nt;
+    const size_t bb = block_bytes(type), xb = ts_rp_xb(mode) * (size_t)nt;
     const int64_t be = block_elems(type);
+    const int hi = mode == TS_RP_HI, g256 = mode == TS_RP_LO256 && be == 256; /* lo256: see repack.h */
     for (int t = 0; t < nt; t++)
         for (int r = 0; r < n_rows; r++) {
-            float acc = 0.0f;
+            float acc = 0.0f, g = 0.0f;
             for (int64_t b = 0; b < n_in / 32; b++) {
                 const uint8_t *o = panel + (size_t)(b / (be / 32)) * bb; /* panel block */
                 const int sub = (int)(b % (be / 32));                       /* 32-block inside it */
@@ -475,6 +483,7 @@ static void rp_gemm_ref(uint32_t type, int64_t n_in, const uint8_t *panel, const
                 const uint8_t *side = xt + (hi ? 64 : 32) * nt + TS_RP_SIDE * t;
                 const float s = side_f32(side, 0), ds = side_f32(side, 4);
                 const float dw = rd_f16(o + rp_d(kd) + 2 * r);
+                if (g256 && sub == 0) g = 0.0f;
                 switch (type) {
                 case TS_TYPE_Q4_0:
                 case TS_TYPE_Q5_0:
@@ -496,17 +505,26 @@ static void rp_gemm_ref(uint32_t type, int64_t n_in, const uint8_t *panel, const
                     const float dl = dw * (float)o[rp_sc(kd) + 16 * sub + r];
                     const float ml = rd_f16(o + rp_m(kd) + 2 * r) * (float)o[rp_mn(kd) + 16 * sub + r];
                     const int32_t i = block_dot(kd, o, r, sub, q1, q2, hi, 0, 32, 0);
-                    acc = fmaf((float)i, dl * s, acc);
+                    if (g256)
+                        g = fmaf((float)i, dl, g);
+                    else
+                        acc = fmaf((float)i, dl * s, acc);
                     acc = fmaf(-ml, ds, acc);
                     break;
                 }
                 case TS_TYPE_Q2_K: /* per half: d sc_h, then the min term with -sumX_h = field / 32 */
                     for (int h = 0; h < 2; h++) {
-                        const uint8_t g = o[rp_sub(kd) * sub + rp_gsc(kd) + 16 * h + r];
-                        const float dl = dw * (float)(g & 0x0f), ml = rd_f16(o + rp_m(kd) + 2 * r) * (float)(g >> 4);
+                        const uint8_t gs = o[rp_sub(kd) * sub + rp_gsc(kd) + 16 * h + r];
+                        const float dl = dw * (float)(gs & 0x0f), ml = rd_f16(o + rp_m(kd) + 2 * r) * (float)(gs >> 4);
                         const int32_t i = block_dot(kd, o, r, sub, q1, q2, hi, 16 * h, 16 * h + 16, 0);
-                        acc = fmaf((float)i, dl * s, acc);
-                        acc = fmaf((float)(side_i32(side, 20 + 4 * h) / 32), ml * s, acc);
+                        const float nsum = (float)(side_i32(side, 20 + 4 * h) / 32);
+                        if (g256) {
+                            g = fmaf((float)i, dl, g);
+                            g = fmaf(nsum, ml, g);
+                        } else {
+                            acc = fmaf((float)i, dl * s, acc);
+                            acc = fmaf(nsum, ml * s, acc);
+                        }
                     }
                     break;
                 case TS_TYPE_Q3_K: /* offset 4: (-32 sumX_half) / 8, exact */
@@ -516,11 +534,16 @@ static void rp_gemm_ref(uint32_t type, int64_t n_in, const uint8_t *panel, const
                         const int32_t o32 = side_i32(side, 20 + 4 * h);
                         const int32_t i = block_dot(kd, o, r, sub, q1, q2, hi, 16 * h, 16 * h + 16,
                                                     type == TS_TYPE_Q3_K ? o32 / 8 : o32);
-                        acc = fmaf((float)i, dl * s, acc);
+                        if (g256)
+                            g = fmaf((float)i, dl, g);
+                        else
+                            acc = fmaf((float)i, dl * s, acc);
                     }
                     break;
                 default: break;
                 }
+                /* the super-block's one multiply, by the s of its first 32-block */
+                if (g256 && sub == 7) acc = fmaf(g, side_f32(side - 7 * xb, 0), acc);
             }
             y[(int64_t)t * y_stride + r] = acc;
         }

@@ -36,6 +36,14 @@
  *   hi (TS_RP_HI): s = amax / 32512, X = rint(x / s) in [-32512, 32512],
  *                  stored as two int8 planes X = 256 * q1 + q2 with
  *                  q1 = (X + 128) >> 8 in [-127, 127], q2 in [-128, 127].
+ *   lo256 (TS_RP_LO256): lo with one s per 256 values (amax over the 256;
+ *                  the 8 blocks' sides all hold it): the precision of
+ *                  ggml's Q8_K activations, which llama.cpp multiplies the
+ *                  K-quants with. ts_linear takes it (act=q8 and
+ *                  TS_ACT_K256=1) for a call of K-quants; their kernels
+ *                  then scale each super-block's sum once (below), where
+ *                  per 32-block scales cost one multiply per block and
+ *                  token. Every other kernel reads it as lo.
  * (rint: round to nearest even; amax = max |x|; the division is done as
  * x * (C / amax) with C = 127 or 32512, one f32 division per block. Blocks
  * with amax < 2^-100 are all zero with s = 0; blocks holding inf/NaN get
@@ -73,6 +81,15 @@
  *                      acc = fmaf((float)i_h, (d * sc_h) * s, acc);
  *                      acc = fmaf((float)(-sumX_h), (dmin * m_h) * s, acc)
  *                      (-sumX_h: the -32 sumX_h field / 32, exact)
+ * At lo256 (n_in a multiple of 256) the K-quants gather each super-block's
+ * integer terms in g before one multiply by its s (s of its first 32-block):
+ *   per super-block: g = 0.0f, then for each 32-block in order:
+ *     Q4_K, Q5_K:      g = fmaf((float)i, d * sc_j, g);
+ *                      acc = fmaf(-(dmin * m_j), s * sumX, acc)
+ *     Q3_K, Q6_K:      per half h: g = fmaf((float)i_h, d * sc_h, g)
+ *     Q2_K:            per half h: g = fmaf((float)i_h, d * sc_h, g);
+ *                      g = fmaf((float)(-sumX_h), dmin * m_h, g)
+ *   then acc = fmaf(g, s, acc).
  * (Every |i| < 2^31: at most 32 * 255 * 32512 + 128 * 32 * 32512.) The
  * sequence does not depend on how many tokens share a tile or which thread
  * runs the panel, so decode and batched prefill agree bit for bit.
@@ -89,10 +106,14 @@
 #define TS_RP_TT 8    /* max tokens per activation tile */
 #define TS_RP_SIDE 32 /* side bytes per (token, block) */
 
-enum { TS_RP_LO = 0, TS_RP_HI = 1 };
+/* activation precisions ("hi" below: one of these) */
+enum { TS_RP_LO = 0, TS_RP_HI = 1, TS_RP_LO256 = 2 };
 
 /* activation tile bytes per (token, block) */
-static inline size_t ts_rp_xb(int hi) { return hi ? 96 : 64; }
+static inline size_t ts_rp_xb(int hi) { return hi == TS_RP_HI ? 96 : 64; }
+
+/* true for the types whose blocks are 256 long (the K-quants) */
+bool ts_rp_is_k(uint32_t type);
 
 /* One panel against one tile: y[t * y_stride + r] for t < nt (1..TS_RP_TT),
  * r < n_rows (1..16), over n_in inputs (a multiple of 32). */
@@ -168,8 +189,11 @@ int ts_rp_type_terms(uint32_t type, int *o, bool *halves, bool *has_m);
 
 /* One 32-block of an activation row x[32] at the given precision (above):
  * the planes q1 (and q2 when hi), s and the sums of X over elements 0..15
- * and 16..31 (every quantizer level computes these bits). */
-void ts_rp_quant_block(const float *x, int hi, int8_t *q1, int8_t *q2, float *s, int32_t *sum_lo, int32_t *sum_hi);
+ * and 16..31 (every quantizer level computes these bits). At lo256, x is
+ * the block's 32 values and g[256] the super-block holding them, whose
+ * amax sets s; g is unused (NULL allowed) otherwise. */
+void ts_rp_quant_block(const float *x, const float *g, int hi, int8_t *q1, int8_t *q2, float *s, int32_t *sum_lo,
+                       int32_t *sum_hi);
 
 /* The scalar references (and fallbacks) of the two kernel kinds. */
 ts_rp_gemm_fn ts_rp_gemm_ref(uint32_t type); /* NULL when unsupported */

@@ -23,13 +23,17 @@
     default: panel_tile(kind, hi, n, w, x, 8, y, ys, n_rows); break;   \
     }
 
-/* name: a ts_rp_gemm_fn (repack.h) over the file's panel_tile for `kind` */
+/* name: a ts_rp_gemm_fn (repack.h) over the file's panel_tile for `kind`;
+ * panel_tile's precision is TS_RP_LO, TS_RP_HI or (K-quants only: the
+ * others read it as lo) TS_RP_LO256 */
 #define RP_ENTRY(name, kind)                                                                                  \
     void name(int64_t n, const uint8_t *w, const uint8_t *x, int nt, int hi, float *y, int64_t ys, int n_rows) { \
-        if (hi) {                                                                                             \
-            RP_CASES(kind, 1)                                                                                 \
+        if (hi == TS_RP_HI) {                                                                                 \
+            RP_CASES(kind, TS_RP_HI)                                                                          \
+        } else if (hi == TS_RP_LO256 && rp_kq(kind)) {                                                        \
+            RP_CASES(kind, TS_RP_LO256)                                                                       \
         } else {                                                                                              \
-            RP_CASES(kind, 0)                                                                                 \
+            RP_CASES(kind, TS_RP_LO)                                                                          \
         }                                                                                                     \
     }
 

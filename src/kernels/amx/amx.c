@@ -300,6 +300,7 @@ struct ts_amx_ws {
     float *s, *ds;
     int32_t *sum;
     uint16_t *xh, *xl;
+    bool k256; /* TS_ACT_K256=1: at act=q8, one scale per 256 where ts_linear takes it */
 };
 
 /* Token rows one cache line longer than they need: a tile load reads 16
@@ -328,6 +329,8 @@ ts_amx_ws *ts_amx_ws_new(int64_t max_n_in, int max_tok, ts_err *err) {
     int64_t nblk;
     ws_dims(max_n_in, &w->ld8, &w->ld16, &nblk);
     w->max_n_in = max_n_in, w->max_tok = max_tok;
+    const char *k256 = getenv("TS_ACT_K256");
+    w->k256 = k256 && !strcmp(k256, "1");
     const size_t T = (size_t)max_tok;
     if (!(w->q1 = aligned_alloc(64, T * (size_t)w->ld8)) || !(w->q2 = aligned_alloc(64, T * (size_t)w->ld8)) ||
         !(w->xh = aligned_alloc(64, T * (size_t)w->ld16)) || !(w->xl = aligned_alloc(64, T * (size_t)w->ld16)) ||
@@ -360,6 +363,7 @@ typedef struct quant_job {
     int64_t n_in;
     bool need[3]; /* by path */
     int hi;
+    int mode;     /* int path: the precision (repack.h's TS_RP_LO, TS_RP_HI, TS_RP_LO256) */
     bool xl;
     bool pt;      /* int8: one scale for the tensor (pt_s), ts_amx_matmul_pt */
     float pt_s;
@@ -377,7 +381,8 @@ static void quant_range(void *ctx, int64_t t0, int64_t t1, int tid) {
             for (int64_t b = 0; b < nblk; b++) {
                 int32_t lo, hi;
                 float s;
-                ts_rp_quant_block(x + 32 * b, j->hi, q1 + 32 * b, j->hi ? q2 + 32 * b : NULL, &s, &lo, &hi);
+                ts_rp_quant_block(x + 32 * b, x + 256 * (b / 8), j->mode, q1 + 32 * b, j->hi ? q2 + 32 * b : NULL, &s,
+                                  &lo, &hi);
                 w->s[t * wblk + b] = s;
                 w->ds[t * wblk + b] = s * (float)(lo + hi);
                 w->sum[2 * (t * wblk + b)] = lo;
@@ -475,6 +480,12 @@ static int matmul(ts_threadpool *pool, ts_amx_ws *ws, ts_amx_unit unit, int n_ma
         q.xl = h->act == TS_AMX_EXACT;
     }
     q.n_in = j.h[0]->n_in;
+    /* ts_linear's rule (TS_ACT_K256=1): at act=q8, when every matrix on the
+     * int path is a K-quant, the activations share one scale per 256, which
+     * their float step then applies once per super-block */
+    bool k256 = ws->k256 && !q.hi;
+    for (int i = 0; i < n_mat; i++) k256 = k256 && (j.h[i]->path != TS_AMX_PATH_INT || ts_rp_is_k(j.h[i]->type));
+    q.mode = q.hi ? TS_RP_HI : k256 ? TS_RP_LO256 : TS_RP_LO;
     if (pt) {
         if (pt_scale(x, (int64_t)n_tok * q.n_in, clip, &q.pt_s, err))
             return -1;
@@ -483,7 +494,8 @@ static int matmul(ts_threadpool *pool, ts_amx_ws *ws, ts_amx_unit unit, int n_ma
     }
     ts_parallel_for(pool, n_tok, quant_range, &q);
     const int32_t wblk = (int32_t)(up(ws->max_n_in, 32) / 32 + 1);
-    j.xq[TS_AMX_PATH_INT] = (ts_amx_xq){.n_tok = n_tok, .ld = ws->ld8, .hi = q.hi, .n_blk = wblk, .q1 = ws->q1,
+    j.xq[TS_AMX_PATH_INT] = (ts_amx_xq){.n_tok = n_tok, .ld = ws->ld8, .hi = q.hi, .g256 = q.mode == TS_RP_LO256,
+                                        .n_blk = wblk, .q1 = ws->q1,
                                         .q2 = ws->q2, .s = ws->s, .ds = ws->ds, .sum = ws->sum};
     j.xq[TS_AMX_PATH_I8] = (ts_amx_xq){.n_tok = n_tok, .ld = ws->ld8, .q1 = ws->q1, .s = ws->s};
     j.xq[TS_AMX_PATH_BF16] = (ts_amx_xq){.n_tok = n_tok, .ld = ws->ld16, .xh = ws->xh, .xl = ws->xl, .xl_used = q.xl};

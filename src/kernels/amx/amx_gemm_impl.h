@@ -51,6 +51,32 @@ static inline bool FN(cfg_same)(int *cur, int key) {
         if (two_rt) T_STORE(C1, e[1].c1[i], 64);                                                                       \
     } while (0)
 
+/* The float step of unit i (= u: the unit's number in the row; b its
+ * 32-block) for both row tiles. At lo256 (x->g256: K-quants) the unit's
+ * integer terms go to gacc (int_epi with sx 1: wd * 1 is wd) and its
+ * offset term to acc, and the super-block's last unit adds gacc * s to acc
+ * (repack.h's lo256 definition; plain C, the same on both builds). */
+static void FN(unit_epi)(float acc[2][16][16], float gacc[2][16][16], ts_amx_epi e[2], const float *const wm[2],
+                         int i, int u, int b, int nh, int two_rt, const ts_amx_xq *x, int t0, int nt, bool two) {
+    for (int j = 0; j <= two_rt; j++) {
+        if (!x->g256) {
+            FN(int_epi)(acc[j], &e[j], i, i + 1, nt, two);
+            continue;
+        }
+        FN(int_epi)(gacc[j], &e[j], i, i + 1, nt, two);
+        if (wm[j])
+            for (int t = 0; t < nt; t++)
+                for (int r = 0; r < 16; r++) acc[j][t][r] = fmaf(wm[j][r], e[j].dsx[i][t], acc[j][t][r]);
+        if ((u + 1) % (8 * nh) == 0) { /* the super-block's one multiply, by the s of its first 32-block */
+            for (int t = 0; t < nt; t++) {
+                const float s = x->s[(int64_t)(t0 + t) * x->n_blk + b - 7];
+                for (int r = 0; r < 16; r++) acc[j][t][r] = fmaf(gacc[j][t][r], s, acc[j][t][r]);
+            }
+            memset(gacc[j], 0, sizeof gacc[j]);
+        }
+    }
+}
+
 static void FN(int_tile)(const ts_amx_hdr *h, int64_t p, int two_rt, const ts_amx_xq *x, int t0, int nt, float *y,
                          int64_t ldy, int *cur) {
     const int nh = h->halves ? 2 : 1, kb = 32 / nh;
@@ -69,8 +95,10 @@ static void FN(int_tile)(const ts_amx_hdr *h, int64_t p, int two_rt, const ts_am
     }
     const uint8_t *rt[2] = {ts_amx_rt(h, p), two_rt ? ts_amx_rt(h, p + 1) : NULL};
     ts_amx_epi e[2];
-    float acc[2][16][16];
+    float acc[2][16][16], gacc[2][16][16];
+    const float *wm[TS_AMX_GROUP][2]; /* lo256: the offset terms' factors, out of int_epi's reach */
     memset(acc, 0, sizeof acc);
+    memset(gacc, 0, sizeof gacc);
     const int8_t *q1 = x->q1 + (int64_t)t0 * x->ld, *q2 = two ? x->q2 + (int64_t)t0 * x->ld : NULL;
     const int n_units = h->n_blk * nh;
     for (int u0 = 0; u0 < n_units; u0 += TS_AMX_GROUP) {
@@ -113,12 +141,14 @@ static void FN(int_tile)(const ts_amx_hdr *h, int64_t p, int two_rt, const ts_am
                 const int64_t tb = (int64_t)(t0 + t) * x->n_blk + b;
                 const int32_t *sm = x->sum + 2 * tb;
                 e[0].off[i][t] = -h->o * (h->halves ? sm[hh] : sm[0] + sm[1]);
-                e[0].sx[i][t] = x->s[tb];
+                e[0].sx[i][t] = x->g256 ? 1.0f : x->s[tb];
                 e[0].dsx[i][t] = h->has_m ? x->ds[tb] : 0.0f;
             }
             for (int j = 0; j <= two_rt; j++) {
                 e[j].wd[i] = (const float *)(const void *)(rt[j] + h->off_wd) + (int64_t)u * 16;
                 e[j].wm[i] = h->has_m ? (const float *)(const void *)(rt[j] + h->off_wm) + (int64_t)b * 16 : NULL;
+                wm[i][j] = e[j].wm[i];
+                if (x->g256) e[j].wm[i] = NULL;
             }
             if (two_rt) {
                 memcpy(e[1].off[i], e[0].off[i], sizeof e[0].off[i]);
@@ -126,10 +156,9 @@ static void FN(int_tile)(const ts_amx_hdr *h, int64_t p, int two_rt, const ts_am
                 memcpy(e[1].dsx[i], e[0].dsx[i], sizeof e[0].dsx[i]);
             }
             /* the last unit's float step, while this unit's products run */
-            if (i > 0)
-                for (int j = 0; j <= two_rt; j++) FN(int_epi)(acc[j], &e[j], i - 1, i, nt, two);
+            if (i > 0) FN(unit_epi)(acc, gacc, e, wm[i - 1], i - 1, u - 1, (u - 1) / nh, nh, two_rt, x, t0, nt, two);
         }
-        for (int j = 0; j <= two_rt; j++) FN(int_epi)(acc[j], &e[j], g - 1, g, nt, two);
+        FN(unit_epi)(acc, gacc, e, wm[g - 1], g - 1, u0 + g - 1, (u0 + g - 1) / nh, nh, two_rt, x, t0, nt, two);
     }
     for (int j = 0; j <= two_rt; j++) {
         const int64_t r0 = 16 * (p + j);

@@ -40,6 +40,7 @@ typedef struct ts_amx_xq {
     int n_tok;
     int64_t ld;        /* bytes between token rows of q1 / q2 / xh / xl */
     int hi;            /* int path: two planes */
+    bool g256;         /* int path: one scale per 256 (TS_RP_LO256), applied per super-block */
     int32_t n_blk;     /* int path: 32-blocks per row */
     const int8_t *q1;  /* int: plane 1 [n_tok][ld]; int8: X [n_tok][ld] */
     const int8_t *q2;  /* int (hi): plane 2 */

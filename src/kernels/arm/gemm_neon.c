@@ -145,9 +145,10 @@ AI int32x4_t dot_plane(const int8x16_t u[8], const uint8_t *xq, const int vb, co
 }
 
 /* One 32-block (Q6_K: the half v in [vb, ve), vb 0 or 4, ve 4 or 8) for nt
- * tokens: f[t] = fma((float)i, S * s_t, f[t]). x: the block's tile bytes;
+ * tokens: f[t] = fma((float)i, S * s_t, f[t]) (lo256, g256: fma((float)i,
+ * S, f[t]); the super-block's s comes later). x: the block's tile bytes;
  * off_at: side offset of the tile's i32 offset term (0: none) */
-AI void block_part(const int kind, const int hi, const int8x16_t u[8], const uint8_t *x, const int nt, const int vb,
+AI void block_part(const int kind, const int hi, const int g256, const int8x16_t u[8], const uint8_t *x, const int nt, const int vb,
                    const int ve, const int off_at, const float32x4_t S, float32x4_t *f) {
     const uint8_t *x2 = x + 32 * nt, *side = x + (hi ? 64 : 32) * nt;
     for (int t = 0; t < nt; t++) {
@@ -162,70 +163,77 @@ AI void block_part(const int kind, const int hi, const int8x16_t u[8], const uin
         } else {
             i = dot_plane(u, x + 32 * t, vb, ve, off);
         }
-        f[t] = vfmaq_f32(f[t], vcvtq_f32_s32(i), vmulq_f32(S, bcastf(st)));
+        f[t] = vfmaq_f32(f[t], vcvtq_f32_s32(i), g256 ? S : vmulq_f32(S, bcastf(st)));
     }
 }
 
 /* rows 4k .. 4k+3 of the panel against nt tokens */
-AI void quarter_tile(const int kind, const int hi, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
+AI void quarter_tile(const int kind, const int mode, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
                      const int k, float32x4_t *f) {
-    const int kq = rp_kq(kind);
+    const int kq = rp_kq(kind), hi = mode == TS_RP_HI, g256 = mode == TS_RP_LO256;
     const size_t wb = rp_wb(kind);
     const size_t xb = (hi ? 96 : 64) * (size_t)nt;
     int8x16_t u[8];
+    float32x4_t gs[TS_RP_TT]; /* lo256: a super-block's terms before its one multiply */
     for (int t = 0; t < nt; t++) f[t] = vdupq_n_f32(0.0f);
     for (int64_t pb = 0; pb < n / rp_be(kind); pb++, w += wb) {
+        const uint8_t *side0 = x + 32 * nt; /* lo256: the super-block's first side (holds its s) */
+        float32x4_t *g = g256 ? gs : f;
+        if (g256)
+            for (int t = 0; t < nt; t++) gs[t] = vdupq_n_f32(0.0f);
         for (int sub = 0; sub < (kq ? 8 : 1); sub++, x += xb) {
             const uint8_t *side = x + (hi ? 64 : 32) * nt;
             if (kind == K_Q2_K) { /* two 16-element groups, each a scale and a min (nibbles of a byte) */
                 const uint8_t *q = w + rp_sub(kind) * sub;
                 decode_quarter(kind, q, k, u);
                 const float32x4_t d = ld_f16x4(w + rp_d(kind) + 8 * k), dm = ld_f16x4(w + rp_m(kind) + 8 * k);
-                for (int g = 0; g < 2; g++) {
+                for (int hg = 0; hg < 2; hg++) {
                     float32x4_t sc, mn;
-                    cvt4_nib(q + rp_gsc(kind) + 16 * g + 4 * k, &sc, &mn);
-                    block_part(kind, hi, u, x, nt, 4 * g, 4 * g + 4, 0, vmulq_f32(d, sc), f);
+                    cvt4_nib(q + rp_gsc(kind) + 16 * hg + 4 * k, &sc, &mn);
+                    block_part(kind, hi, g256, u, x, nt, 4 * hg, 4 * hg + 4, 0, vmulq_f32(d, sc), g);
                     const float32x4_t ml = vmulq_f32(dm, mn);
-                    for (int t = 0; t < nt; t++) { /* + (-sumX_g) (dmin m_g) s */
+                    for (int t = 0; t < nt; t++) { /* + (-sumX_hg) (dmin m_hg) s */
                         const uint8_t *st = side + TS_RP_SIDE * t;
-                        const float32x4_t nsum = vcvtq_f32_s32(vshrq_n_s32(bcast32(st + 20 + 4 * g), 5));
-                        f[t] = vfmaq_f32(f[t], nsum, vmulq_f32(ml, bcastf(st)));
+                        const float32x4_t nsum = vcvtq_f32_s32(vshrq_n_s32(bcast32(st + 20 + 4 * hg), 5));
+                        g[t] = vfmaq_f32(g[t], nsum, g256 ? ml : vmulq_f32(ml, bcastf(st)));
                     }
                 }
             } else if (kind == K_Q6_K || kind == K_Q3_K) { /* two 16-element groups, int8 scales */
                 const uint8_t *q = w + rp_sub(kind) * sub;
                 decode_quarter(kind, q, k, u);
                 const float32x4_t d = ld_f16x4(w + rp_d(kind) + 8 * k);
-                block_part(kind, hi, u, x, nt, 0, 4, 20, vmulq_f32(d, cvt4_s(q + rp_gsc(kind) + 4 * k)), f);
-                block_part(kind, hi, u, x, nt, 4, 8, 24, vmulq_f32(d, cvt4_s(q + rp_gsc(kind) + 16 + 4 * k)), f);
+                block_part(kind, hi, g256, u, x, nt, 0, 4, 20, vmulq_f32(d, cvt4_s(q + rp_gsc(kind) + 4 * k)), g);
+                block_part(kind, hi, g256, u, x, nt, 4, 8, 24, vmulq_f32(d, cvt4_s(q + rp_gsc(kind) + 16 + 4 * k)), g);
             } else if (kind == K_Q4_K || kind == K_Q5_K) {
                 decode_quarter(kind, w + rp_sub(kind) * sub, k, u);
                 const float32x4_t dl = vmulq_f32(ld_f16x4(w + rp_d(kind) + 8 * k),
                                                  cvt4_u(w + rp_sc(kind) + 16 * sub + 4 * k));
                 const float32x4_t ml = vmulq_f32(ld_f16x4(w + rp_m(kind) + 8 * k),
                                                  cvt4_u(w + rp_mn(kind) + 16 * sub + 4 * k));
-                block_part(kind, hi, u, x, nt, 0, 8, 0, dl, f);
+                block_part(kind, hi, g256, u, x, nt, 0, 8, 0, dl, g);
                 for (int t = 0; t < nt; t++) f[t] = vfmsq_f32(f[t], ml, bcastf(side + TS_RP_SIDE * t + 4));
             } else {
                 const int doff = rp_d(kind);
                 /* Q8_0: none, the signed weights carry it (top of file) */
                 const int off_at = kind == K_Q4_0 ? 8 : kind == K_Q5_0 ? 16 : 0;
                 decode_quarter(kind, w, k, u);
-                block_part(kind, hi, u, x, nt, 0, 8, off_at, ld_f16x4(w + doff + 8 * k), f);
+                block_part(kind, hi, 0, u, x, nt, 0, 8, off_at, ld_f16x4(w + doff + 8 * k), f);
                 if (rp_has_m32(kind)) {
                     const float32x4_t m = ld_f16x4(w + rp_m(kind) + 8 * k);
                     for (int t = 0; t < nt; t++) f[t] = vfmaq_f32(f[t], m, bcastf(side + TS_RP_SIDE * t + 4));
                 }
             }
         }
+        if (g256)
+            for (int t = 0; t < nt; t++) f[t] = vfmaq_f32(f[t], gs[t], bcastf(side0 + TS_RP_SIDE * t));
     }
 }
 
-AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
+AI void panel_tile(const int kind, const int mode, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
                    float *y, int64_t ys, int n_rows) {
     for (int k = 0; 4 * k < n_rows; k++) { /* quarters holding rows to write */
         float32x4_t f[TS_RP_TT];
-        quarter_tile(kind, hi, n, w, x, nt, k, f);
+        quarter_tile(kind, mode, n, w, x, nt, k, f);
         const int nr = n_rows - 4 * k < 4 ? n_rows - 4 * k : 4;
         for (int t = 0; t < nt; t++) {
             float *yt = y + (int64_t)t * ys + 4 * k;
@@ -260,27 +268,35 @@ AI void store16(uint8_t *dst, int32x4_t a, int32x4_t b, int32x4_t c, int32x4_t d
 }
 
 void ts_rp_quant_neon(const float *x, int64_t n_in, int hi, uint8_t *tile, int nt, int slot) {
-    const float C = hi ? 32512.0f : 127.0f;
+    if (hi == TS_RP_LO256 && n_in % 256) hi = TS_RP_LO; /* as ts_rp_quant_ref */
+    const float C = hi == TS_RP_HI ? 32512.0f : 127.0f;
+    const int gb = hi == TS_RP_LO256 ? 8 : 1; /* 32-blocks sharing a scale */
+    hi = hi == TS_RP_HI;
     const size_t xb = (hi ? 96 : 64) * (size_t)nt;
     const float32x4_t fmax = vdupq_n_f32(3.4028235e38f);
+    int zero = 1;
+    float s = 0.0f;
+    float32x4_t id = vdupq_n_f32(0.0f);
     for (int64_t b = 0; b < n_in / 32; b++, x += 32) {
         uint8_t *q1 = tile + (size_t)b * xb + 32 * slot;
         uint8_t *q2 = q1 + 32 * nt;
         uint8_t *side = tile + (size_t)b * xb + (hi ? 64 : 32) * nt + TS_RP_SIDE * slot;
         float32x4_t v[8];
-        float32x4_t m = vdupq_n_f32(0.0f);
-        uint32x4_t ok = vdupq_n_u32(~0u);
-        for (int k = 0; k < 8; k++) {
-            v[k] = vld1q_f32(x + 4 * k);
-            const float32x4_t a = vabsq_f32(v[k]);
-            ok = vandq_u32(ok, vcleq_f32(a, fmax)); /* false for inf and NaN */
-            m = vmaxq_f32(m, a);
+        for (int k = 0; k < 8; k++) v[k] = vld1q_f32(x + 4 * k);
+        if (b % gb == 0) { /* the group's scale: amax over its gb blocks */
+            float32x4_t m = vdupq_n_f32(0.0f);
+            uint32x4_t ok = vdupq_n_u32(~0u);
+            for (int k = 0; k < 8 * gb; k++) {
+                const float32x4_t a = vabsq_f32(vld1q_f32(x + 4 * k));
+                ok = vandq_u32(ok, vcleq_f32(a, fmax)); /* false for inf and NaN */
+                m = vmaxq_f32(m, a);
+            }
+            const int finite = vminvq_u32(ok) == ~0u;
+            const float amax = finite ? vmaxvq_f32(m) : 0.0f; /* max is exact in any order */
+            zero = !finite || amax < 0x1p-100f;
+            s = !finite ? NAN : zero ? 0.0f : amax / C;
+            id = vdupq_n_f32(zero ? 0.0f : C / amax);
         }
-        const int finite = vminvq_u32(ok) == ~0u;
-        const float amax = finite ? vmaxvq_f32(m) : 0.0f; /* max is exact in any order */
-        const int zero = !finite || amax < 0x1p-100f;
-        const float s = !finite ? NAN : zero ? 0.0f : amax / C;
-        const float32x4_t id = vdupq_n_f32(zero ? 0.0f : C / amax);
         int32x4_t X[8];
         for (int k = 0; k < 8; k++) /* vcvtn: nearest even, as lrintf */
             X[k] = zero ? vdupq_n_s32(0) : vcvtnq_s32_f32(vmulq_f32(v[k], id));

@@ -173,9 +173,10 @@ AI void dot_plane(const int kind, const wblock *b, const uint8_t *xq, const int 
 }
 
 /* One 32-block (or, Q6_K, the half v in [vb, ve)) for nt tokens: the exact
- * integers, then f[t][h] = fma((float)i, S[h] * s_t, f[t][h]). x: the
- * block's tile bytes; off_at: side offset of the i32 offset term (0: none) */
-AI void block_part(const int kind, const int hi, const wblock *b, const uint8_t *x, const int nt, const int vb,
+ * integers, then f[t][h] = fma((float)i, S[h] * s_t, f[t][h]) (lo256,
+ * g256: fma((float)i, S[h], f[t][h]); the super-block's s comes later). x:
+ * the block's tile bytes; off_at: side offset of the i32 offset term (0: none) */
+AI void block_part(const int kind, const int hi, const int g256, const wblock *b, const uint8_t *x, const int nt, const int vb,
                    const int ve, const int off_at, const __m256 S[2], __m256 f[][2]) {
     const uint8_t *x2 = x + 32 * nt, *side = x + (hi ? 64 : 32) * nt;
     for (int t = 0; t < nt; t++) {
@@ -193,39 +194,45 @@ AI void block_part(const int kind, const int hi, const wblock *b, const uint8_t 
             for (int h = 0; h < 2; h++) i[h] = _mm256_add_epi32(i[h], off);
         }
         const __m256 s = bcastf(st);
-        for (int h = 0; h < 2; h++) f[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[h]), _mm256_mul_ps(S[h], s), f[t][h]);
+        for (int h = 0; h < 2; h++)
+            f[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[h]), g256 ? S[h] : _mm256_mul_ps(S[h], s), f[t][h]);
     }
 }
 
-AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
+AI void panel_tile(const int kind, const int mode, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
                    float *y, int64_t ys, int n_rows) {
-    const int kq = rp_kq(kind);
+    const int kq = rp_kq(kind), hi = mode == TS_RP_HI, g256 = mode == TS_RP_LO256;
     const size_t wb = rp_wb(kind);
     const size_t xb = (hi ? 96 : 64) * (size_t)nt;
-    __m256 f[TS_RP_TT][2];
+    __m256 f[TS_RP_TT][2], gs[TS_RP_TT][2]; /* lo256: gs gathers a super-block's terms before its one multiply */
     for (int t = 0; t < nt; t++) f[t][0] = f[t][1] = _mm256_setzero_ps();
     wblock b;
     for (int64_t pb = 0; pb < n / rp_be(kind); pb++, w += wb) {
+        const uint8_t *side0 = x + 32 * nt; /* lo256: the super-block's first side (holds its s) */
+        __m256(*g)[2] = g256 ? gs : f;
+        if (g256)
+            for (int t = 0; t < nt; t++) gs[t][0] = gs[t][1] = _mm256_setzero_ps();
         for (int sub = 0; sub < (kq ? 8 : 1); sub++, x += xb) {
             const uint8_t *side = x + (hi ? 64 : 32) * nt;
             if (kind == K_Q2_K) { /* two 16-element groups, each a scale and a min (nibbles of a byte) */
                 const uint8_t *q = w + rp_sub(kind) * sub;
                 decode_block(kind, q, &b);
                 const __m256i m4 = _mm256_set1_epi32(0x0f);
-                for (int g = 0; g < 2; g++) {
+                for (int hg = 0; hg < 2; hg++) {
                     __m256 S[2], ml[2];
                     for (int h = 0; h < 2; h++) {
                         const __m256i gb =
-                            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i_u *)(q + rp_gsc(kind) + 16 * g + 8 * h)));
+                            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i_u *)(q + rp_gsc(kind) + 16 * hg + 8 * h)));
                         S[h] = _mm256_mul_ps(ld_f16x8(w + rp_d(kind) + 16 * h), _mm256_cvtepi32_ps(_mm256_and_si256(gb, m4)));
                         ml[h] = _mm256_mul_ps(ld_f16x8(w + rp_m(kind) + 16 * h), _mm256_cvtepi32_ps(_mm256_srli_epi32(gb, 4)));
                     }
-                    block_part(kind, hi, &b, x, nt, 4 * g, 4 * g + 4, 0, S, f);
-                    for (int t = 0; t < nt; t++) { /* + (-sumX_g) (dmin m_g) s */
+                    block_part(kind, hi, g256, &b, x, nt, 4 * hg, 4 * hg + 4, 0, S, g);
+                    for (int t = 0; t < nt; t++) { /* + (-sumX_hg) (dmin m_hg) s */
                         const uint8_t *st = side + TS_RP_SIDE * t;
-                        const __m256 nsum = _mm256_cvtepi32_ps(_mm256_srai_epi32(bcast32(st + 20 + 4 * g), 5));
+                        const __m256 nsum = _mm256_cvtepi32_ps(_mm256_srai_epi32(bcast32(st + 20 + 4 * hg), 5));
                         const __m256 s = bcastf(st);
-                        for (int h = 0; h < 2; h++) f[t][h] = _mm256_fmadd_ps(nsum, _mm256_mul_ps(ml[h], s), f[t][h]);
+                        for (int h = 0; h < 2; h++)
+                            g[t][h] = _mm256_fmadd_ps(nsum, g256 ? ml[h] : _mm256_mul_ps(ml[h], s), g[t][h]);
                     }
                 }
             } else if (kind == K_Q6_K || kind == K_Q3_K) { /* two 16-element groups, int8 scales */
@@ -234,9 +241,9 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
                 decode_block(kind, q, &b);
                 __m256 S[2];
                 for (int h = 0; h < 2; h++) S[h] = _mm256_mul_ps(ld_f16x8(w + doff + 16 * h), cvt8_s(q + s0 + 8 * h));
-                block_part(kind, hi, &b, x, nt, 0, 4, 20, S, f);
+                block_part(kind, hi, g256, &b, x, nt, 0, 4, 20, S, g);
                 for (int h = 0; h < 2; h++) S[h] = _mm256_mul_ps(ld_f16x8(w + doff + 16 * h), cvt8_s(q + s1 + 8 * h));
-                block_part(kind, hi, &b, x, nt, 4, 8, 24, S, f);
+                block_part(kind, hi, g256, &b, x, nt, 4, 8, 24, S, g);
             } else if (kind == K_Q4_K || kind == K_Q5_K) {
                 decode_block(kind, w + rp_sub(kind) * sub, &b);
                 __m256 dl[2], ml[2];
@@ -246,7 +253,7 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
                     ml[h] = _mm256_mul_ps(ld_f16x8(w + rp_m(kind) + 16 * h),
                                           cvt8_u(w + rp_mn(kind) + 16 * sub + 8 * h));
                 }
-                block_part(kind, hi, &b, x, nt, 0, 8, 0, dl, f);
+                block_part(kind, hi, g256, &b, x, nt, 0, 8, 0, dl, g);
                 for (int t = 0; t < nt; t++) {
                     const __m256 ds = bcastf(side + TS_RP_SIDE * t + 4);
                     for (int h = 0; h < 2; h++) f[t][h] = _mm256_fnmadd_ps(ml[h], ds, f[t][h]);
@@ -256,7 +263,7 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
                 const int off_at = kind == K_Q4_0 ? 8 : kind == K_Q8_0 ? 12 : kind == K_Q5_0 ? 16 : 0;
                 decode_block(kind, w, &b);
                 const __m256 S[2] = {ld_f16x8(w + doff), ld_f16x8(w + doff + 16)};
-                block_part(kind, hi, &b, x, nt, 0, 8, off_at, S, f);
+                block_part(kind, hi, 0, &b, x, nt, 0, 8, off_at, S, f);
                 if (rp_has_m32(kind)) {
                     const __m256 m[2] = {ld_f16x8(w + rp_m(kind)), ld_f16x8(w + rp_m(kind) + 16)};
                     for (int t = 0; t < nt; t++) {
@@ -266,6 +273,11 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
                 }
             }
         }
+        if (g256)
+            for (int t = 0; t < nt; t++) {
+                const __m256 s = bcastf(side0 + TS_RP_SIDE * t);
+                for (int h = 0; h < 2; h++) f[t][h] = _mm256_fmadd_ps(gs[t][h], s, f[t][h]);
+            }
     }
     for (int t = 0; t < nt; t++) {
         store_lanes(y + (int64_t)t * ys, f[t][0], n_rows);
@@ -303,33 +315,42 @@ AI void store_bytes(uint8_t *dst, __m256i a, __m256i b, __m256i c, __m256i d) {
 }
 
 void ts_rp_quant_avx2(const float *x, int64_t n_in, int hi, uint8_t *tile, int nt, int slot) {
-    const float C = hi ? 32512.0f : 127.0f;
+    if (hi == TS_RP_LO256 && n_in % 256) hi = TS_RP_LO; /* as ts_rp_quant_ref */
+    const float C = hi == TS_RP_HI ? 32512.0f : 127.0f;
+    const int gb = hi == TS_RP_LO256 ? 8 : 1; /* 32-blocks sharing a scale */
+    hi = hi == TS_RP_HI;
     const size_t xb = (hi ? 96 : 64) * (size_t)nt;
     const __m256 fmax = _mm256_set1_ps(3.4028235e38f);
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    int ok = 1, zero = 1;
+    float s = 0.0f;
+    __m256 id = _mm256_setzero_ps();
     for (int64_t b = 0; b < n_in / 32; b++, x += 32) {
         uint8_t *q1 = tile + (size_t)b * xb + 32 * slot;
         uint8_t *q2 = q1 + 32 * nt;
         uint8_t *side = tile + (size_t)b * xb + (hi ? 64 : 32) * nt + TS_RP_SIDE * slot;
-        __m256 v[4], a[4];
-        int ok = 1;
-        for (int k = 0; k < 4; k++) {
-            v[k] = _mm256_loadu_ps(x + 8 * k);
-            a[k] = _mm256_and_ps(v[k], absm);
-            /* finite: |x| <= FLT_MAX (false for inf; NaN compares false) */
-            ok &= _mm256_movemask_ps(_mm256_cmp_ps(a[k], fmax, _CMP_LE_OQ)) == 0xff;
+        __m256 v[4];
+        for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(x + 8 * k);
+        if (b % gb == 0) { /* the group's scale: amax over its gb blocks */
+            __m256 m8 = _mm256_setzero_ps();
+            ok = 1;
+            for (int k = 0; k < 4 * gb; k++) {
+                const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + 8 * k), absm);
+                /* finite: |x| <= FLT_MAX (false for inf; NaN compares false) */
+                ok &= _mm256_movemask_ps(_mm256_cmp_ps(a, fmax, _CMP_LE_OQ)) == 0xff;
+                m8 = _mm256_max_ps(m8, a);
+            }
+            float amax = 0.0f;
+            if (ok) { /* max is exact in any order */
+                __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+                m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+                m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+                amax = _mm_cvtss_f32(m4);
+            }
+            zero = !ok || amax < 0x1p-100f;
+            s = !ok ? NAN : zero ? 0.0f : amax / C;
+            id = _mm256_set1_ps(zero ? 0.0f : C / amax);
         }
-        float amax = 0.0f;
-        if (ok) { /* max is exact in any order */
-            const __m256 m8 = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
-            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
-            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-            m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-            amax = _mm_cvtss_f32(m4);
-        }
-        const int zero = !ok || amax < 0x1p-100f;
-        const float s = !ok ? NAN : zero ? 0.0f : amax / C;
-        const __m256 id = _mm256_set1_ps(zero ? 0.0f : C / amax);
         __m256i X[4];
         for (int k = 0; k < 4; k++) /* rounds to nearest even, as lrintf */
             X[k] = zero ? _mm256_setzero_si256() : _mm256_cvtps_epi32(_mm256_mul_ps(v[k], id));

@@ -112,8 +112,10 @@ AI __m512 cvt_bytes_s(const uint8_t *p) { return _mm512_cvtepi32_ps(_mm512_cvtep
 AI __m512 ld_f16x16(const uint8_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i_u *)p)); }
 
 /* One 32-block (or one 16-element half of it, Q6_K: v in [vb, ve)) for nt
- * tokens: integer dots, then the f32 update with row scales S (16 lanes) */
-AI void block_part(const int kind, const int hi, const uint8_t *q, const uint8_t *x, const int nt,
+ * tokens: integer dots, then the f32 update with row scales S (16 lanes):
+ * f += i * (S * s), or at lo256 (g256) f += i * S (the super-block's s
+ * comes later) */
+AI void block_part(const int kind, const int hi, const int g256, const uint8_t *q, const uint8_t *x, const int nt,
                    const int vb, const int ve, const int off_at, const __m512 S, __m512 *f) {
     const uint8_t *x2 = x + 32 * nt, *side = x + (hi ? 64 : 32) * nt;
     __m512i a[TS_RP_TT], a2[TS_RP_TT];
@@ -138,7 +140,7 @@ AI void block_part(const int kind, const int hi, const uint8_t *q, const uint8_t
     }
     for (int t = 0; t < nt; t++) {
         const __m512i i = hi ? _mm512_add_epi32(_mm512_slli_epi32(a[t], 8), a2[t]) : a[t];
-        f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(S, bcastf(side + TS_RP_SIDE * t)), f[t]);
+        f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), g256 ? S : _mm512_mul_ps(S, bcastf(side + TS_RP_SIDE * t)), f[t]);
     }
 }
 
@@ -154,17 +156,21 @@ AI void block_part(const int kind, const int hi, const uint8_t *q, const uint8_t
  * prefetch never faults. */
 #define PF_AHEAD 4096
 
-AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
+AI void panel_tile(const int kind, const int mode, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
                    float *y, int64_t ys, int n_rows) {
-    const int kq = rp_kq(kind);
+    const int kq = rp_kq(kind), hi = mode == TS_RP_HI, g256 = mode == TS_RP_LO256;
     const size_t wb = rp_wb(kind);
     const size_t xb = (hi ? 96 : 64) * (size_t)nt;
-    __m512 f[TS_RP_TT];
+    __m512 f[TS_RP_TT], gs[TS_RP_TT]; /* lo256: gs gathers a super-block's terms before its one multiply */
     for (int t = 0; t < nt; t++) f[t] = _mm512_setzero_ps();
     for (int64_t pb = 0; pb < n / rp_be(kind); pb++, w += wb) {
         if (nt == 1) /* decode */
             for (size_t l = 0; l < wb; l += 64)
                 _mm_prefetch((const char *)((uintptr_t)w + PF_AHEAD + l), _MM_HINT_T0);
+        const uint8_t *side0 = x + 32 * nt; /* lo256: the super-block's first side (holds its s) */
+        __m512 *g = g256 ? gs : f;
+        if (g256)
+            for (int t = 0; t < nt; t++) gs[t] = _mm512_setzero_ps();
         for (int sub = 0; sub < (kq ? 8 : 1); sub++, x += xb) {
             const uint8_t *side = x + (hi ? 64 : 32) * nt;
             if (kind == K_Q2_K) { /* two 16-element groups, each a scale and a min (nibbles of a byte) */
@@ -172,38 +178,40 @@ AI void panel_tile(const int kind, const int hi, int64_t n, const uint8_t *w, co
                 const __m512 d = ld_f16x16(w + rp_d(kind)), dm = ld_f16x16(w + rp_m(kind));
                 const __m512i m4 = _mm512_set1_epi32(0x0f);
                 for (int h = 0; h < 2; h++) {
-                    const __m512i g = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i_u *)(q + rp_gsc(kind) + 16 * h)));
-                    const __m512 sc = _mm512_cvtepi32_ps(_mm512_and_si512(g, m4));
-                    const __m512 mn = _mm512_cvtepi32_ps(_mm512_srli_epi32(g, 4));
-                    block_part(kind, hi, q, x, nt, 4 * h, 4 * h + 4, 0, _mm512_mul_ps(d, sc), f);
+                    const __m512i gsc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i_u *)(q + rp_gsc(kind) + 16 * h)));
+                    const __m512 sc = _mm512_cvtepi32_ps(_mm512_and_si512(gsc, m4));
+                    const __m512 mn = _mm512_cvtepi32_ps(_mm512_srli_epi32(gsc, 4));
+                    block_part(kind, hi, g256, q, x, nt, 4 * h, 4 * h + 4, 0, _mm512_mul_ps(d, sc), g);
                     const __m512 ml = _mm512_mul_ps(dm, mn);
                     for (int t = 0; t < nt; t++) { /* + (-sumX_h) (dmin m_h) s */
                         const __m512 nsum = _mm512_cvtepi32_ps(_mm512_srai_epi32(bcast32(side + TS_RP_SIDE * t + 20 + 4 * h), 5));
-                        f[t] = _mm512_fmadd_ps(nsum, _mm512_mul_ps(ml, bcastf(side + TS_RP_SIDE * t)), f[t]);
+                        g[t] = _mm512_fmadd_ps(nsum, g256 ? ml : _mm512_mul_ps(ml, bcastf(side + TS_RP_SIDE * t)), g[t]);
                     }
                 }
             } else if (kind == K_Q6_K || kind == K_Q3_K) { /* two 16-element groups, int8 scales */
                 const uint8_t *q = w + rp_sub(kind) * sub;
                 const __m512 d = ld_f16x16(w + rp_d(kind));
-                block_part(kind, hi, q, x, nt, 0, 4, 20, _mm512_mul_ps(d, cvt_bytes_s(q + rp_gsc(kind))), f);
-                block_part(kind, hi, q, x, nt, 4, 8, 24, _mm512_mul_ps(d, cvt_bytes_s(q + rp_gsc(kind) + 16)), f);
+                block_part(kind, hi, g256, q, x, nt, 0, 4, 20, _mm512_mul_ps(d, cvt_bytes_s(q + rp_gsc(kind))), g);
+                block_part(kind, hi, g256, q, x, nt, 4, 8, 24, _mm512_mul_ps(d, cvt_bytes_s(q + rp_gsc(kind) + 16)), g);
             } else if (kind == K_Q4_K || kind == K_Q5_K) {
                 const __m512 dl = _mm512_mul_ps(ld_f16x16(w + rp_d(kind)),
                                                 cvt_bytes_u(w + rp_sc(kind) + 16 * sub));
                 const __m512 ml = _mm512_mul_ps(ld_f16x16(w + rp_m(kind)),
                                                 cvt_bytes_u(w + rp_mn(kind) + 16 * sub));
-                block_part(kind, hi, w + rp_sub(kind) * sub, x, nt, 0, 8, 0, dl, f);
+                block_part(kind, hi, g256, w + rp_sub(kind) * sub, x, nt, 0, 8, 0, dl, g);
                 for (int t = 0; t < nt; t++) f[t] = _mm512_fnmadd_ps(ml, bcastf(side + TS_RP_SIDE * t + 4), f[t]);
             } else {
                 const int doff = rp_d(kind);
                 const int off_at = kind == K_Q4_0 ? 8 : kind == K_Q8_0 ? 12 : kind == K_Q5_0 ? 16 : 0;
-                block_part(kind, hi, w, x, nt, 0, 8, off_at, ld_f16x16(w + doff), f);
+                block_part(kind, hi, 0, w, x, nt, 0, 8, off_at, ld_f16x16(w + doff), f);
                 if (rp_has_m32(kind)) {
                     const __m512 m = ld_f16x16(w + rp_m(kind));
                     for (int t = 0; t < nt; t++) f[t] = _mm512_fmadd_ps(m, bcastf(side + TS_RP_SIDE * t + 4), f[t]);
                 }
             }
         }
+        if (g256)
+            for (int t = 0; t < nt; t++) f[t] = _mm512_fmadd_ps(gs[t], bcastf(side0 + TS_RP_SIDE * t), f[t]);
     }
     for (int t = 0; t < nt; t++) store_rows(y + (int64_t)t * ys, f[t], n_rows);
 }
@@ -222,38 +230,49 @@ RP_ENTRY(ts_rp_q6_k_avx512, K_Q6_K)
 /* ---- activation quantizer: the arithmetic of ts_rp_quant_ref ---- */
 
 void ts_rp_quant_avx512(const float *x, int64_t n_in, int hi, uint8_t *tile, int nt, int slot) {
-    const float C = hi ? 32512.0f : 127.0f;
+    if (hi == TS_RP_LO256 && n_in % 256) hi = TS_RP_LO; /* as ts_rp_quant_ref */
+    const float C = hi == TS_RP_HI ? 32512.0f : 127.0f;
+    const int gb = hi == TS_RP_LO256 ? 8 : 1; /* 32-blocks sharing a scale */
+    hi = hi == TS_RP_HI;
     const size_t xb = (hi ? 96 : 64) * (size_t)nt;
     const __m512 fmax = _mm512_set1_ps(3.4028235e38f);
-    for (int64_t b = 0; b < n_in / 32; b++, x += 32) {
-        uint8_t *q1 = tile + (size_t)b * xb + 32 * slot;
-        uint8_t *q2 = q1 + 32 * nt;
-        uint8_t *side = tile + (size_t)b * xb + (hi ? 64 : 32) * nt + TS_RP_SIDE * slot;
-        const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-        const __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
-        /* finite: every |x| <= FLT_MAX (false for inf, and NaN compares false) */
-        const __mmask16 ok = _mm512_cmp_ps_mask(a0, fmax, _CMP_LE_OQ) & _mm512_cmp_ps_mask(a1, fmax, _CMP_LE_OQ);
+    for (int64_t b0 = 0; b0 < n_in / 32; b0 += gb) {
+        /* the group's amax; finite: every |x| <= FLT_MAX (false for inf, and NaN compares false) */
+        __m512 am = _mm512_setzero_ps();
+        __mmask16 ok = 0xffff;
+        for (int k = 0; k < 2 * gb; k++) {
+            const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(x + 32 * b0 + 16 * k));
+            ok &= _mm512_cmp_ps_mask(a, fmax, _CMP_LE_OQ);
+            am = _mm512_max_ps(am, a);
+        }
         const int finite = ok == 0xffff;
-        const float amax = finite ? _mm512_reduce_max_ps(_mm512_max_ps(a0, a1)) : 0.0f;
+        const float amax = finite ? _mm512_reduce_max_ps(am) : 0.0f;
         const int zero = !finite || amax < 0x1p-100f;
         const float s = !finite ? NAN : zero ? 0.0f : amax / C;
         const __m512 id = _mm512_set1_ps(zero ? 0.0f : C / amax);
-        const __m512i X0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id)), X1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
-        /* zero blocks: x * 0 is 0 for finite x; non-finite blocks: force 0 */
-        const __m512i Z0 = zero ? _mm512_setzero_si512() : X0, Z1 = zero ? _mm512_setzero_si512() : X1;
-        if (hi) {
-            const __m512i k128 = _mm512_set1_epi32(128);
-            const __m512i h0 = _mm512_srai_epi32(_mm512_add_epi32(Z0, k128), 8);
-            const __m512i h1 = _mm512_srai_epi32(_mm512_add_epi32(Z1, k128), 8);
-            _mm_storeu_si128((__m128i_u *)q1, _mm512_cvtepi32_epi8(h0));
-            _mm_storeu_si128((__m128i_u *)(q1 + 16), _mm512_cvtepi32_epi8(h1));
-            _mm_storeu_si128((__m128i_u *)q2, _mm512_cvtepi32_epi8(_mm512_sub_epi32(Z0, _mm512_slli_epi32(h0, 8))));
-            _mm_storeu_si128((__m128i_u *)(q2 + 16),
-                             _mm512_cvtepi32_epi8(_mm512_sub_epi32(Z1, _mm512_slli_epi32(h1, 8))));
-        } else {
-            _mm_storeu_si128((__m128i_u *)q1, _mm512_cvtepi32_epi8(Z0));
-            _mm_storeu_si128((__m128i_u *)(q1 + 16), _mm512_cvtepi32_epi8(Z1));
+        for (int64_t b = b0; b < b0 + gb; b++) {
+            const float *xv = x + 32 * b;
+            uint8_t *q1 = tile + (size_t)b * xb + 32 * slot;
+            uint8_t *q2 = q1 + 32 * nt;
+            uint8_t *side = tile + (size_t)b * xb + (hi ? 64 : 32) * nt + TS_RP_SIDE * slot;
+            const __m512 v0 = _mm512_loadu_ps(xv), v1 = _mm512_loadu_ps(xv + 16);
+            const __m512i X0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id)), X1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+            /* zero blocks: x * 0 is 0 for finite x; non-finite blocks: force 0 */
+            const __m512i Z0 = zero ? _mm512_setzero_si512() : X0, Z1 = zero ? _mm512_setzero_si512() : X1;
+            if (hi) {
+                const __m512i k128 = _mm512_set1_epi32(128);
+                const __m512i h0 = _mm512_srai_epi32(_mm512_add_epi32(Z0, k128), 8);
+                const __m512i h1 = _mm512_srai_epi32(_mm512_add_epi32(Z1, k128), 8);
+                _mm_storeu_si128((__m128i_u *)q1, _mm512_cvtepi32_epi8(h0));
+                _mm_storeu_si128((__m128i_u *)(q1 + 16), _mm512_cvtepi32_epi8(h1));
+                _mm_storeu_si128((__m128i_u *)q2, _mm512_cvtepi32_epi8(_mm512_sub_epi32(Z0, _mm512_slli_epi32(h0, 8))));
+                _mm_storeu_si128((__m128i_u *)(q2 + 16),
+                                 _mm512_cvtepi32_epi8(_mm512_sub_epi32(Z1, _mm512_slli_epi32(h1, 8))));
+            } else {
+                _mm_storeu_si128((__m128i_u *)q1, _mm512_cvtepi32_epi8(Z0));
+                _mm_storeu_si128((__m128i_u *)(q1 + 16), _mm512_cvtepi32_epi8(Z1));
+            }
+            ts_rp_put_side(side, s, _mm512_reduce_add_epi32(Z0), _mm512_reduce_add_epi32(Z1));
         }
-        ts_rp_put_side(side, s, _mm512_reduce_add_epi32(Z0), _mm512_reduce_add_epi32(Z1));
     }
 }

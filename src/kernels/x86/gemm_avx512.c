@@ -9,13 +9,15 @@
  * precision a second chain of 8 over the low plane q2, and the two are
  * combined as (a1 << 8) + a2. Then one convert, one multiply (row scales x
  * token scale) and one FMA into the f32 accumulator (Q4_1, Q5_1: one more FMA for
- * m * s*sumX). The 4-bit weights of a block are unpacked once (and, shift,
+ * m * s*sumX); at lo256 (K-quants) no multiply: the FMA goes to a
+ * super-block accumulator, scaled by the token's s once at its end. The 4-bit weights of a block are unpacked once (and, shift,
  * and) and reused by every token of the tile. This is exactly the arithmetic
  * of ts_rp_gemm_ref, lane by lane, so the results are bit-identical to it
  * (tests/test_perf_kernels.c).
  *
- * Registers at 8 tokens: lo 8 int + 8 f32 accumulators; hi 16 int + 8 f32,
- * plus the unpacked weights, the nibble mask and the row scales (<= 31 zmm).
+ * Registers at 8 tokens: lo 8 int + 8 f32 accumulators (lo256: + 8 f32
+ * super-block ones); hi 16 int + 8 f32, plus the unpacked weights, the
+ * nibble mask and the row scales.
  */
 #include <immintrin.h>
 #include <math.h>

@@ -123,8 +123,18 @@ static inline float FASTOPS_NAME(sigmoid)(float a) {
     return a >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
 }
 
+/* An includer may define FASTOPS_SWIGLU_HEAD(out, gate, up, n) /
+ * FASTOPS_GEGLU_HEAD: do elements [0, i) with the same per-element sequence
+ * and return i (the loops below finish the rest). */
+#ifndef FASTOPS_SWIGLU_HEAD
+#define FASTOPS_SWIGLU_HEAD(out, gate, up, n) 0
+#endif
+#ifndef FASTOPS_GEGLU_HEAD
+#define FASTOPS_GEGLU_HEAD(out, gate, up, n) 0
+#endif
+
 void FASTOPS_NAME(swiglu)(float *out, const float *gate, const float *up, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = FASTOPS_SWIGLU_HEAD(out, gate, up, n); i < n; i++) {
         const float g = gate[i];
         out[i] = g * FASTOPS_NAME(sigmoid)(g) * up[i];
     }
@@ -132,7 +142,7 @@ void FASTOPS_NAME(swiglu)(float *out, const float *gate, const float *up, int64_
 
 /* gelu_tanh(g) = 0.5 g (1 + tanh z) = g sigmoid(2z), z = sqrt(2/pi) (g + 0.044715 g^3) */
 void FASTOPS_NAME(geglu)(float *out, const float *gate, const float *up, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = FASTOPS_GEGLU_HEAD(out, gate, up, n); i < n; i++) {
         const float g = gate[i];
         const float z2 = 1.5957691216057308f * (g + 0.044715f * g * g * g); /* 2 sqrt(2/pi) */
         out[i] = g * FASTOPS_NAME(sigmoid)(z2) * up[i];

@@ -151,9 +151,8 @@ AI void block_part(const int kind, const int hi, const int g256, const uint8_t *
  * prefetchers alone left decode at 72-77% of the read bandwidth on Qwen2.5
  * 1.5B. tg64 medians of 3 alternating rounds: Qwen2.5-Coder 1.5B exact
  * 18.4 -> 19.4 t/s (4 KiB) / 19.7 (8 KiB) / 19.4 (16 KiB) / 18.6 (32 KiB);
- * Llama 3.2 1B Q4_0 q8 27.2 -> 29.1 / 28.4 / 28.0 / 26.1. Not in the AVX2
- * kernels: there (TS_CPU_LEVEL=avx2, same machine) the 1B q8 decode went
- * 25.5 -> 20.7 t/s with it, Qwen 1.5B exact 13.1 -> 13.4. The address is
+ * Llama 3.2 1B Q4_0 q8 27.2 -> 29.1 / 28.4 / 28.0 / 26.1. (The AVX2
+ * kernels do it too: on a real AVX2 CPU it pays, gemm_avx2.c.) The address is
  * formed as an integer: past the matrix's end it names no object, and a
  * prefetch never faults. */
 #define PF_AHEAD 4096

@@ -12,7 +12,8 @@
  * token's rows see the same keys, so they are scored and accumulated up to
  * TS_ATTN_G at a time: each K or V vector loaded feeds G rows' FMA chains
  * (AVX-512: 1.06-2.0x the one-row schedule on the real models' head shapes,
- * docs/PERFORMANCE.md; every row's sequence, hence every bit, unchanged).
+ * docs/PERFORMANCE.md; every row's sequence, hence every bit, unchanged;
+ * AVX2: the same schedule in ymm, x86/fastops_avx2.c).
  *
  * Non-causal mode (ap->n_kv > 0, diffusion LLMs): every row visits the
  * tiles of positions 0 .. n_kv-1 and uses all their keys, so a row's result

@@ -8,9 +8,11 @@
  * so the hooks are written here with intrinsics: a 16-lane chunk is two ymm,
  * and every lane's operations and their order stay fastops_impl.h's (the
  * exp as fastops_avx512.c's, with FMAs), so decode = prefill bit for bit as
- * before. The GLUs follow the scalar expf / sigmoid step by step without
- * contraction (this file is ISO C: -ffp-contract=off), so they give the
- * scalar loop's bits. */
+ * before. The GLUs follow the scalar expf / sigmoid step by step, each
+ * multiply and add rounded on its own: the scalar loop's bits under gcc (ISO
+ * C: no contraction). clang contracts a*b+c inside one expression, so its
+ * scalar loop would round differently; hence row tails go through the same
+ * vector code (masked), never the scalar loop. */
 #include <immintrin.h>
 #include <math.h>
 

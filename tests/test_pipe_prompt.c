@@ -163,6 +163,11 @@ static int diffuse_case(ts_model *m, const char *ea, const char *eb, const char 
     dp.block = 8;
     dp.steps = 8;
     dp.early_stop = false;
+    {
+        ts_prompt_pipe_params probe = ts_prompt_pipe_default_params();
+        probe.engine_a = ea, probe.engine_b = eb, probe.diffusion = &dp;
+        if (engine_unavailable(m, prompts, lens, &probe)) return 77;
+    }
     /* the reference: each prompt decoded in a context on REF */
     int32_t ref[N_PROMPTS][D_GEN], n_ref[N_PROMPTS];
     for (int i = 0; i < N_PROMPTS; i++) {
@@ -181,11 +186,6 @@ static int diffuse_case(ts_model *m, const char *ea, const char *eb, const char 
     ts_prompt_pipe_params pp = ts_prompt_pipe_default_params();
     pp.engine_a = ea, pp.engine_b = eb;
     ts_prompt_pipe *p = NULL;
-    {
-        ts_prompt_pipe_params probe = pp;
-        probe.diffusion = &dp;
-        if (engine_unavailable(m, prompts, lens, &probe)) return 77;
-    }
     {
         ts_diffusion_params bad = dp;
         bad.decoder = TS_DIFFUSION_BLOCK;
@@ -287,6 +287,14 @@ int main(int argc, char **argv) {
         lens[i] = PROMPT_LEN;
         for (int t = 0; t < PROMPT_LEN; t++) prompts[i * PROMPT_LEN + t] = toks[(i * 17 + t) % n_text];
     }
+    {
+        ts_prompt_pipe_params probe = ts_prompt_pipe_default_params();
+        probe.engine_a = ea, probe.engine_b = eb, probe.chunk = CHUNK;
+        if (engine_unavailable(m, prompts, lens, &probe)) {
+            ts_model_free(m);
+            return 77;
+        }
+    }
     /* the reference: one context per prompt, prefilled on REF */
     float *ref = malloc(sizeof(float) * (size_t)V * N_PROMPTS);
     for (int i = 0; i < N_PROMPTS; i++) {
@@ -310,11 +318,6 @@ int main(int argc, char **argv) {
     {
         ts_prompt_pipe_params pp = ts_prompt_pipe_default_params();
         pp.engine_a = ea, pp.engine_b = eb, pp.chunk = CHUNK;
-        if (engine_unavailable(m, prompts, lens, &pp)) {
-            free(ref);
-            ts_model_free(m);
-            return 77;
-        }
         ts_prompt_pipe *p = NULL;
         const int32_t bad[2] = {PROMPT_LEN, CHUNK}; /* 3 chunks and 1 */
         CHECK(ts_prompt_pipe_open(m, prompts, bad, 2, &pp, &p, &err) == TS_ERR_INVALID_ARG &&

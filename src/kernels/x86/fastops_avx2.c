@@ -122,27 +122,30 @@ AI void scores_gn(float *s, const float *q, int64_t qs, const float *kt, int hd,
     for (int g = 0; g < G; g++)
         for (int c = 0; c < 2 * nc; c++) _mm256_storeu_ps(s + g * TS_ATTN_KT + 8 * c, _mm256_mul_ps(a[g][c], sc));
 }
+/* F(args..., nc, G) over 16-wide chunks [c0, c_end): as many chunks per
+ * call as G leaves accumulators for (G = 1: 4, G = 2: 2, else 1), each call
+ * with compile-time nc and G; the caller's args name chunk c0's data. */
+#define BY_CHUNKS(F, c0, c_end, G, ...)                                                            \
+    for (int c0 = 0; c0 < (c_end);) {                                                              \
+        const int left_ = (c_end) - c0;                                                            \
+        switch (G) {                                                                               \
+        case 1:                                                                                    \
+            if (left_ >= 4) F(__VA_ARGS__, 4, 1), c0 += 4;                                         \
+            else if (left_ == 3) F(__VA_ARGS__, 3, 1), c0 += 3;                                    \
+            else if (left_ == 2) F(__VA_ARGS__, 2, 1), c0 += 2;                                    \
+            else F(__VA_ARGS__, 1, 1), c0 += 1;                                                    \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            if (left_ >= 2) F(__VA_ARGS__, 2, 2), c0 += 2;                                         \
+            else F(__VA_ARGS__, 1, 2), c0 += 1;                                                    \
+            break;                                                                                 \
+        case 3: F(__VA_ARGS__, 1, 3), c0 += 1; break;                                              \
+        default: F(__VA_ARGS__, 1, 4), c0 += 1; break;                                             \
+        }                                                                                          \
+    }
 static void scores_g_avx2(float *s, const float *q, int64_t qs, const float *kt, int hd, float scale, int nk16,
                           int G) {
-    for (int c0 = 0; c0 < nk16 / 16;) {
-        const int left = nk16 / 16 - c0;
-        const float *k = kt + 16 * c0;
-        float *sd = s + 16 * c0;
-        switch (G) {
-        case 1:
-            if (left >= 4) scores_gn(sd, q, qs, k, hd, scale, 4, 1), c0 += 4;
-            else if (left == 3) scores_gn(sd, q, qs, k, hd, scale, 3, 1), c0 += 3;
-            else if (left == 2) scores_gn(sd, q, qs, k, hd, scale, 2, 1), c0 += 2;
-            else scores_gn(sd, q, qs, k, hd, scale, 1, 1), c0 += 1;
-            break;
-        case 2:
-            if (left >= 2) scores_gn(sd, q, qs, k, hd, scale, 2, 2), c0 += 2;
-            else scores_gn(sd, q, qs, k, hd, scale, 1, 2), c0 += 1;
-            break;
-        case 3: scores_gn(sd, q, qs, k, hd, scale, 1, 3), c0 += 1; break;
-        default: scores_gn(sd, q, qs, k, hd, scale, 1, 4), c0 += 1; break;
-        }
-    }
+    BY_CHUNKS(scores_gn, c0, nk16 / 16, G, s + 16 * c0, q, qs, kt + 16 * c0, hd, scale)
 }
 #define FASTOPS_SCORES_G(s, q, qs, kt, hd, scale, nk16, G) scores_g_avx2(s, q, qs, kt, hd, scale, nk16, G)
 
@@ -170,25 +173,7 @@ AI void pv_gn(float *acc, const float *alpha, const float *s, const float *vt, i
 }
 static void pv_g_avx2(float *acc, const float *alpha, const float *s, const float *vt, int j0, int j1, int hd,
                       int G) {
-    for (int c0 = 0; c0 < hd / 16;) {
-        const int left = hd / 16 - c0;
-        float *ad = acc + 16 * c0;
-        const float *v = vt + 16 * c0;
-        switch (G) {
-        case 1:
-            if (left >= 4) pv_gn(ad, alpha, s, v, j0, j1, hd, 4, 1), c0 += 4;
-            else if (left == 3) pv_gn(ad, alpha, s, v, j0, j1, hd, 3, 1), c0 += 3;
-            else if (left == 2) pv_gn(ad, alpha, s, v, j0, j1, hd, 2, 1), c0 += 2;
-            else pv_gn(ad, alpha, s, v, j0, j1, hd, 1, 1), c0 += 1;
-            break;
-        case 2:
-            if (left >= 2) pv_gn(ad, alpha, s, v, j0, j1, hd, 2, 2), c0 += 2;
-            else pv_gn(ad, alpha, s, v, j0, j1, hd, 1, 2), c0 += 1;
-            break;
-        case 3: pv_gn(ad, alpha, s, v, j0, j1, hd, 1, 3), c0 += 1; break;
-        default: pv_gn(ad, alpha, s, v, j0, j1, hd, 1, 4), c0 += 1; break;
-        }
-    }
+    BY_CHUNKS(pv_gn, c0, hd / 16, G, acc + 16 * c0, alpha, s, vt + 16 * c0, j0, j1, hd)
 }
 #define FASTOPS_PV_G(acc, alpha, s, vt, j0, j1, hd, G) pv_g_avx2(acc, alpha, s, vt, j0, j1, hd, G)
 

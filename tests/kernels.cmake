@@ -60,6 +60,12 @@ endif()
 ts_add_c_test(test_cpu_feat ${CMAKE_CURRENT_LIST_DIR}/test_cpu_feat.c)
 add_test(NAME test_cpu_feat_env_avx2 COMMAND test_cpu_feat)
 set_tests_properties(test_cpu_feat_env_avx2 PROPERTIES ENVIRONMENT "TS_CPU_LEVEL=avx2")
+# TS_PREFETCH: off and a byte count are honoured at every level; a trailing
+# unit and an out-of-range count are junk, ignored
+foreach(pf off 1024 12k 70000)
+  add_test(NAME test_cpu_feat_prefetch_${pf} COMMAND test_cpu_feat)
+  set_tests_properties(test_cpu_feat_prefetch_${pf} PROPERTIES ENVIRONMENT "TS_PREFETCH=${pf}")
+endforeach()
 if(NOT TS_SANITIZE)
   if(TS_QEMU_X86_64 AND NOT CMAKE_CROSSCOMPILING)
     add_test(NAME test_cpu_feat_qemu_Haswell

@@ -23,7 +23,10 @@
  *     layout) -> rows at both precisions, an unpacked Q2_K (every quant
  *     type has panels now; a matrix not packed keeps its GGUF rows) -> rows
  *     at the lo precision and ref at hi, BF16 -> rows; ts_linear's results on those equal the
- *     variant's kernel called directly, bit for bit.
+ *     variant's kernel called directly, bit for bit;
+ *   - the decode prefetch distance: 0 at avx512 on AMD (vendor from
+ *     /proc/cpuinfo), 4096 at the other levels and vendors; a valid
+ *     TS_PREFETCH (off, 0..65536) fixes it at every level, junk is ignored.
  *
  * Usage: test_cpu_feat [--expect-level NAME]
  *   --expect-level NAME  fail unless ts_cpu_detect() is NAME (emulated CPUs)
@@ -369,6 +372,48 @@ static void test_variants(void) {
     ts_linear_ws_free(lo);
 }
 
+/* ---- decode prefetch distance (ts_cpu_decode_prefetch) ---- */
+
+/* the vendor from /proc/cpuinfo, not cpuid: an oracle cpu.c does not use
+ * (under qemu-user it is the host's, which only matters at avx512, a level
+ * the emulated x86 CPUs here do not reach) */
+static int cpuinfo_amd(void) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return 0;
+    char line[256];
+    int amd = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "vendor_id", 9)) {
+            amd = strstr(line, "AuthenticAMD") != NULL;
+            break;
+        }
+    fclose(f);
+    return amd;
+}
+
+static void test_prefetch(void) {
+    const char *e = getenv("TS_PREFETCH");
+    int forced = -2; /* what a valid TS_PREFETCH fixes at every level */
+    if (e && !strcmp(e, "off"))
+        forced = -1;
+    else if (e && *e) {
+        char *end;
+        const long v = strtol(e, &end, 10);
+        if (!*end && v >= 0 && v <= 65536) forced = (int)v;
+    }
+    const int amd = cpuinfo_amd();
+    const ts_cpu_level was = ts_cpu_level_active();
+    for (int l = 0; l < TS_CPU_LEVEL_COUNT; l++) {
+        const ts_cpu_level got = ts_cpu_force_level((ts_cpu_level)l);
+        const int expect = forced != -2 ? forced : got == TS_CPU_AVX512 && amd ? 0 : 4096;
+        CHECK(ts_cpu_decode_prefetch() == expect, "TS_PREFETCH=%s at %s: %d, expected %d", e ? e : "(unset)",
+              ts_cpu_level_name(got), ts_cpu_decode_prefetch(), expect);
+    }
+    ts_cpu_force_level(was);
+    printf("TS_PREFETCH=%s -> %d at the active level (%s)\n", e ? e : "(unset)", ts_cpu_decode_prefetch(),
+           amd ? "AMD" : "not AMD");
+}
+
 int main(int argc, char **argv) {
     const char *expect = NULL;
     for (int i = 1; i < argc; i++) {
@@ -385,6 +430,7 @@ int main(int argc, char **argv) {
     test_levels(expect);
     test_select();
     test_variants();
+    test_prefetch();
     if (failures) {
         fprintf(stderr, "test_cpu_feat: %d failure(s)\n", failures);
         return 1;

@@ -212,6 +212,17 @@ static ts_cpu_feat detect_arm(void) {
 }
 #endif
 
+/* 1 when cpuid's vendor string is "AuthenticAMD" (ts_cpu_decode_prefetch) */
+static int detect_amd(void) {
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+    return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "Auth" "enti" "cAMD" */
+#else
+    return 0;
+#endif
+}
+
 static ts_cpu_feat detect_features(void) {
 #if defined(__x86_64__)
     return detect_x86();
@@ -294,14 +305,37 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static ts_cpu_feat g_feat = 0;                  /* written once under g_once */
 static ts_cpu_level g_best = TS_CPU_SCALAR;     /* ditto */
 static const ts_kern *_Atomic g_active = NULL; /* may be re-set by tests */
+static int g_amd = 0;                            /* written once under g_once */
+static int g_pf_env = -2;                        /* TS_PREFETCH: -2 unset, -1 off, else bytes */
+static _Atomic int g_pf = 4096;                  /* ts_cpu_decode_prefetch; follows the level */
+
+static int parse_prefetch(const char *s) {
+    if (!s || !*s) return -2;
+    if (!strcmp(s, "off")) return -1;
+    char *end = NULL;
+    const long v = strtol(s, &end, 10);
+    return *end || v < 0 || v > 65536 ? -2 : (int)v;
+}
+
+static void set_level(ts_cpu_level l) {
+    atomic_store(&g_pf, g_pf_env != -2 ? g_pf_env : l == TS_CPU_AVX512 && g_amd ? 0 : 4096);
+    atomic_store(&g_active, table(l));
+}
 
 static void init_once(void) {
     g_feat = detect_features();
+    g_amd = detect_amd();
+    g_pf_env = parse_prefetch(getenv("TS_PREFETCH"));
     g_best = ts_cpu_select(g_feat);
     ts_cpu_level l = g_best;
     const int want = ts_cpu_level_parse(getenv("TS_CPU_LEVEL"));
     if (want >= 0) l = ts_cpu_clamp((ts_cpu_level)want, g_best);
-    atomic_store(&g_active, table(l));
+    set_level(l);
+}
+
+int ts_cpu_decode_prefetch(void) {
+    pthread_once(&g_once, init_once);
+    return atomic_load_explicit(&g_pf, memory_order_relaxed);
 }
 
 ts_cpu_feat ts_cpu_features(void) {
@@ -335,7 +369,7 @@ ts_cpu_feat ts_cpu_features_active(void) {
 ts_cpu_level ts_cpu_force_level(ts_cpu_level want) {
     pthread_once(&g_once, init_once);
     const ts_cpu_level l = ts_cpu_clamp(want, g_best);
-    atomic_store(&g_active, table(l));
+    set_level(l);
     return l;
 }
 

@@ -152,6 +152,16 @@ ts_cpu_level ts_cpu_level_active(void);
  * tests and benchmarks; call it while no kernel is running. */
 ts_cpu_level ts_cpu_force_level(ts_cpu_level want);
 
+/* Bytes ahead of the weight block being computed that the x86 panel
+ * kernels prefetch in one-token (decode) calls, or -1 for none; 0 means the
+ * block's own lines, all requested at its start. Set with the active level
+ * (ts_cpu_force_level too), from measurements (docs/PERFORMANCE.md,
+ * sessions 28, 30, 31): 0 on AMD CPUs at the avx512 level, where 4 KiB
+ * ahead cost a Zen 4 20-43% of its decode speed; 4096 otherwise (+5% on the
+ * Intel machine, +40% on an AVX2-only Zen 3). TS_PREFETCH=N (bytes,
+ * 0..65536) or TS_PREFETCH=off overrides the choice; junk is ignored. */
+int ts_cpu_decode_prefetch(void);
+
 /* ---- dispatch table ---- */
 
 /* Dot product of one weight row (n elements in its stored GGUF type) with

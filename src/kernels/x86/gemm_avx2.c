@@ -33,6 +33,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/cpu.h"
 #include "kernels/repack.h"
 #include "kernels/rp_kernel.h"
 #include "kernels/x86/gemm_x86.h"
@@ -199,28 +200,29 @@ AI void block_part(const int kind, const int hi, const int g256, const wblock *b
     }
 }
 
-/* Bytes ahead of the panel block being computed that one-token calls
- * prefetch, as the AVX-512 kernels do (gemm_avx512.c). On an AVX2-only AMD
- * EPYC (Zen 3), tg64 medians of 3 alternating rounds (tessera bench -p 0
- * -n 64 -r 3), none / 2 / 4 / 8 KiB ahead: Qwen2.5-Coder 1.5B exact 15.1 /
- * 20.3 / 21.6 / 21.2 t/s, q8 18.3 / 23.0 / 22.5 / 25.0; Llama 3.2 1B Q4_0
- * exact 29.8 / 32.7 / 31.9 / 32.0, q8 33.7 / 33.4 / 33.8 / 33.7. (On the
- * Intel machine under TS_CPU_LEVEL=avx2 it had cost the 1B q8 decode 19%,
- * session 28: not an AVX2 CPU, so the real one decides.) */
-#define PF_AHEAD 4096
+/* One-token calls prefetch ts_cpu_decode_prefetch() bytes ahead (cpu.h),
+ * as the AVX-512 kernels do (gemm_avx512.c). On an AVX2-only AMD EPYC
+ * (Zen 3), tg64 medians of 3 alternating rounds (tessera bench -p 0 -n 64
+ * -r 3), none / 2 / 4 / 8 KiB ahead: Qwen2.5-Coder 1.5B exact 15.1 / 20.3 /
+ * 21.6 / 21.2 t/s, q8 18.3 / 23.0 / 22.5 / 25.0; Llama 3.2 1B Q4_0 exact
+ * 29.8 / 32.7 / 31.9 / 32.0, q8 33.7 / 33.4 / 33.8 / 33.7: 4 KiB at this
+ * level on every CPU. (On the Intel machine under TS_CPU_LEVEL=avx2 it had
+ * cost the 1B q8 decode 19%, session 28: not an AVX2 CPU, so the real one
+ * decides.) */
 
 AI void panel_tile(const int kind, const int mode, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
                    float *y, int64_t ys, int n_rows) {
     const int kq = rp_kq(kind), hi = mode == TS_RP_HI, g256 = mode == TS_RP_LO256;
     const size_t wb = rp_wb(kind);
+    const int pf = nt == 1 ? ts_cpu_decode_prefetch() : -1; /* bytes ahead, -1: none (cpu.h) */
     const size_t xb = (hi ? 96 : 64) * (size_t)nt;
     __m256 f[TS_RP_TT][2], gs[TS_RP_TT][2]; /* lo256: gs gathers a super-block's terms before its one multiply */
     for (int t = 0; t < nt; t++) f[t][0] = f[t][1] = _mm256_setzero_ps();
     wblock b;
     for (int64_t pb = 0; pb < n / rp_be(kind); pb++, w += wb) {
-        if (nt == 1) /* decode */
+        if (pf >= 0) /* decode */
             for (size_t l = 0; l < wb; l += 64)
-                _mm_prefetch((const char *)((uintptr_t)w + PF_AHEAD + l), _MM_HINT_T0);
+                _mm_prefetch((const char *)((uintptr_t)w + (size_t)pf + l), _MM_HINT_T0);
         const uint8_t *side0 = x + 32 * nt; /* lo256: the super-block's first side (holds its s) */
         __m256(*g)[2] = g256 ? gs : f;
         if (g256)

@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/cpu.h"
 #include "kernels/repack.h"
 #include "kernels/rp_kernel.h"
 #include "kernels/x86/gemm_x86.h"
@@ -146,28 +147,30 @@ AI void block_part(const int kind, const int hi, const int g256, const uint8_t *
     }
 }
 
-/* Bytes ahead of the panel block being computed that one-token calls
- * prefetch. A thread's panels are one contiguous stream; the hardware
- * prefetchers alone left decode at 72-77% of the read bandwidth on Qwen2.5
- * 1.5B. tg64 medians of 3 alternating rounds: Qwen2.5-Coder 1.5B exact
- * 18.4 -> 19.4 t/s (4 KiB) / 19.7 (8 KiB) / 19.4 (16 KiB) / 18.6 (32 KiB);
- * Llama 3.2 1B Q4_0 q8 27.2 -> 29.1 / 28.4 / 28.0 / 26.1. (The AVX2
- * kernels do it too: on a real AVX2 CPU it pays, gemm_avx2.c.) The address is
+/* One-token calls prefetch the weight stream themselves,
+ * ts_cpu_decode_prefetch() bytes ahead of the block being computed (cpu.h
+ * chooses it per CPU). On the Intel machine the hardware prefetchers alone
+ * left decode at 72-77% of the read bandwidth on Qwen2.5 1.5B, and 4 KiB
+ * ahead gave tg64 (medians of 3 alternating rounds) Qwen2.5-Coder 1.5B
+ * exact 18.4 -> 19.4 t/s (8 KiB 19.7, 16 KiB 19.4, 32 KiB 18.6), Llama 3.2
+ * 1B Q4_0 q8 27.2 -> 29.1 / 28.4 / 28.0 / 26.1. On an AMD EPYC (Zen 4) the
+ * same 4 KiB cost a third instead, and requesting the block's own lines at
+ * its start was best (docs/PERFORMANCE.md, session 31). The address is
  * formed as an integer: past the matrix's end it names no object, and a
  * prefetch never faults. */
-#define PF_AHEAD 4096
 
 AI void panel_tile(const int kind, const int mode, int64_t n, const uint8_t *w, const uint8_t *x, const int nt,
                    float *y, int64_t ys, int n_rows) {
     const int kq = rp_kq(kind), hi = mode == TS_RP_HI, g256 = mode == TS_RP_LO256;
     const size_t wb = rp_wb(kind);
+    const int pf = nt == 1 ? ts_cpu_decode_prefetch() : -1; /* bytes ahead, -1: none (cpu.h) */
     const size_t xb = (hi ? 96 : 64) * (size_t)nt;
     __m512 f[TS_RP_TT], gs[TS_RP_TT]; /* lo256: gs gathers a super-block's terms before its one multiply */
     for (int t = 0; t < nt; t++) f[t] = _mm512_setzero_ps();
     for (int64_t pb = 0; pb < n / rp_be(kind); pb++, w += wb) {
-        if (nt == 1) /* decode */
+        if (pf >= 0) /* decode */
             for (size_t l = 0; l < wb; l += 64)
-                _mm_prefetch((const char *)((uintptr_t)w + PF_AHEAD + l), _MM_HINT_T0);
+                _mm_prefetch((const char *)((uintptr_t)w + (size_t)pf + l), _MM_HINT_T0);
         const uint8_t *side0 = x + 32 * nt; /* lo256: the super-block's first side (holds its s) */
         __m512 *g = g256 ? gs : f;
         if (g256)

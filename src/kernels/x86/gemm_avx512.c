@@ -154,7 +154,7 @@ AI void block_part(const int kind, const int hi, const int g256, const uint8_t *
  * ahead gave tg64 (medians of 3 alternating rounds) Qwen2.5-Coder 1.5B
  * exact 18.4 -> 19.4 t/s (8 KiB 19.7, 16 KiB 19.4, 32 KiB 18.6), Llama 3.2
  * 1B Q4_0 q8 27.2 -> 29.1 / 28.4 / 28.0 / 26.1. On an AMD EPYC (Zen 4) the
- * same 4 KiB cost a third instead, and requesting the block's own lines at
+ * same 4 KiB cost 20-43% instead, and requesting the block's own lines at
  * its start was best (docs/PERFORMANCE.md, session 31). The address is
  * formed as an integer: past the matrix's end it names no object, and a
  * prefetch never faults. */

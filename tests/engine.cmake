@@ -86,11 +86,11 @@ foreach(pf_model SmolLM2-135M-Instruct.Q4_1 gemma-3-270m-q4_k_m)
     add_test(NAME prefill_gate1_amx_q8_${pf_short}
              COMMAND test_prefill_device gate1-amx-q8 ${TS_MODELS_DIR}/${pf_model}.gguf)
     set_tests_properties(prefill_gate1_amx_q8_${pf_short} PROPERTIES TIMEOUT 600 ENVIRONMENT "TS_ACT=q8")
-    if(pf_short STREQUAL "gemma") # one scale per 256 for the K-quant calls (repack.h lo256)
-      add_test(NAME prefill_gate1_amx_q8k256_${pf_short}
+    if(pf_short STREQUAL "gemma") # K-quant calls at arbitrary per-32 scales too (lo256 off)
+      add_test(NAME prefill_gate1_amx_q8k32_${pf_short}
                COMMAND test_prefill_device gate1-amx-q8 ${TS_MODELS_DIR}/${pf_model}.gguf)
-      set_tests_properties(prefill_gate1_amx_q8k256_${pf_short} PROPERTIES TIMEOUT 600
-                           ENVIRONMENT "TS_ACT=q8;TS_ACT_K256=1")
+      set_tests_properties(prefill_gate1_amx_q8k32_${pf_short} PROPERTIES TIMEOUT 600
+                           ENVIRONMENT "TS_ACT=q8;TS_ACT_K256=0")
     endif()
   endif()
 endforeach()

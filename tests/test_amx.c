@@ -232,7 +232,7 @@ static float *make_x(int64_t n_in, int n_tok) {
 }
 
 static ts_amx_ws *ws_big;
-static int k256; /* ws_big made under TS_ACT_K256=1: act=q8 K-quants at one scale per 256 */
+static int k256; /* ws_big made with lo256 (the default): act=q8 K-quants at its scales (repack.h) */
 
 static void run(ts_amx_unit unit, ts_threadpool *pool, int n_mat, void *const *w, float *const *y, const float *x,
                 int n_tok) {
@@ -748,7 +748,9 @@ int main(int argc, char **argv) {
     ts_err err = {{0}};
     pool1 = ts_threadpool_new(1, &err);
     pool2 = ts_threadpool_new(2, &err);
+    setenv("TS_ACT_K256", "0", 1); /* first act=q8 at arbitrary per-32 scales */
     ws_big = ts_amx_ws_new(1024, 128, &err);
+    unsetenv("TS_ACT_K256");
     if (!pool1 || !pool2 || !ws_big) {
         fprintf(stderr, "setup: %s\n", err.msg);
         return 1;
@@ -765,11 +767,9 @@ int main(int argc, char **argv) {
         test_bf16_path();
         test_independence();
         test_shadow();
-        /* again with one scale per 256 for the K-quants at act=q8 */
+        /* again with lo256 (the default) for the K-quants at act=q8 */
         ts_amx_ws_free(ws_big);
-        setenv("TS_ACT_K256", "1", 1);
         ws_big = ts_amx_ws_new(1024, 128, &err);
-        unsetenv("TS_ACT_K256");
         k256 = 1;
         if (ws_big) {
             test_int_modes();

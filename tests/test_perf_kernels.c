@@ -183,7 +183,7 @@ static void test_quant(void) {
     enum { NI = 32 * 24 };
     static float x[NI];
     for (int hi = 0; hi < 3; hi++) {
-        for (int i = 0; i < NI; i++) x[i] = frand() * (float)(1 + i % 7);
+        for (int i = 0; i < NI; i++) x[i] = frand() * (float)(1 + i % 7) * (float)(1 << (i / 32 % 8)); /* amax 1..128x */
         for (int i = 32; i < 64; i++) x[i] = 0.0f;                 /* zero block */
         for (int i = 64; i < 96; i++) x[i] = frand() * 1e-32f;     /* tiny: all zero */
         x[100] = INFINITY;                                          /* inf block */
@@ -217,9 +217,13 @@ static void test_quant(void) {
                 specials_ok &= v == 0.0;
                 continue;
             }
-            float amax = 0;
+            float amax = 0, amax_b = 0;
             for (int j = blk / g * g * 32; j < (blk / g + 1) * g * 32; j++) amax = fmaxf(amax, fabsf(x[j]));
-            const double step = amax / (hi == TS_RP_HI ? 32512.0 : 127.0);
+            for (int j = blk * 32; j < blk * 32 + 32; j++) amax_b = fmaxf(amax_b, fabsf(x[j]));
+            /* lo256: a block's step is at most twice its own amax's, or a
+             * sixteenth of its super-block's (repack.h) */
+            const double step = (hi == TS_RP_LO256 ? fmax(2.0 * amax_b, amax / 16.0) : amax) /
+                                (hi == TS_RP_HI ? 32512.0 : 127.0);
             worst = fmax(worst, fabs(v - x[i]) / step);
         }
         CHECK(specials_ok, "quantizer (hi %d): zero/tiny/inf/NaN blocks", hi);
@@ -297,10 +301,10 @@ static void test_linear(int hi, int k256) {
         unsetenv("TS_ACT");
     else
         setenv("TS_ACT", "q8", 1);
-    if (k256) /* K-quant calls at one scale per 256 (repack.h lo256) */
-        setenv("TS_ACT_K256", "1", 1);
-    else
+    if (k256) /* K-quant calls at lo256 (repack.h; the default at q8) */
         unsetenv("TS_ACT_K256");
+    else
+        setenv("TS_ACT_K256", "0", 1);
     enum { NI = 512, NO = 80, MAXT = 70 };
     const uint32_t types[] = {TS_TYPE_Q4_0, TS_TYPE_Q4_1, TS_TYPE_Q8_0, TS_TYPE_Q5_0, TS_TYPE_Q5_1, TS_TYPE_Q2_K, TS_TYPE_Q3_K,
                               TS_TYPE_Q4_K, TS_TYPE_Q5_K, TS_TYPE_Q6_K, TS_TYPE_F32, TS_TYPE_F16, TS_TYPE_BF16};

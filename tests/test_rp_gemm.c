@@ -52,6 +52,7 @@ typedef struct {
     float x[NMAX];
     int32_t X[NMAX];
     float s[NMAX / 32];
+    int32_t sh[NMAX / 32]; /* crafted lo256: the side's shift */
 } token;
 
 static void make_float_token(token *tk, int64_t n_in) {
@@ -74,6 +75,9 @@ static void make_float_token(token *tk, int64_t n_in) {
             break;
         }
         case 7: for (int j = 0; j < 32; j++) x[j] = rng() & 1 ? 2.5f : -2.5f; break; /* X = +-32512 */
+        case 8: /* 1 to 64 times smaller than its neighbours: every lo256 shift */
+            for (int j = 0; j < 32; j++) x[j] = ldexpf(x[j], -(int)(rng() % 7));
+            break;
         default: break;
         }
     }
@@ -83,6 +87,7 @@ static void make_crafted_token(token *tk, int64_t n_in, int hi) {
     static const int32_t ext_hi[] = {-32512, -32385, -32384, 32384, 32512, -128, 127, 0, 32383};
     static const int32_t ext_lo[] = {-127, 127, 0, -1, 1};
     tk->crafted = 1;
+    const int k256 = hi == TS_RP_LO256;
     for (int64_t b = 0; b < n_in / 32; b++) {
         const int pat = (int)(rng() % 4);
         hi = hi == TS_RP_HI;
@@ -98,6 +103,7 @@ static void make_crafted_token(token *tk, int64_t n_in, int hi) {
             tk->X[32 * b + j] = X;
         }
         tk->s[b] = ldexpf(1.0f + frand() * 0.5f, -(int)(rng() % 20));
+        tk->sh[b] = k256 ? (int32_t)(rng() % (TS_RP_K256_KMAX + 1)) : 0; /* every shift lo256 can hold */
     }
 }
 
@@ -118,7 +124,7 @@ static void put_crafted(const token *tk, int64_t n_in, int hi, uint8_t *tile, in
             else
                 sum_hi += X;
         }
-        ts_rp_put_side(side, tk->s[b], sum_lo, sum_hi);
+        ts_rp_put_side(side, tk->s[b], sum_lo, sum_hi, tk->sh[b]);
     }
 }
 

@@ -21,7 +21,7 @@ struct ts_linear_ws {
     int n_threads;
     int hi;           /* activation precision of the panel kernels */
     int env_act;      /* TS_ACT named the precision: ts_linear_ws_set_hi leaves it */
-    bool k256;        /* TS_ACT_K256=1: at lo, TS_RP_LO256 for calls of K-quants (ts_linear) */
+    bool k256;        /* at lo, TS_RP_LO256 for calls of K-quants (ts_linear; TS_ACT_K256=0: off) */
     uint8_t *q8;      /* [max_tok][q8_stride] */
     size_t q8_stride;
     uint8_t *q8k;     /* [max_tok][q8k_stride] */
@@ -51,7 +51,7 @@ ts_linear_ws *ts_linear_ws_new(int64_t max_n_in, int max_tok, int n_threads, ts_
     ws->env_act = act && (!strcmp(act, "q8") || !strcmp(act, "exact"));
     ws->hi = !(act && strcmp(act, "q8") == 0);
     const char *k256 = getenv("TS_ACT_K256");
-    ws->k256 = k256 && !strcmp(k256, "1");
+    ws->k256 = !(k256 && !strcmp(k256, "0"));
     const int64_t n32 = (max_n_in + 31) / 32 * 32, n256 = (max_n_in + 255) / 256 * 256;
     ws->q8_stride = ts_act_row_bytes(TS_ACT_Q8, n32);
     ws->q8k_stride = ts_act_row_bytes(TS_ACT_Q8K, n256);
@@ -354,12 +354,13 @@ void ts_linear(ts_threadpool *pool, ts_linear_ws *ws, int n_mat, const ts_wmat *
         j.n_mat++;
     }
     if (!j.n_mat) return;
-    /* TS_ACT_K256=1: 8-bit activations with one scale per 256 (llama.cpp's
-     * Q8_K precision) when every matrix reading the tiles is a K-quant;
-     * their kernels then multiply by the scale once per super-block instead
-     * of once per 32-block (repack.h). Off by default: on Qwen2.5 1.5B q8
-     * pp512 it gave +5.5-6.3%, but the mean KLD from the exact mode went
-     * 0.0011 -> 0.0044, where llama.cpp's is 0.0040 (docs/FIDELITY.md). */
+    /* lo256 when every matrix reading the tiles is a K-quant: per-32 scales
+     * that differ by powers of two within a super-block, so that their
+     * kernels shift each block's integers (free) and multiply by the scale
+     * once per super-block instead of once per 32-block (repack.h). On
+     * Qwen2.5 1.5B q8 pp512 +5-8%; mean KLD from the exact mode 0.0011 ->
+     * 0.0016, where llama.cpp's is 0.0040 (docs/FIDELITY.md). TS_ACT_K256=0
+     * keeps arbitrary per-32 scales. */
     bool k256 = ws->k256 && !ws->hi;
     for (int i = 0; i < j.n_mat; i++) k256 = k256 && (!j.m[i].rp || ts_rp_is_k(j.m[i].w->type));
     j.mode = ws->hi ? TS_RP_HI : k256 ? TS_RP_LO256 : TS_RP_LO;

@@ -29,11 +29,12 @@
  * planes, the logits stay within ~1e-3 of the f32 reference; TS_ACT=q8 in
  * the environment (read when the work space is made) = lo, one int8 plane
  * per value as ggml's Q8_0 activations, about twice the prefill throughput
- * and up to ~7% logit error on the real models (docs/FIDELITY.md). With
- * TS_ACT_K256=1 too, a call whose panel matrices are all K-quants takes
- * lo256 instead, one scale per 256 values as ggml's Q8_K (llama.cpp's
- * precision; ~6% faster on Qwen2.5 1.5B, 4x the KL divergence), so a
- * matrix's lo result depends on which matrices share its call.
+ * and up to ~7% logit error on the real models (docs/FIDELITY.md). There
+ * a call whose panel matrices are all K-quants takes lo256 instead
+ * (scales powers of two apart within each 256 values; ~6% faster on
+ * Qwen2.5 1.5B, 1.2-1.5x the KL divergence of arbitrary per-32 scales,
+ * under half of llama.cpp's; TS_ACT_K256=0 turns it off), so a matrix's
+ * lo result depends on which matrices share its call.
  * A token's result never depends on n_tok, the thread count or the chunking
  * (each kernel's per-(row, token) arithmetic is fixed), so decode and
  * prefill give bit-identical rows.

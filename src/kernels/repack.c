@@ -345,21 +345,25 @@ size_t ts_rp_tile_offset(int64_t n_in, int t, int hi) {
 }
 
 void ts_rp_quant_block(const float *x, const float *g, int hi, int8_t *q1, int8_t *q2, float *s_out,
-                       int32_t *sum_lo_out, int32_t *sum_hi_out) {
+                       int32_t *sum_lo_out, int32_t *sum_hi_out, int32_t *sh_out) {
     const float C = hi == TS_RP_HI ? 32512.0f : 127.0f;
-    const float *a_src = hi == TS_RP_LO256 ? g : x;
-    const int n_a = hi == TS_RP_LO256 ? 256 : 32;
+    const int k256 = hi == TS_RP_LO256;
+    const float *a_src = k256 ? g : x;
+    const int n_a = k256 ? 256 : 32;
     hi = hi == TS_RP_HI;
-    float amax = 0.0f;
+    float amax = 0.0f, amax_b = 0.0f;
     int finite = 1;
     for (int j = 0; j < n_a; j++) {
         const float a = fabsf(a_src[j]);
         finite &= a <= 3.4028235e38f; /* false for inf and NaN */
         amax = a > amax ? a : amax;
     }
+    for (int j = 0; k256 && j < 32; j++) amax_b = fabsf(x[j]) > amax_b ? fabsf(x[j]) : amax_b;
     const int zero = !finite || amax < 0x1p-100f;
-    const float s = !finite ? NAN : zero ? 0.0f : amax / C;
-    const float id = zero ? 0.0f : C / amax;
+    /* lo256: the block's step is S * 2^-k (exact scalings of S and of 1 / S) */
+    const int k = k256 && !zero ? ts_rp_k256_k(amax_b, amax) : 0;
+    const float s = !finite ? NAN : zero ? 0.0f : amax / C / (float)(1 << k);
+    const float id = zero ? 0.0f : C / amax * (float)(1 << k);
     int32_t sum_lo = 0, sum_hi = 0;
     for (int j = 0; j < 32; j++) {
         const int32_t X = zero ? 0 : (int32_t)lrintf(x[j] * id);
@@ -373,6 +377,7 @@ void ts_rp_quant_block(const float *x, const float *g, int hi, int8_t *q1, int8_
             sum_hi += X;
     }
     *s_out = s, *sum_lo_out = sum_lo, *sum_hi_out = sum_hi;
+    if (sh_out) *sh_out = k256 && !zero ? TS_RP_K256_KMAX - k : 0;
 }
 
 void ts_rp_quant_ref(const float *x, int64_t n_in, int hi, uint8_t *tile, int nt, int slot) {
@@ -384,9 +389,9 @@ void ts_rp_quant_ref(const float *x, int64_t n_in, int hi, uint8_t *tile, int nt
         int8_t *q2 = q1 + 32 * nt;
         uint8_t *side = tile + (size_t)b * xb + (hi == TS_RP_HI ? 64 : 32) * nt + TS_RP_SIDE * slot;
         float s;
-        int32_t sum_lo, sum_hi;
-        ts_rp_quant_block(x, row + b / 8 * 256, hi, q1, hi == TS_RP_HI ? q2 : NULL, &s, &sum_lo, &sum_hi);
-        ts_rp_put_side(side, s, sum_lo, sum_hi);
+        int32_t sum_lo, sum_hi, sh;
+        ts_rp_quant_block(x, row + b / 8 * 256, hi, q1, hi == TS_RP_HI ? q2 : NULL, &s, &sum_lo, &sum_hi, &sh);
+        ts_rp_put_side(side, s, sum_lo, sum_hi, sh);
     }
 }
 
@@ -482,6 +487,7 @@ static void rp_gemm_ref(uint32_t type, int64_t n_in, const uint8_t *panel, const
                 const int8_t *q1 = (const int8_t *)(xt + 32 * t), *q2 = (const int8_t *)(xt + 32 * nt + 32 * t);
                 const uint8_t *side = xt + (hi ? 64 : 32) * nt + TS_RP_SIDE * t;
                 const float s = side_f32(side, 0), ds = side_f32(side, 4);
+                const int32_t p2 = g256 ? (int32_t)1 << side_i32(side, 28) : 1; /* lo256: 2^sh */
                 const float dw = rd_f16(o + rp_d(kd) + 2 * r);
                 if (g256 && sub == 0) g = 0.0f;
                 switch (type) {
@@ -506,7 +512,7 @@ static void rp_gemm_ref(uint32_t type, int64_t n_in, const uint8_t *panel, const
                     const float ml = rd_f16(o + rp_m(kd) + 2 * r) * (float)o[rp_mn(kd) + 16 * sub + r];
                     const int32_t i = block_dot(kd, o, r, sub, q1, q2, hi, 0, 32, 0);
                     if (g256)
-                        g = fmaf((float)i, dl, g);
+                        g = fmaf((float)(i * p2), dl, g);
                     else
                         acc = fmaf((float)i, dl * s, acc);
                     acc = fmaf(-ml, ds, acc);
@@ -517,13 +523,13 @@ static void rp_gemm_ref(uint32_t type, int64_t n_in, const uint8_t *panel, const
                         const uint8_t gs = o[rp_sub(kd) * sub + rp_gsc(kd) + 16 * h + r];
                         const float dl = dw * (float)(gs & 0x0f), ml = rd_f16(o + rp_m(kd) + 2 * r) * (float)(gs >> 4);
                         const int32_t i = block_dot(kd, o, r, sub, q1, q2, hi, 16 * h, 16 * h + 16, 0);
-                        const float nsum = (float)(side_i32(side, 20 + 4 * h) / 32);
+                        const int32_t nsum = side_i32(side, 20 + 4 * h) / 32;
                         if (g256) {
-                            g = fmaf((float)i, dl, g);
-                            g = fmaf(nsum, ml, g);
+                            g = fmaf((float)(i * p2), dl, g);
+                            g = fmaf((float)(nsum * p2), ml, g);
                         } else {
                             acc = fmaf((float)i, dl * s, acc);
-                            acc = fmaf(nsum, ml * s, acc);
+                            acc = fmaf((float)nsum, ml * s, acc);
                         }
                     }
                     break;
@@ -535,15 +541,16 @@ static void rp_gemm_ref(uint32_t type, int64_t n_in, const uint8_t *panel, const
                         const int32_t i = block_dot(kd, o, r, sub, q1, q2, hi, 16 * h, 16 * h + 16,
                                                     type == TS_TYPE_Q3_K ? o32 / 8 : o32);
                         if (g256)
-                            g = fmaf((float)i, dl, g);
+                            g = fmaf((float)(i * p2), dl, g);
                         else
                             acc = fmaf((float)i, dl * s, acc);
                     }
                     break;
                 default: break;
                 }
-                /* the super-block's one multiply, by the s of its first 32-block */
-                if (g256 && sub == 7) acc = fmaf(g, side_f32(side - 7 * xb, 0), acc);
+                /* the super-block's one multiply, by S * 2^-KMAX: its first 32-block's s * 2^-sh */
+                if (g256 && sub == 7)
+                    acc = fmaf(g, side_f32(side - 7 * xb, 0) / (float)(1 << side_i32(side - 7 * xb, 28)), acc);
             }
             y[(int64_t)t * y_stride + r] = acc;
         }

@@ -36,14 +36,23 @@
  *   hi (TS_RP_HI): s = amax / 32512, X = rint(x / s) in [-32512, 32512],
  *                  stored as two int8 planes X = 256 * q1 + q2 with
  *                  q1 = (X + 128) >> 8 in [-127, 127], q2 in [-128, 127].
- *   lo256 (TS_RP_LO256): lo with one s per 256 values (amax over the 256;
- *                  the 8 blocks' sides all hold it): the precision of
- *                  ggml's Q8_K activations, which llama.cpp multiplies the
- *                  K-quants with. ts_linear takes it (act=q8 and
- *                  TS_ACT_K256=1) for a call of K-quants; their kernels
- *                  then scale each super-block's sum once (below), where
- *                  per 32-block scales cost one multiply per block and
- *                  token. Every other kernel reads it as lo.
+ *   lo256 (TS_RP_LO256): lo whose scales within a 256-value super-block
+ *                  differ by powers of two: with S = amax256 / 127 (amax
+ *                  over the 256), block b gets s_b = S * 2^-k_b, k_b the
+ *                  largest k <= TS_RP_K256_KMAX with amax_b * 2^k <=
+ *                  amax256, and X = rint(x * ((127 / amax256) * 2^k_b));
+ *                  its side's sh field holds KMAX - k_b. A block as small
+ *                  as a sixteenth of its super-block's largest keeps per-32
+ *                  precision to within a factor of 2 (mean KL divergence
+ *                  from the exact mode 1.2-1.5x that of arbitrary per-32
+ *                  scales; one s per 256, ggml's Q8_K, what llama.cpp
+ *                  multiplies the K-quants with, was 2-4x: docs/FIDELITY.md).
+ *                  ts_linear takes it (act=q8, unless TS_ACT_K256=0) for a
+ *                  call of K-quants: their kernels sum each super-block's
+ *                  integers shifted by sh (a shift, not a multiply: below)
+ *                  and scale the sum once, where arbitrary per-32 scales
+ *                  cost one multiply per block and token. Every other
+ *                  kernel reads it as lo (s_b is the block's own scale).
  * (rint: round to nearest even; amax = max |x|; the division is done as
  * x * (C / amax) with C = 127 or 32512, one f32 division per block. Blocks
  * with amax < 2^-100 are all zero with s = 0; blocks holding inf/NaN get
@@ -57,7 +66,7 @@
  *   q2[nt][32]   int8 (hi only)
  *   side[nt]     32 bytes each: f32 s; f32 s * sumX; i32 -8 sumX;
  *                i32 -128 sumX; i32 -16 sumX; i32 -32 sumX[0..16);
- *                i32 -32 sumX[16..32); 4 zero bytes
+ *                i32 -32 sumX[16..32); i32 sh (lo256, else 0)
  *                (sumX = sum of the block's X, or of the half named)
  * The integer terms undo the weight offsets o: sum_j (u_j - o) X_j =
  * sum_j u_j X_j - o * sumX, with u the unsigned bytes vpdpbusd multiplies;
@@ -82,14 +91,17 @@
  *                      acc = fmaf((float)(-sumX_h), (dmin * m_h) * s, acc)
  *                      (-sumX_h: the -32 sumX_h field / 32, exact)
  * At lo256 (n_in a multiple of 256) the K-quants gather each super-block's
- * integer terms in g before one multiply by its s (s of its first 32-block):
+ * integer terms, each shifted left by its block's sh (i' = i * 2^sh: the
+ * block's X at the common scale S * 2^-KMAX), in g before one multiply:
  *   per super-block: g = 0.0f, then for each 32-block in order:
- *     Q4_K, Q5_K:      g = fmaf((float)i, d * sc_j, g);
+ *     Q4_K, Q5_K:      g = fmaf((float)i', d * sc_j, g);
  *                      acc = fmaf(-(dmin * m_j), s * sumX, acc)
- *     Q3_K, Q6_K:      per half h: g = fmaf((float)i_h, d * sc_h, g)
- *     Q2_K:            per half h: g = fmaf((float)i_h, d * sc_h, g);
- *                      g = fmaf((float)(-sumX_h), dmin * m_h, g)
- *   then acc = fmaf(g, s, acc).
+ *     Q3_K, Q6_K:      per half h: g = fmaf((float)i'_h, d * sc_h, g)
+ *     Q2_K:            per half h: g = fmaf((float)i'_h, d * sc_h, g);
+ *                      g = fmaf((float)(-sumX_h * 2^sh), dmin * m_h, g)
+ *   then acc = fmaf(g, s * 2^-sh, acc) with the s and sh of its first
+ *   32-block (= S * 2^-KMAX, exact). Every |i'| < 2^24, so (float)i' is
+ *   exact.
  * (Every |i| < 2^31: at most 32 * 255 * 32512 + 128 * 32 * 32512.) The
  * sequence does not depend on how many tokens share a tile or which thread
  * runs the panel, so decode and batched prefill agree bit for bit.
@@ -105,6 +117,7 @@
 #define TS_RP_ROWS 16 /* rows per panel */
 #define TS_RP_TT 8    /* max tokens per activation tile */
 #define TS_RP_SIDE 32 /* side bytes per (token, block) */
+#define TS_RP_K256_KMAX 4 /* lo256: the largest power-of-two step between a super-block's scales */
 
 /* activation precisions ("hi" below: one of these) */
 enum { TS_RP_LO = 0, TS_RP_HI = 1, TS_RP_LO256 = 2 };
@@ -146,16 +159,16 @@ void ts_rp_row(uint32_t type, int64_t n_in, const uint8_t *packed, int64_t r, fl
 size_t ts_rp_tiles_bytes(int64_t n_in, int n_tok, int hi);
 size_t ts_rp_tile_offset(int64_t n_in, int t, int hi);
 
-/* Writes the side fields of one (token, block) (see above) from its scale s
- * and the sums of X over elements 0..15 and 16..31; every quantizer level
+/* Writes the side fields of one (token, block) (see above) from its scale s,
+ * the sums of X over elements 0..15 and 16..31 and sh (lo256; else 0); every quantizer level
  * ends a block with it. Field by field: building them in an array and
  * copying that made the copy's 8-byte loads wait on the array's 4-byte
  * stores (a failed store-to-load forward per block, ~9% of the profile of
  * 135M prefill). */
-static inline void ts_rp_put_side(uint8_t *side, float s, int32_t sum_lo, int32_t sum_hi) {
+static inline void ts_rp_put_side(uint8_t *side, float s, int32_t sum_lo, int32_t sum_hi, int32_t sh) {
     const int32_t sum = sum_lo + sum_hi;
     const float ds = s * (float)sum;
-    const int32_t f[6] = {-8 * sum, -128 * sum, -16 * sum, -32 * sum_lo, -32 * sum_hi, 0};
+    const int32_t f[6] = {-8 * sum, -128 * sum, -16 * sum, -32 * sum_lo, -32 * sum_hi, sh};
     memcpy(side, &s, 4);
     memcpy(side + 4, &ds, 4);
     for (int i = 0; i < 6; i++) memcpy(side + 8 + 4 * i, &f[i], 4);
@@ -188,12 +201,21 @@ int ts_rp_block_terms(uint32_t type, const uint8_t *block, ts_rp_terms *t);
 int ts_rp_type_terms(uint32_t type, int *o, bool *halves, bool *has_m);
 
 /* One 32-block of an activation row x[32] at the given precision (above):
- * the planes q1 (and q2 when hi), s and the sums of X over elements 0..15
- * and 16..31 (every quantizer level computes these bits). At lo256, x is
- * the block's 32 values and g[256] the super-block holding them, whose
- * amax sets s; g is unused (NULL allowed) otherwise. */
+ * the planes q1 (and q2 when hi), s, the sums of X over elements 0..15
+ * and 16..31 and sh (every quantizer level computes these bits). At
+ * lo256, x is the block's 32 values and g[256] the super-block holding
+ * them, whose amax sets S; g is unused (NULL allowed) and sh 0 otherwise. */
 void ts_rp_quant_block(const float *x, const float *g, int hi, int8_t *q1, int8_t *q2, float *s, int32_t *sum_lo,
-                       int32_t *sum_hi);
+                       int32_t *sum_hi, int32_t *sh);
+
+/* lo256's k for a block: the largest k <= TS_RP_K256_KMAX with
+ * amax_b * 2^k <= amax (the super-block's); KMAX for a zero block. Exact:
+ * scaling by 2^k rounds nothing. */
+static inline int ts_rp_k256_k(float amax_b, float amax) {
+    int k = TS_RP_K256_KMAX;
+    while (k > 0 && amax_b * (float)(1 << k) > amax) k--;
+    return k;
+}
 
 /* The scalar references (and fallbacks) of the two kernel kinds. */
 ts_rp_gemm_fn ts_rp_gemm_ref(uint32_t type); /* NULL when unsupported */

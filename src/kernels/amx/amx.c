@@ -299,8 +299,9 @@ struct ts_amx_ws {
     int8_t *q1, *q2;
     float *s, *ds;
     int32_t *sum;
+    int32_t *sh; /* lo256's shift per block (repack.h), else 0 */
     uint16_t *xh, *xl;
-    bool k256; /* TS_ACT_K256=1: at act=q8, one scale per 256 where ts_linear takes it */
+    bool k256; /* at act=q8, lo256 where ts_linear takes it (TS_ACT_K256=0: off) */
 };
 
 /* Token rows one cache line longer than they need: a tile load reads 16
@@ -330,12 +331,12 @@ ts_amx_ws *ts_amx_ws_new(int64_t max_n_in, int max_tok, ts_err *err) {
     ws_dims(max_n_in, &w->ld8, &w->ld16, &nblk);
     w->max_n_in = max_n_in, w->max_tok = max_tok;
     const char *k256 = getenv("TS_ACT_K256");
-    w->k256 = k256 && !strcmp(k256, "1");
+    w->k256 = !(k256 && !strcmp(k256, "0"));
     const size_t T = (size_t)max_tok;
     if (!(w->q1 = aligned_alloc(64, T * (size_t)w->ld8)) || !(w->q2 = aligned_alloc(64, T * (size_t)w->ld8)) ||
         !(w->xh = aligned_alloc(64, T * (size_t)w->ld16)) || !(w->xl = aligned_alloc(64, T * (size_t)w->ld16)) ||
         !(w->s = calloc(T * (size_t)nblk, sizeof(float))) || !(w->ds = calloc(T * (size_t)nblk, sizeof(float))) ||
-        !(w->sum = calloc(T * (size_t)nblk * 2, sizeof(int32_t))))
+        !(w->sum = calloc(T * (size_t)nblk * 2, sizeof(int32_t))) || !(w->sh = calloc(T * (size_t)nblk, sizeof(int32_t))))
         goto oom;
     memset(w->q1, 0, T * (size_t)w->ld8);
     memset(w->q2, 0, T * (size_t)w->ld8);
@@ -352,7 +353,7 @@ void ts_amx_ws_free(ts_amx_ws *w) {
     if (!w)
         return;
     free(w->q1), free(w->q2), free(w->xh), free(w->xl);
-    free(w->s), free(w->ds), free(w->sum);
+    free(w->s), free(w->ds), free(w->sum), free(w->sh);
     free(w);
 }
 
@@ -382,7 +383,7 @@ static void quant_range(void *ctx, int64_t t0, int64_t t1, int tid) {
                 int32_t lo, hi;
                 float s;
                 ts_rp_quant_block(x + 32 * b, x + 256 * (b / 8), j->mode, q1 + 32 * b, j->hi ? q2 + 32 * b : NULL, &s,
-                                  &lo, &hi);
+                                  &lo, &hi, &w->sh[t * wblk + b]);
                 w->s[t * wblk + b] = s;
                 w->ds[t * wblk + b] = s * (float)(lo + hi);
                 w->sum[2 * (t * wblk + b)] = lo;
@@ -480,9 +481,10 @@ static int matmul(ts_threadpool *pool, ts_amx_ws *ws, ts_amx_unit unit, int n_ma
         q.xl = h->act == TS_AMX_EXACT;
     }
     q.n_in = j.h[0]->n_in;
-    /* ts_linear's rule (TS_ACT_K256=1): at act=q8, when every matrix on the
-     * int path is a K-quant, the activations share one scale per 256, which
-     * their float step then applies once per super-block */
+    /* ts_linear's rule (unless TS_ACT_K256=0): at act=q8, when every matrix
+     * on the int path is a K-quant, the activations take lo256's scales
+     * (powers of two apart within a super-block), which their float step
+     * then applies once per super-block */
     bool k256 = ws->k256 && !q.hi;
     for (int i = 0; i < n_mat; i++) k256 = k256 && (j.h[i]->path != TS_AMX_PATH_INT || ts_rp_is_k(j.h[i]->type));
     q.mode = q.hi ? TS_RP_HI : k256 ? TS_RP_LO256 : TS_RP_LO;
@@ -496,7 +498,7 @@ static int matmul(ts_threadpool *pool, ts_amx_ws *ws, ts_amx_unit unit, int n_ma
     const int32_t wblk = (int32_t)(up(ws->max_n_in, 32) / 32 + 1);
     j.xq[TS_AMX_PATH_INT] = (ts_amx_xq){.n_tok = n_tok, .ld = ws->ld8, .hi = q.hi, .g256 = q.mode == TS_RP_LO256,
                                         .n_blk = wblk, .q1 = ws->q1,
-                                        .q2 = ws->q2, .s = ws->s, .ds = ws->ds, .sum = ws->sum};
+                                        .q2 = ws->q2, .s = ws->s, .ds = ws->ds, .sum = ws->sum, .sh = ws->sh};
     j.xq[TS_AMX_PATH_I8] = (ts_amx_xq){.n_tok = n_tok, .ld = ws->ld8, .q1 = ws->q1, .s = ws->s};
     j.xq[TS_AMX_PATH_BF16] = (ts_amx_xq){.n_tok = n_tok, .ld = ws->ld16, .xh = ws->xh, .xl = ws->xl, .xl_used = q.xl};
     ts_parallel_for_grain(pool, j.item0[n_mat], 1, mm_range, &j);

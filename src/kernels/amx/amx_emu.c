@@ -241,7 +241,8 @@ static void int_epi_emu(float acc[16][16], const ts_amx_epi *e, int i0, int i1, 
             const float s = e->sx[i][t];
             const int32_t off = e->off[i][t];
             for (int r = 0; r < 16; r++) {
-                const int32_t v = two ? e->c1[i][t][r] * 256 + (e->c2[i][t][r] + off) : e->c1[i][t][r] + off;
+                const int32_t v = two ? e->c1[i][t][r] * 256 + (e->c2[i][t][r] + off)
+                                      : (e->c1[i][t][r] + off) * ((int32_t)1 << e->sh[i][t]);
                 acc[t][r] = fmaf((float)v, e->wd[i][r] * s, acc[t][r]);
             }
             if (e->wm[i])

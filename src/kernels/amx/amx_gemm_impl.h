@@ -67,9 +67,10 @@ static void FN(unit_epi)(float acc[2][16][16], float gacc[2][16][16], ts_amx_epi
         if (wm[j])
             for (int t = 0; t < nt; t++)
                 for (int r = 0; r < 16; r++) acc[j][t][r] = fmaf(wm[j][r], e[j].dsx[i][t], acc[j][t][r]);
-        if ((u + 1) % (8 * nh) == 0) { /* the super-block's one multiply, by the s of its first 32-block */
+        if ((u + 1) % (8 * nh) == 0) { /* the super-block's one multiply, by its first 32-block's s * 2^-sh */
             for (int t = 0; t < nt; t++) {
-                const float s = x->s[(int64_t)(t0 + t) * x->n_blk + b - 7];
+                const int64_t tb = (int64_t)(t0 + t) * x->n_blk + b - 7;
+                const float s = x->s[tb] / (float)(1 << x->sh[tb]);
                 for (int r = 0; r < 16; r++) acc[j][t][r] = fmaf(gacc[j][t][r], s, acc[j][t][r]);
             }
             memset(gacc[j], 0, sizeof gacc[j]);
@@ -135,12 +136,13 @@ static void FN(int_tile)(const ts_amx_hdr *h, int64_t p, int two_rt, const ts_am
             /* the per-token terms of this unit (repack.h's float step) */
             for (int t = 0; t < 16; t++) {
                 if (t >= nt) {
-                    e[0].off[i][t] = 0, e[0].sx[i][t] = 0.0f, e[0].dsx[i][t] = 0.0f;
+                    e[0].off[i][t] = 0, e[0].sh[i][t] = 0, e[0].sx[i][t] = 0.0f, e[0].dsx[i][t] = 0.0f;
                     continue;
                 }
                 const int64_t tb = (int64_t)(t0 + t) * x->n_blk + b;
                 const int32_t *sm = x->sum + 2 * tb;
                 e[0].off[i][t] = -h->o * (h->halves ? sm[hh] : sm[0] + sm[1]);
+                e[0].sh[i][t] = x->g256 ? x->sh[tb] : 0;
                 e[0].sx[i][t] = x->g256 ? 1.0f : x->s[tb];
                 e[0].dsx[i][t] = h->has_m ? x->ds[tb] : 0.0f;
             }
@@ -152,6 +154,7 @@ static void FN(int_tile)(const ts_amx_hdr *h, int64_t p, int two_rt, const ts_am
             }
             if (two_rt) {
                 memcpy(e[1].off[i], e[0].off[i], sizeof e[0].off[i]);
+                memcpy(e[1].sh[i], e[0].sh[i], sizeof e[0].sh[i]);
                 memcpy(e[1].sx[i], e[0].sx[i], sizeof e[0].sx[i]);
                 memcpy(e[1].dsx[i], e[0].dsx[i], sizeof e[0].dsx[i]);
             }

@@ -47,18 +47,19 @@ typedef struct ts_amx_xq {
     const float *s;    /* int: [n_tok][n_blk]; int8: [n_tok] */
     const float *ds;   /* int: s * sumX [n_tok][n_blk] */
     const int32_t *sum; /* int: [n_tok][n_blk][2] sums of X over elements 0..15, 16..31 */
+    const int32_t *sh; /* int: [n_tok][n_blk] lo256's shifts (repack.h), else 0 */
     const uint16_t *xh, *xl; /* bf16: [n_tok][ld / 2] */
     int xl_used;       /* bf16: EXACT multiplies xl too */
 } ts_amx_xq;
 
 /* One group of the int path's units for its float step (amx_gemm_impl.h):
  * for unit i and token row t (the tile's rows past its tokens are stale),
- *   acc[t][r] = fma(float(c1*256 + (c2 + off)) or float(c1 + off), wd[r] * sx, acc[t][r]),
+ *   acc[t][r] = fma(float(c1*256 + (c2 + off)) or float((c1 + off) << sh), wd[r] * sx, acc[t][r]),
  * then where wm: acc[t][r] = fma(wm[r], dsx, acc[t][r]). */
 #define TS_AMX_GROUP 16
 typedef struct ts_amx_epi {
     int32_t c1[TS_AMX_GROUP][16][16], c2[TS_AMX_GROUP][16][16];
-    int32_t off[TS_AMX_GROUP][16];
+    int32_t off[TS_AMX_GROUP][16], sh[TS_AMX_GROUP][16]; /* sh: lo256 (one plane) only, else 0 */
     float sx[TS_AMX_GROUP][16], dsx[TS_AMX_GROUP][16];
     const float *wd[TS_AMX_GROUP], *wm[TS_AMX_GROUP]; /* 16 rows' scales; wm NULL: no offset term */
 } ts_amx_epi;

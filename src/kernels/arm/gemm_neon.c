@@ -163,6 +163,7 @@ AI void block_part(const int kind, const int hi, const int g256, const int8x16_t
         } else {
             i = dot_plane(u, x + 32 * t, vb, ve, off);
         }
+        if (g256) i = vshlq_s32(i, bcast32(st + 28)); /* the block's integers at the super-block's scale */
         f[t] = vfmaq_f32(f[t], vcvtq_f32_s32(i), g256 ? S : vmulq_f32(S, bcastf(st)));
     }
 }
@@ -194,7 +195,8 @@ AI void quarter_tile(const int kind, const int mode, int64_t n, const uint8_t *w
                     const float32x4_t ml = vmulq_f32(dm, mn);
                     for (int t = 0; t < nt; t++) { /* + (-sumX_hg) (dmin m_hg) s */
                         const uint8_t *st = side + TS_RP_SIDE * t;
-                        const float32x4_t nsum = vcvtq_f32_s32(vshrq_n_s32(bcast32(st + 20 + 4 * hg), 5));
+                        const int32x4_t ns = vshrq_n_s32(bcast32(st + 20 + 4 * hg), 5);
+                        const float32x4_t nsum = vcvtq_f32_s32(g256 ? vshlq_s32(ns, bcast32(st + 28)) : ns);
                         g[t] = vfmaq_f32(g[t], nsum, g256 ? ml : vmulq_f32(ml, bcastf(st)));
                     }
                 }
@@ -225,7 +227,10 @@ AI void quarter_tile(const int kind, const int mode, int64_t n, const uint8_t *w
             }
         }
         if (g256)
-            for (int t = 0; t < nt; t++) f[t] = vfmaq_f32(f[t], gs[t], bcastf(side0 + TS_RP_SIDE * t));
+            for (int t = 0; t < nt; t++) { /* by s * 2^-sh of the first 32-block (2^-sh built in the exponent field) */
+                const int32x4_t e = vshlq_n_s32(vsubq_s32(vdupq_n_s32(127), bcast32(side0 + TS_RP_SIDE * t + 28)), 23);
+                f[t] = vfmaq_f32(f[t], gs[t], vmulq_f32(bcastf(side0 + TS_RP_SIDE * t), vreinterpretq_f32_s32(e)));
+            }
     }
 }
 
@@ -275,8 +280,7 @@ void ts_rp_quant_neon(const float *x, int64_t n_in, int hi, uint8_t *tile, int n
     const size_t xb = (hi ? 96 : 64) * (size_t)nt;
     const float32x4_t fmax = vdupq_n_f32(3.4028235e38f);
     int zero = 1;
-    float s = 0.0f;
-    float32x4_t id = vdupq_n_f32(0.0f);
+    float s256 = 0.0f, id256 = 0.0f, amax = 0.0f;
     for (int64_t b = 0; b < n_in / 32; b++, x += 32) {
         uint8_t *q1 = tile + (size_t)b * xb + 32 * slot;
         uint8_t *q2 = q1 + 32 * nt;
@@ -292,11 +296,19 @@ void ts_rp_quant_neon(const float *x, int64_t n_in, int hi, uint8_t *tile, int n
                 m = vmaxq_f32(m, a);
             }
             const int finite = vminvq_u32(ok) == ~0u;
-            const float amax = finite ? vmaxvq_f32(m) : 0.0f; /* max is exact in any order */
+            amax = finite ? vmaxvq_f32(m) : 0.0f; /* max is exact in any order */
             zero = !finite || amax < 0x1p-100f;
-            s = !finite ? NAN : zero ? 0.0f : amax / C;
-            id = vdupq_n_f32(zero ? 0.0f : C / amax);
+            s256 = !finite ? NAN : zero ? 0.0f : amax / C;
+            id256 = zero ? 0.0f : C / amax;
         }
+        int k = 0; /* lo256: this block's step S * 2^-k (repack.h) */
+        if (gb > 1 && !zero) {
+            float32x4_t m = vabsq_f32(v[0]);
+            for (int j = 1; j < 8; j++) m = vmaxq_f32(m, vabsq_f32(v[j]));
+            k = ts_rp_k256_k(vmaxvq_f32(m), amax);
+        }
+        const float s = s256 / (float)(1 << k);
+        const float32x4_t id = vdupq_n_f32(id256 * (float)(1 << k));
         int32x4_t X[8];
         for (int k = 0; k < 8; k++) /* vcvtn: nearest even, as lrintf */
             X[k] = zero ? vdupq_n_s32(0) : vcvtnq_s32_f32(vmulq_f32(v[k], id));
@@ -315,6 +327,7 @@ void ts_rp_quant_neon(const float *x, int64_t n_in, int hi, uint8_t *tile, int n
             store16(q1 + 16, X[4], X[5], X[6], X[7]);
         }
         ts_rp_put_side(side, s, vaddvq_s32(vaddq_s32(vaddq_s32(X[0], X[1]), vaddq_s32(X[2], X[3]))),
-                       vaddvq_s32(vaddq_s32(vaddq_s32(X[4], X[5]), vaddq_s32(X[6], X[7]))));
+                       vaddvq_s32(vaddq_s32(vaddq_s32(X[4], X[5]), vaddq_s32(X[6], X[7]))),
+                       gb > 1 && !zero ? TS_RP_K256_KMAX - k : 0);
     }
 }

@@ -45,7 +45,9 @@ static inline void int_epi_hw(float acc[16][16], const ts_amx_epi *e, int i0, in
         } else {
 #pragma GCC unroll 16
             for (int t = 0; t < 16; t++) {
-                const __m512i v = _mm512_add_epi32(_mm512_loadu_si512(e->c1[i][t]), _mm512_set1_epi32(e->off[i][t]));
+                const __m512i v = _mm512_sllv_epi32(
+                    _mm512_add_epi32(_mm512_loadu_si512(e->c1[i][t]), _mm512_set1_epi32(e->off[i][t])),
+                    _mm512_set1_epi32(e->sh[i][t]));
                 a[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(wd, _mm512_set1_ps(e->sx[i][t])), a[t]);
             }
         }

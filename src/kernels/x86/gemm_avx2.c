@@ -194,6 +194,10 @@ AI void block_part(const int kind, const int hi, const int g256, const wblock *b
         } else {
             for (int h = 0; h < 2; h++) i[h] = _mm256_add_epi32(i[h], off);
         }
+        if (g256) { /* the block's integers at the super-block's scale: a shift by sh */
+            const __m256i sh = bcast32(st + 28);
+            for (int h = 0; h < 2; h++) i[h] = _mm256_sllv_epi32(i[h], sh);
+        }
         const __m256 s = bcastf(st);
         for (int h = 0; h < 2; h++)
             f[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[h]), g256 ? S[h] : _mm256_mul_ps(S[h], s), f[t][h]);
@@ -244,7 +248,8 @@ AI void panel_tile(const int kind, const int mode, int64_t n, const uint8_t *w, 
                     block_part(kind, hi, g256, &b, x, nt, 4 * hg, 4 * hg + 4, 0, S, g);
                     for (int t = 0; t < nt; t++) { /* + (-sumX_hg) (dmin m_hg) s */
                         const uint8_t *st = side + TS_RP_SIDE * t;
-                        const __m256 nsum = _mm256_cvtepi32_ps(_mm256_srai_epi32(bcast32(st + 20 + 4 * hg), 5));
+                        const __m256i ns = _mm256_srai_epi32(bcast32(st + 20 + 4 * hg), 5);
+                        const __m256 nsum = _mm256_cvtepi32_ps(g256 ? _mm256_sllv_epi32(ns, bcast32(st + 28)) : ns);
                         const __m256 s = bcastf(st);
                         for (int h = 0; h < 2; h++)
                             g[t][h] = _mm256_fmadd_ps(nsum, g256 ? ml[h] : _mm256_mul_ps(ml[h], s), g[t][h]);
@@ -289,8 +294,9 @@ AI void panel_tile(const int kind, const int mode, int64_t n, const uint8_t *w, 
             }
         }
         if (g256)
-            for (int t = 0; t < nt; t++) {
-                const __m256 s = bcastf(side0 + TS_RP_SIDE * t);
+            for (int t = 0; t < nt; t++) { /* by s * 2^-sh of the first 32-block (2^-sh built in the exponent field) */
+                const __m256i e = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(127), bcast32(side0 + TS_RP_SIDE * t + 28)), 23);
+                const __m256 s = _mm256_mul_ps(bcastf(side0 + TS_RP_SIDE * t), _mm256_castsi256_ps(e));
                 for (int h = 0; h < 2; h++) f[t][h] = _mm256_fmadd_ps(gs[t][h], s, f[t][h]);
             }
     }
@@ -338,8 +344,7 @@ void ts_rp_quant_avx2(const float *x, int64_t n_in, int hi, uint8_t *tile, int n
     const __m256 fmax = _mm256_set1_ps(3.4028235e38f);
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     int ok = 1, zero = 1;
-    float s = 0.0f;
-    __m256 id = _mm256_setzero_ps();
+    float s256 = 0.0f, id256 = 0.0f, amax = 0.0f;
     for (int64_t b = 0; b < n_in / 32; b++, x += 32) {
         uint8_t *q1 = tile + (size_t)b * xb + 32 * slot;
         uint8_t *q2 = q1 + 32 * nt;
@@ -355,7 +360,7 @@ void ts_rp_quant_avx2(const float *x, int64_t n_in, int hi, uint8_t *tile, int n
                 ok &= _mm256_movemask_ps(_mm256_cmp_ps(a, fmax, _CMP_LE_OQ)) == 0xff;
                 m8 = _mm256_max_ps(m8, a);
             }
-            float amax = 0.0f;
+            amax = 0.0f;
             if (ok) { /* max is exact in any order */
                 __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
                 m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
@@ -363,9 +368,20 @@ void ts_rp_quant_avx2(const float *x, int64_t n_in, int hi, uint8_t *tile, int n
                 amax = _mm_cvtss_f32(m4);
             }
             zero = !ok || amax < 0x1p-100f;
-            s = !ok ? NAN : zero ? 0.0f : amax / C;
-            id = _mm256_set1_ps(zero ? 0.0f : C / amax);
+            s256 = !ok ? NAN : zero ? 0.0f : amax / C;
+            id256 = zero ? 0.0f : C / amax;
         }
+        int k = 0; /* lo256: this block's step S * 2^-k (repack.h) */
+        if (gb > 1 && !zero) {
+            __m256 m8 = _mm256_max_ps(_mm256_and_ps(v[0], absm), _mm256_and_ps(v[1], absm));
+            m8 = _mm256_max_ps(m8, _mm256_max_ps(_mm256_and_ps(v[2], absm), _mm256_and_ps(v[3], absm)));
+            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+            k = ts_rp_k256_k(_mm_cvtss_f32(m4), amax);
+        }
+        const float s = s256 / (float)(1 << k);
+        const __m256 id = _mm256_set1_ps(id256 * (float)(1 << k));
         __m256i X[4];
         for (int k = 0; k < 4; k++) /* rounds to nearest even, as lrintf */
             X[k] = zero ? _mm256_setzero_si256() : _mm256_cvtps_epi32(_mm256_mul_ps(v[k], id));
@@ -381,6 +397,7 @@ void ts_rp_quant_avx2(const float *x, int64_t n_in, int hi, uint8_t *tile, int n
         } else {
             store_bytes(q1, X[0], X[1], X[2], X[3]);
         }
-        ts_rp_put_side(side, s, hsum_epi32(_mm256_add_epi32(X[0], X[1])), hsum_epi32(_mm256_add_epi32(X[2], X[3])));
+        ts_rp_put_side(side, s, hsum_epi32(_mm256_add_epi32(X[0], X[1])), hsum_epi32(_mm256_add_epi32(X[2], X[3])),
+                       gb > 1 && !zero ? TS_RP_K256_KMAX - k : 0);
     }
 }

@@ -142,7 +142,9 @@ AI void block_part(const int kind, const int hi, const int g256, const uint8_t *
         }
     }
     for (int t = 0; t < nt; t++) {
-        const __m512i i = hi ? _mm512_add_epi32(_mm512_slli_epi32(a[t], 8), a2[t]) : a[t];
+        const __m512i i0 = hi ? _mm512_add_epi32(_mm512_slli_epi32(a[t], 8), a2[t]) : a[t];
+        /* lo256: the block's integers at the super-block's scale (a shift by sh, off the multiply ports) */
+        const __m512i i = g256 ? _mm512_sllv_epi32(i0, bcast32(side + TS_RP_SIDE * t + 28)) : i0;
         f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), g256 ? S : _mm512_mul_ps(S, bcastf(side + TS_RP_SIDE * t)), f[t]);
     }
 }
@@ -188,7 +190,8 @@ AI void panel_tile(const int kind, const int mode, int64_t n, const uint8_t *w, 
                     block_part(kind, hi, g256, q, x, nt, 4 * h, 4 * h + 4, 0, _mm512_mul_ps(d, sc), g);
                     const __m512 ml = _mm512_mul_ps(dm, mn);
                     for (int t = 0; t < nt; t++) { /* + (-sumX_h) (dmin m_h) s */
-                        const __m512 nsum = _mm512_cvtepi32_ps(_mm512_srai_epi32(bcast32(side + TS_RP_SIDE * t + 20 + 4 * h), 5));
+                        const __m512i ns = _mm512_srai_epi32(bcast32(side + TS_RP_SIDE * t + 20 + 4 * h), 5);
+                        const __m512 nsum = _mm512_cvtepi32_ps(g256 ? _mm512_sllv_epi32(ns, bcast32(side + TS_RP_SIDE * t + 28)) : ns);
                         g[t] = _mm512_fmadd_ps(nsum, g256 ? ml : _mm512_mul_ps(ml, bcastf(side + TS_RP_SIDE * t)), g[t]);
                     }
                 }
@@ -214,8 +217,12 @@ AI void panel_tile(const int kind, const int mode, int64_t n, const uint8_t *w, 
                 }
             }
         }
-        if (g256)
-            for (int t = 0; t < nt; t++) f[t] = _mm512_fmadd_ps(gs[t], bcastf(side0 + TS_RP_SIDE * t), f[t]);
+        if (g256) /* by S * 2^-KMAX = s * 2^-sh of the first 32-block (2^-sh built in the exponent field) */
+            for (int t = 0; t < nt; t++) {
+                const __m512i e = _mm512_slli_epi32(_mm512_sub_epi32(_mm512_set1_epi32(127), bcast32(side0 + TS_RP_SIDE * t + 28)), 23);
+                const __m512 c = _mm512_mul_ps(bcastf(side0 + TS_RP_SIDE * t), _mm512_castsi512_ps(e));
+                f[t] = _mm512_fmadd_ps(gs[t], c, f[t]);
+            }
     }
     for (int t = 0; t < nt; t++) store_rows(y + (int64_t)t * ys, f[t], n_rows);
 }
@@ -252,14 +259,19 @@ void ts_rp_quant_avx512(const float *x, int64_t n_in, int hi, uint8_t *tile, int
         const int finite = ok == 0xffff;
         const float amax = finite ? _mm512_reduce_max_ps(am) : 0.0f;
         const int zero = !finite || amax < 0x1p-100f;
-        const float s = !finite ? NAN : zero ? 0.0f : amax / C;
-        const __m512 id = _mm512_set1_ps(zero ? 0.0f : C / amax);
+        const float s256 = !finite ? NAN : zero ? 0.0f : amax / C, id256 = zero ? 0.0f : C / amax;
         for (int64_t b = b0; b < b0 + gb; b++) {
             const float *xv = x + 32 * b;
             uint8_t *q1 = tile + (size_t)b * xb + 32 * slot;
             uint8_t *q2 = q1 + 32 * nt;
             uint8_t *side = tile + (size_t)b * xb + (hi ? 64 : 32) * nt + TS_RP_SIDE * slot;
             const __m512 v0 = _mm512_loadu_ps(xv), v1 = _mm512_loadu_ps(xv + 16);
+            /* lo256: this block's step S * 2^-k (repack.h) */
+            const int k = gb > 1 && !zero
+                            ? ts_rp_k256_k(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))), amax)
+                            : 0;
+            const float s = s256 / (float)(1 << k);
+            const __m512 id = _mm512_set1_ps(id256 * (float)(1 << k));
             const __m512i X0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id)), X1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
             /* zero blocks: x * 0 is 0 for finite x; non-finite blocks: force 0 */
             const __m512i Z0 = zero ? _mm512_setzero_si512() : X0, Z1 = zero ? _mm512_setzero_si512() : X1;
@@ -276,7 +288,8 @@ void ts_rp_quant_avx512(const float *x, int64_t n_in, int hi, uint8_t *tile, int
                 _mm_storeu_si128((__m128i_u *)q1, _mm512_cvtepi32_epi8(Z0));
                 _mm_storeu_si128((__m128i_u *)(q1 + 16), _mm512_cvtepi32_epi8(Z1));
             }
-            ts_rp_put_side(side, s, _mm512_reduce_add_epi32(Z0), _mm512_reduce_add_epi32(Z1));
+            ts_rp_put_side(side, s, _mm512_reduce_add_epi32(Z0), _mm512_reduce_add_epi32(Z1),
+                           gb > 1 && !zero ? TS_RP_K256_KMAX - k : 0);
         }
     }
 }

@@ -319,6 +319,13 @@ RP_ENTRY(ts_rp_q6_k_avx2, K_Q6_K)
 
 /* ---- activation quantizer: the arithmetic of ts_rp_quant_ref ---- */
 
+/* the largest of 8 floats (exact in any order) */
+AI float hmax_ps(__m256 m8) {
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    return _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+}
+
 AI int32_t hsum_epi32(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
@@ -360,25 +367,16 @@ void ts_rp_quant_avx2(const float *x, int64_t n_in, int hi, uint8_t *tile, int n
                 ok &= _mm256_movemask_ps(_mm256_cmp_ps(a, fmax, _CMP_LE_OQ)) == 0xff;
                 m8 = _mm256_max_ps(m8, a);
             }
-            amax = 0.0f;
-            if (ok) { /* max is exact in any order */
-                __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
-                m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-                m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-                amax = _mm_cvtss_f32(m4);
-            }
+            amax = ok ? hmax_ps(m8) : 0.0f;
             zero = !ok || amax < 0x1p-100f;
             s256 = !ok ? NAN : zero ? 0.0f : amax / C;
             id256 = zero ? 0.0f : C / amax;
         }
         int k = 0; /* lo256: this block's step S * 2^-k (repack.h) */
         if (gb > 1 && !zero) {
-            __m256 m8 = _mm256_max_ps(_mm256_and_ps(v[0], absm), _mm256_and_ps(v[1], absm));
-            m8 = _mm256_max_ps(m8, _mm256_max_ps(_mm256_and_ps(v[2], absm), _mm256_and_ps(v[3], absm)));
-            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
-            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-            m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-            k = ts_rp_k256_k(_mm_cvtss_f32(m4), amax);
+            const __m256 m8 = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], absm), _mm256_and_ps(v[1], absm)),
+                                            _mm256_max_ps(_mm256_and_ps(v[2], absm), _mm256_and_ps(v[3], absm)));
+            k = ts_rp_k256_k(hmax_ps(m8), amax);
         }
         const float s = s256 / (float)(1 << k);
         const __m256 id = _mm256_set1_ps(id256 * (float)(1 << k));
